@@ -1,0 +1,1 @@
+"""consumers of the dispersion processor."""

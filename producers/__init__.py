@@ -1,0 +1,1 @@
+"""producers of the dispersion processor."""

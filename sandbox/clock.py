@@ -1,0 +1,55 @@
+"""Clocks: the system clock, and a manual one so tests can move time without sleeping."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Anything that tells the current UTC time."""
+
+    def now(self) -> datetime:
+        """Return the current time, timezone-aware in UTC."""
+        ...
+
+
+class SystemClock:
+    """The wall clock, optionally shifted by an offset (used by the admin clock endpoint)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta(0)
+
+    def now(self) -> datetime:
+        """Return the wall-clock time plus the offset."""
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Move this clock forward."""
+        self.offset += timedelta(seconds=seconds)
+
+
+class ManualClock:
+    """A clock that only moves when told to."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.current = start or datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        """Return the stored time."""
+        return self.current
+
+    def advance(self, seconds: float) -> None:
+        """Move this clock forward."""
+        self.current += timedelta(seconds=seconds)
+
+
+def iso_ms(moment: datetime) -> str:
+    """Format a UTC instant as ISO 8601 with milliseconds and a Z suffix."""
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def epoch(moment: datetime) -> float:
+    """Seconds since the epoch."""
+    return moment.timestamp()

@@ -1,0 +1,58 @@
+"""`x-idempotency-key` on resource-creating POSTs.
+
+Same key and same body: the stored response again (the same resource). Same key, another body: 400 and
+nothing changes. Keys are scoped per client and operation, and limited to 40 characters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+
+from starlette.responses import Response
+
+from sandbox.errors import header_invalid
+from sandbox.state import Bank
+
+KIND = "idempotency"
+HEADER = "x-idempotency-key"
+MAX_LENGTH = 40
+
+
+def check_key(key: str | None) -> str | None:
+    """Validate the header value (None when absent)."""
+    if key is None:
+        return None
+    if not key.strip() or len(key) > MAX_LENGTH:
+        raise header_invalid(HEADER, f"invalid_header: {HEADER} must be 1 to {MAX_LENGTH} characters")
+    return key
+
+
+async def idempotent(
+    bank: Bank, key: str | None, client_id: str, operation: str, body: bytes, create: Callable[[], Awaitable[Response]]
+) -> Response:
+    """Run `create` once per (client, operation, key); replay its stored response afterwards."""
+    key = check_key(key)
+    if key is None:
+        return await create()
+    slot = f"{client_id}\n{operation}\n{key}"
+    digest = hashlib.sha256(body).hexdigest()
+    seen = bank.store.get(KIND, slot)
+    if seen is not None:
+        if seen["body_sha256"] != digest:
+            raise header_invalid(HEADER, f"invalid_header: {HEADER} was already used with a different body")
+        return Response(seen["response"].encode(), status_code=seen["status"], media_type="application/json")
+    response = await create()
+    if 200 <= response.status_code < 300:
+        bank.store.put(
+            KIND,
+            slot,
+            {"body_sha256": digest, "status": response.status_code, "response": bytes(response.body).decode()},
+        )
+    return response
+
+
+def canonical_body(data: object) -> bytes:
+    """A stable byte form of a parsed body, so whitespace alone does not count as a different body."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
