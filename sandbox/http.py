@@ -5,15 +5,15 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
-import json
 import uuid
 from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from sandbox.errors import OAuthError, header_invalid, header_missing, invalid_format
+from sandbox.jsonutil import dumps, loads
 from sandbox.state import Bank
 
 INTERACTION = "x-fapi-interaction-id"
@@ -35,28 +35,16 @@ async def read_body(bank: Bank, request: Request) -> bytes:
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """Parse a JSON object body; anything else is 400 InvalidFormat."""
+    """Parse a JSON object body (fractions as `Decimal`); anything else is 400 InvalidFormat."""
     if not raw.strip():
         raise invalid_format("empty body")
     try:
-        data = json.loads(raw, parse_float=_decimal_text, parse_constant=_reject_constant)
+        data = loads(raw)
     except (ValueError, RecursionError) as exc:
         raise invalid_format(f"body is not valid JSON ({exc.__class__.__name__})") from None
     if not isinstance(data, dict):
         raise invalid_format("body must be a JSON object")
     return data
-
-
-class JsonNumber(str):
-    """A JSON number with a fraction, kept as its exact text (never a float)."""
-
-
-def _decimal_text(text: str) -> JsonNumber:
-    return JsonNumber(text)
-
-
-def _reject_constant(text: str) -> Any:
-    raise ValueError(f"{text} is not JSON")
 
 
 def require_json_content_type(request: Request) -> None:
@@ -101,7 +89,7 @@ def json_response(body: object, status: int = 200, request: Request | None = Non
     headers: dict[str, str] = {}
     if request is not None and request.headers.get(INTERACTION):
         headers[INTERACTION] = request.headers[INTERACTION]
-    return JSONResponse(body, status_code=status, headers=headers)
+    return Response(dumps(body), status_code=status, headers=headers, media_type="application/json")
 
 
 async def read_form(bank: Bank, request: Request) -> dict[str, str]:

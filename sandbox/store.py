@@ -6,10 +6,11 @@ handler is atomic without locks.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
+
+from sandbox.jsonutil import dumps, loads
 
 Doc = dict[str, Any]
 
@@ -33,15 +34,15 @@ class Store:
         """Return a copy of the document, or None."""
         if self._db is None:
             doc = self._memory.get(kind, {}).get(key)
-            return json.loads(json.dumps(doc)) if doc is not None else None
+            return loads(dumps(doc)) if doc is not None else None
         row = self._db.execute("SELECT doc FROM docs WHERE kind=? AND id=?", (kind, key)).fetchone()
-        return json.loads(row[0]) if row else None
+        return loads(row[0]) if row else None
 
     def put(self, kind: str, key: str, doc: Doc) -> None:
         """Insert or replace a document (stored as a copy)."""
-        text = json.dumps(doc)
+        text = dumps(doc).decode()
         if self._db is None:
-            self._memory.setdefault(kind, {})[key] = json.loads(text)
+            self._memory.setdefault(kind, {})[key] = loads(text)
             return
         self._db.execute("INSERT OR REPLACE INTO docs (kind, id, doc) VALUES (?, ?, ?)", (kind, key, text))
 
@@ -63,10 +64,10 @@ class Store:
         """Every (id, document) of a kind."""
         if self._db is None:
             for key, doc in list(self._memory.get(kind, {}).items()):
-                yield key, json.loads(json.dumps(doc))
+                yield key, loads(dumps(doc))
             return
         for key, text in self._db.execute("SELECT id, doc FROM docs WHERE kind=?", (kind,)).fetchall():
-            yield key, json.loads(text)
+            yield key, loads(text)
 
     def count(self, kind: str) -> int:
         """How many documents of a kind exist."""

@@ -1,0 +1,31 @@
+"""JSON with exact decimals: numbers with a fraction parse to `Decimal` and are written back verbatim."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+
+def _default(value: object) -> object:
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise TypeError("non-finite decimal")
+        return orjson.Fragment(format(value, "f").encode())
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def dumps(value: object) -> bytes:
+    """Serialise to compact JSON bytes; a `Decimal` is written as the number it holds."""
+    return orjson.dumps(value, default=_default)
+
+
+def _reject_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def loads(raw: bytes | str) -> Any:
+    """Parse JSON; fractions become `Decimal`, NaN and Infinity are refused."""
+    return json.loads(raw, parse_float=Decimal, parse_constant=_reject_constant)
