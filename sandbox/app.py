@@ -59,7 +59,7 @@ def _wrapped_routes(bank: Bank, routes: list[BaseRoute]) -> list[BaseRoute]:
             out.append(
                 Route(
                     route.path,
-                    _wrap(bank, route.name, route.endpoint),  # type: ignore[arg-type]
+                    _wrap(bank, route.name, route.endpoint),
                     methods=sorted(route.methods or []),
                     name=route.name,
                 )
