@@ -83,11 +83,62 @@ def serve(argv: list[str]) -> int:
     return 0
 
 
+def file_hash(argv: list[str]) -> int:
+    """`dispersion sandbox file-hash PAYLOAD.json`: print the FileHash a file payment consent must carry.
+
+    The hash is base64(SHA-256(RFC 8785 form of the payload with every `transferInfo.reference` blanked)),
+    computed with the sandbox's own functions (sandbox.filecheck), so the payload may be given before or
+    after the consent id was written into its references. The payload is checked as the sandbox checks
+    `SupplementaryData`; a problem is reported on stderr with exit status 1 (2 for unreadable input).
+    """
+    from sandbox.filecheck import CheckError, check_payload, payload_hash
+    from sandbox.jsonutil import loads
+
+    p = argparse.ArgumentParser(
+        prog="dispersion sandbox file-hash",
+        description="Print the FileHash (base64 SHA-256 of the RFC 8785 form, references blank) of a file payload.",
+    )
+    p.add_argument("payload", help='file payload JSON {"data": {"transaction": [...]}} ("-" reads stdin)')
+    args = p.parse_args(argv)
+    try:
+        raw = sys.stdin.buffer.read() if args.payload == "-" else Path(args.payload).read_bytes()
+        payload = loads(raw)  # fractions as Decimal: the hash depends on exact amounts, never on floats
+    except (OSError, ValueError, RecursionError) as exc:
+        print(f"dispersion sandbox file-hash: cannot read {args.payload}: {exc}", file=sys.stderr)
+        return 2
+    blanked = _blank_references(payload)
+    try:
+        check_payload(blanked, "", "", SandboxConfig().max_transactions)
+    except CheckError as exc:
+        print(f"dispersion sandbox file-hash: {exc}", file=sys.stderr)
+        return 1
+    print(payload_hash(blanked))
+    return 0
+
+
+def _blank_references(payload: object) -> object:
+    """A copy with every `transferInfo.reference` that is present set to ""; other shapes pass unchanged."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("data"), dict):
+        return payload
+    transactions = payload["data"].get("transaction")
+    if not isinstance(transactions, list):
+        return payload
+    out = []
+    for tx in transactions:
+        info = tx.get("transferInfo") if isinstance(tx, dict) else None
+        if isinstance(info, dict) and "reference" in info:
+            tx = {**tx, "transferInfo": {**info, "reference": ""}}
+        out.append(tx)
+    return {**payload, "data": {**payload["data"], "transaction": out}}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: `init DIR` or serve."""
+    """Entry point: `init DIR`, `file-hash PAYLOAD.json` or serve."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "init":
         from sandbox.init import main as init_main
 
         return init_main(argv[1:])
+    if argv and argv[0] == "file-hash":
+        return file_hash(argv[1:])
     return serve(argv)

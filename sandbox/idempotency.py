@@ -7,12 +7,12 @@ nothing changes. Keys are scoped per client and operation, and limited to 40 cha
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
 
 from sandbox.errors import header_invalid
+from sandbox.jsonutil import dumps
 from sandbox.state import Bank
 
 KIND = "idempotency"
@@ -55,4 +55,4 @@ async def idempotent(
 
 def canonical_body(data: object) -> bytes:
     """A stable byte form of a parsed body, so whitespace alone does not count as a different body."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return dumps(data, sort_keys=True)

@@ -17,9 +17,9 @@ def _default(value: object) -> object:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
-def dumps(value: object) -> bytes:
+def dumps(value: object, *, sort_keys: bool = False) -> bytes:
     """Serialise to compact JSON bytes; a `Decimal` is written as the number it holds."""
-    return orjson.dumps(value, default=_default)
+    return orjson.dumps(value, default=_default, option=orjson.OPT_SORT_KEYS if sort_keys else None)
 
 
 def _reject_constant(text: str) -> Any:

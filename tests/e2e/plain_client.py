@@ -7,6 +7,7 @@ follow it with curl, written once in Python so the walkthrough stays true.
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 import secrets
@@ -218,6 +219,14 @@ def file_payload(origin: str, transfers: list[tuple[str, str]]) -> dict[str, Any
             ]
         }
     }
+
+
+def with_references(payload: dict[str, Any], consent_id: str) -> dict[str, Any]:
+    """A copy of the payload with every transfer reference set to the consent id (the upload body)."""
+    upload = copy.deepcopy(payload)
+    for tx in upload["data"]["transaction"]:
+        tx["transferInfo"]["reference"] = consent_id
+    return upload
 
 
 def to_json(value: Any) -> str:

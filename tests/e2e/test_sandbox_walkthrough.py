@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import httpx
 import pytest
-from plain_client import RS, PlainClient, file_hash, file_payload, to_json
+from plain_client import RS, PlainClient, file_hash, file_payload, to_json, with_references
 from sandbox_process import running_sandbox
 
 
@@ -61,11 +61,9 @@ def test_flow_a_file_payment(bank: PlainClient) -> None:
     assert consent_id.startswith("pay-fi-") and consent["Status"] == "AwaitingUpload"
     assert r.json()["Links"]["Self"].endswith(f"/file-payment-consents/{consent_id}")
 
-    for tx in payload["data"]["transaction"]:
-        tx["transferInfo"]["reference"] = consent_id
     r = bank.http.post(
         f"{bank.base}{RS}/file-payment-consents/{consent_id}/file",
-        content=to_json(payload),
+        content=to_json(with_references(payload, consent_id)),
         headers=bank.headers(token),
     )
     assert r.status_code == 201, r.text

@@ -1,0 +1,316 @@
+"""The payroll batch: the input topic's event (DESIGN.md, "Contracts") as typed, immutable objects.
+
+Input shape (a plain dict from Avro, or JSON text); keys not listed are ignored so the schema can grow:
+
+    {
+      "batch_id": "erp-2024-11-0001",              non-empty string, the ERP's unique id
+      "integration": "bank-gt",                    non-empty string, which bank configuration
+      "file_reference": "PAYROLL-2024-11",         string
+      "origin_account": {"number": "...", "type": "MONETARY", "currency": "GTQ"},
+      "transactions": [
+        {"destination_account": {"number": "...", "type": "SAVINGS", "currency": "GTQ", "email": "..."},
+         "amount": 1500.50,                        JSON number or decimal string; Decimal in Python, never float
+         "concept": "Payroll November",
+         "employee_reference": "E-0042"}           optional (null or absent)
+      ],
+      "requested_at": "2024-11-30T12:00:00.000Z",  ISO 8601 with a UTC offset (or an aware datetime)
+      "source": "erp-x"                            string
+    }
+
+`origin_account.type` defaults to `MONETARY` and `destination_account.type` to `SAVINGS` when absent.
+
+Parsing checks shape and types only and reports every problem it finds at once (`BatchParseError.problems`,
+each with a path such as `transactions[3].amount`). Business rules (amount sign, decimals, currencies, account
+and e-mail formats, duplicates, limits) belong to `processor.validation`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
+
+__all__ = [
+    "DEFAULT_DESTINATION_ACCOUNT_TYPE",
+    "DEFAULT_ORIGIN_ACCOUNT_TYPE",
+    "BatchParseError",
+    "OriginAccount",
+    "ParseProblem",
+    "PayrollBatch",
+    "Transfer",
+    "batch_from_dict",
+    "batch_from_json",
+    "loads_exact",
+]
+
+DEFAULT_ORIGIN_ACCOUNT_TYPE: Final = "MONETARY"
+DEFAULT_DESTINATION_ACCOUNT_TYPE: Final = "SAVINGS"
+
+# A decimal written as text: optional minus, digits, optional fraction. No exponent, spaces, '_' or NaN, all of
+# which `Decimal()` would otherwise accept.
+_DECIMAL_TEXT: Final = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+@dataclass(frozen=True, slots=True)
+class OriginAccount:
+    """The account every transfer of the batch is debited from."""
+
+    number: str
+    type: str
+    currency: str
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One transaction of the batch: a credit to one destination account."""
+
+    account_number: str
+    account_type: str
+    currency: str
+    email: str
+    amount: Decimal
+    concept: str
+    employee_reference: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PayrollBatch:
+    """A payroll batch as received from the ERP (parsed, not yet validated)."""
+
+    batch_id: str
+    integration: str
+    file_reference: str
+    origin: OriginAccount
+    transactions: tuple[Transfer, ...]
+    requested_at: datetime
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParseProblem:
+    """One shape or type problem, located by a path into the input (`transactions[3].amount`)."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class BatchParseError(ValueError):
+    """The input is not a payroll batch; `problems` lists every problem found."""
+
+    def __init__(self, problems: list[ParseProblem]) -> None:
+        self.problems: tuple[ParseProblem, ...] = tuple(problems)
+        shown = "; ".join(str(p) for p in self.problems[:10])
+        more = f"; and {len(self.problems) - 10} more" if len(self.problems) > 10 else ""
+        super().__init__(f"invalid payroll batch: {shown}{more}")
+
+
+# --- JSON ----------------------------------------------------------------------------------------------------
+
+
+def _refuse_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not valid JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r} in a JSON object")
+            seen.add(key)
+    return out
+
+
+def loads_exact(raw: str | bytes) -> Any:
+    """Parse JSON reading every fraction as `Decimal` (never float); NaN/Infinity and duplicate keys refused."""
+    return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+
+
+def batch_from_json(raw: str | bytes) -> PayrollBatch:
+    """Parse a batch from JSON text (numbers read as `Decimal`); raises `BatchParseError`."""
+    try:
+        data = loads_exact(raw)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise BatchParseError([ParseProblem("$", f"not valid JSON: {exc}")]) from exc
+    return batch_from_dict(data)
+
+
+# --- dict -> objects -----------------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Collects problems while reading fields, so one pass reports all of them."""
+
+    def __init__(self) -> None:
+        self.problems: list[ParseProblem] = []
+
+    def fail(self, path: str, message: str) -> None:
+        self.problems.append(ParseProblem(path, message))
+
+    def mapping(self, data: object, path: str) -> Mapping[str, Any] | None:
+        if isinstance(data, Mapping):
+            return data
+        self.fail(path, f"expected an object, got {_kind(data)}")
+        return None
+
+    def text(self, data: Mapping[str, Any], key: str, path: str, *, default: str | None = None) -> str:
+        value = data.get(key)
+        if value is None:
+            if default is not None:
+                return default
+            self.fail(_join(path, key), "is required")
+            return ""
+        if not isinstance(value, str):
+            self.fail(_join(path, key), f"expected a string, got {_kind(value)}")
+            return ""
+        return value
+
+    def required_text(self, data: Mapping[str, Any], key: str, path: str) -> str:
+        value = self.text(data, key, path)
+        if key in data and isinstance(data[key], str) and not value.strip():
+            self.fail(_join(path, key), "must not be empty")
+        return value
+
+    def optional_text(self, data: Mapping[str, Any], key: str, path: str) -> str | None:
+        value = data.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        self.fail(_join(path, key), f"expected a string or null, got {_kind(value)}")
+        return None
+
+    def amount(self, data: Mapping[str, Any], key: str, path: str) -> Decimal:
+        value = data.get(key)
+        where = _join(path, key)
+        if value is None:
+            self.fail(where, "is required")
+        elif isinstance(value, Decimal):
+            if value.is_finite():
+                return value
+            self.fail(where, f"must be a finite number, got {value}")
+        elif isinstance(value, bool):
+            self.fail(where, "expected a decimal number, got boolean")
+        elif isinstance(value, int):
+            return Decimal(value)
+        elif isinstance(value, str):
+            if _DECIMAL_TEXT.fullmatch(value):
+                try:
+                    return Decimal(value)
+                except InvalidOperation:  # pragma: no cover - the pattern only lets valid text through
+                    pass
+            self.fail(where, "expected a decimal number such as 1500.50 (digits, optional '.' and fraction)")
+        elif isinstance(value, float):
+            self.fail(where, "a float is refused for money: send a JSON number parsed as Decimal or a decimal string")
+        else:
+            self.fail(where, f"expected a decimal number, got {_kind(value)}")
+        return Decimal(0)
+
+    def timestamp(self, data: Mapping[str, Any], key: str, path: str) -> datetime:
+        value = data.get(key)
+        where = _join(path, key)
+        parsed: datetime | None = None
+        if isinstance(value, datetime):
+            parsed = value
+        elif isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value)
+            except ValueError:
+                self.fail(where, "expected an ISO 8601 timestamp such as 2024-11-30T12:00:00.000Z")
+                return _EPOCH
+        elif value is None:
+            self.fail(where, "is required")
+            return _EPOCH
+        else:
+            self.fail(where, f"expected an ISO 8601 timestamp string, got {_kind(value)}")
+            return _EPOCH
+        if parsed.tzinfo is None or parsed.utcoffset() is None:
+            self.fail(where, "must carry a UTC offset (for example Z or +00:00)")
+            return _EPOCH
+        return parsed.astimezone(UTC)
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _kind(value: object) -> str:
+    names = {type(None): "null", bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
+    return names.get(type(value), "object" if isinstance(value, Mapping) else type(value).__name__)
+
+
+def _transfer(reader: _Reader, item: object, path: str) -> Transfer | None:
+    row = reader.mapping(item, path)
+    if row is None:
+        return None
+    before = len(reader.problems)
+    dest_path = _join(path, "destination_account")
+    dest = reader.mapping(row.get("destination_account"), dest_path)
+    number = account_type = currency = email = ""
+    if dest is not None:
+        number = reader.text(dest, "number", dest_path)
+        account_type = reader.text(dest, "type", dest_path, default=DEFAULT_DESTINATION_ACCOUNT_TYPE)
+        currency = reader.text(dest, "currency", dest_path)
+        email = reader.text(dest, "email", dest_path)
+    amount = reader.amount(row, "amount", path)
+    concept = reader.text(row, "concept", path)
+    employee_reference = reader.optional_text(row, "employee_reference", path)
+    if dest is None or len(reader.problems) != before:
+        return None
+    return Transfer(number, account_type, currency, email, amount, concept, employee_reference)
+
+
+def batch_from_dict(data: object) -> PayrollBatch:
+    """Build a `PayrollBatch` from a plain dict (JSON or Avro record); raises `BatchParseError` listing all problems.
+
+    Amounts must be `Decimal`, `int` or decimal strings; a `float` amount is refused.
+    """
+    reader = _Reader()
+    top = reader.mapping(data, "$")
+    if top is None:
+        raise BatchParseError(reader.problems)
+    batch_id = reader.required_text(top, "batch_id", "")
+    integration = reader.required_text(top, "integration", "")
+    file_reference = reader.text(top, "file_reference", "")
+    source = reader.text(top, "source", "")
+    requested_at = reader.timestamp(top, "requested_at", "")
+
+    origin = None
+    origin_data = reader.mapping(top.get("origin_account"), "origin_account")
+    if origin_data is not None:
+        origin = OriginAccount(
+            reader.text(origin_data, "number", "origin_account"),
+            reader.text(origin_data, "type", "origin_account", default=DEFAULT_ORIGIN_ACCOUNT_TYPE),
+            reader.text(origin_data, "currency", "origin_account"),
+        )
+
+    transfers: list[Transfer] = []
+    items = top.get("transactions")
+    if not isinstance(items, list | tuple):
+        reader.fail("transactions", f"expected an array, got {_kind(items)}" if items is not None else "is required")
+    else:
+        for index, item in enumerate(items):
+            transfer = _transfer(reader, item, f"transactions[{index}]")
+            if transfer is not None:
+                transfers.append(transfer)
+
+    if reader.problems or origin is None:
+        raise BatchParseError(reader.problems)
+    return PayrollBatch(
+        batch_id=batch_id,
+        integration=integration,
+        file_reference=file_reference,
+        origin=origin,
+        transactions=tuple(transfers),
+        requested_at=requested_at,
+        source=source,
+    )

@@ -1,0 +1,89 @@
+"""The processor's durable SQL store (SQLite or PostgreSQL): flows, side effects, secrets, VRP, outbox.
+
+Start at `Store` (`processor.store.session`); the design is described in docs/store.md.
+"""
+
+from processor.store.crypto import Cipher, StoreKeyError, generate_key, load_cipher
+from processor.store.db import (
+    ConstraintError,
+    Database,
+    StoreBusyError,
+    StoreError,
+    Tx,
+    connect,
+    iso_ms,
+    utc_ms,
+)
+from processor.store.flows import (
+    TERMINAL_FLOW_STATES,
+    AuthAttempt,
+    ConsentTokens,
+    Consumed,
+    ConsumeOutcome,
+    EffectStatus,
+    Flow,
+    FlowState,
+    Operation,
+    SideEffect,
+    SideEffectMismatchError,
+    new_idempotency_key,
+    new_secret_token,
+)
+from processor.store.outbox import (
+    DISPERSION_STATUS_RANKS,
+    STATUS_TOPIC,
+    OutboxEvent,
+    StatusConflictError,
+    StatusEvent,
+)
+from processor.store.schema import MIGRATIONS, MigrationError, current_version, migrate
+from processor.store.session import Store, StoreTx
+from processor.store.vrp import VRP_STATUS_TOPIC, MandateState, VrpMandate, VrpPayment, VrpPaymentState
+from processor.store.work import Created, NotFoundError, VersionConflictError
+
+__all__ = [
+    "DISPERSION_STATUS_RANKS",
+    "MIGRATIONS",
+    "STATUS_TOPIC",
+    "TERMINAL_FLOW_STATES",
+    "VRP_STATUS_TOPIC",
+    "AuthAttempt",
+    "Cipher",
+    "ConsentTokens",
+    "ConstraintError",
+    "ConsumeOutcome",
+    "Consumed",
+    "Created",
+    "Database",
+    "EffectStatus",
+    "Flow",
+    "FlowState",
+    "MandateState",
+    "MigrationError",
+    "NotFoundError",
+    "Operation",
+    "OutboxEvent",
+    "SideEffect",
+    "SideEffectMismatchError",
+    "StatusConflictError",
+    "StatusEvent",
+    "Store",
+    "StoreBusyError",
+    "StoreError",
+    "StoreKeyError",
+    "StoreTx",
+    "Tx",
+    "VersionConflictError",
+    "VrpMandate",
+    "VrpPayment",
+    "VrpPaymentState",
+    "connect",
+    "current_version",
+    "generate_key",
+    "iso_ms",
+    "load_cipher",
+    "migrate",
+    "new_idempotency_key",
+    "new_secret_token",
+    "utc_ms",
+]

@@ -1,0 +1,416 @@
+"""A thin adapter over sqlite3 and psycopg 3: one interface for both engines.
+
+    db = connect("sqlite:////var/lib/dispersion/flows.db")     # or "sqlite://:memory:"
+    db = connect("postgresql://user:pw@host:5432/dbname")
+    with db.transaction() as tx:                                # commit on success, rollback on error
+        row = tx.fetchone("SELECT * FROM flows WHERE batch_id = ?", (batch_id,))
+
+What it normalises:
+
+- URLs, read as SQLAlchemy does: `sqlite:///relative/path.db` (relative to the working directory),
+  `sqlite:////absolute/path.db`, `sqlite://:memory:` (or `sqlite://`); `postgresql://` or `postgres://`
+  handed to libpq unchanged (plus an optional `schema`, which sets `search_path`).
+- Parameters are always written `?` (qmark); for PostgreSQL they are rewritten to `%s` (outside quoted
+  literals) and a literal `%` is escaped.
+- Values: `datetime` must be timezone-aware and is stored in UTC truncated to milliseconds (ISO 8601 text
+  `YYYY-MM-DDTHH:MM:SS.mmmZ` on SQLite, which sorts like the instant it names; `TIMESTAMPTZ(3)` on
+  PostgreSQL). `Decimal` goes to SQLite as text and to PostgreSQL as NUMERIC. Rows come back as dicts;
+  `to_datetime` / `to_decimal` turn either engine's representation back into Python values.
+- Transactions: SQLite opens `BEGIN IMMEDIATE` for writers (the write lock is taken up front, so two writers
+  never deadlock on a lock upgrade; waits are bounded by the busy timeout) and runs in WAL mode with
+  `synchronous=FULL` (a commit survives power loss: a recorded idempotency key must not vanish after the
+  bank call it guards). PostgreSQL runs READ COMMITTED with explicit `BEGIN`/`COMMIT`; callers lock rows
+  with `SELECT ... FOR UPDATE [SKIP LOCKED]` where `tx.dialect == "postgresql"`.
+- Errors: constraint violations raise `ConstraintError`, a busy/locked database `StoreBusyError`, everything else
+  from the driver `StoreError` (the driver exception is chained).
+
+Connections come from a small pool; a transaction holds one connection from `BEGIN` to `COMMIT`, so a
+`Database` can be shared by threads. Calls block: an asyncio caller runs them with `asyncio.to_thread` or
+accepts the short block (each transaction is a few statements on an indexed row).
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any, Literal
+
+import psycopg
+import psycopg.errors
+from psycopg.rows import dict_row
+
+Dialect = Literal["sqlite", "postgresql"]
+_PG_RETRYABLE = (
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.QueryCanceled,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+)
+Row = dict[str, Any]
+Params = Sequence[object]
+
+MIN_SQLITE = (3, 35, 0)  # RETURNING and UPDATE ... FROM
+
+
+class StoreError(Exception):
+    """Base of every error the store raises on purpose."""
+
+
+class ConstraintError(StoreError):
+    """A constraint (unique, foreign key, check, not null) refused a write."""
+
+
+class StoreBusyError(StoreError):
+    """The transaction was rolled back because of contention, so running it again is safe: SQLite stayed
+    locked past the busy timeout, or PostgreSQL hit its lock timeout, a deadlock or a serialization failure."""
+
+
+class ConfigurationError(StoreError):
+    """The store URL or settings are unusable."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a `Database` points: the engine and how to reach it (secrets kept out of `repr`)."""
+
+    dialect: Dialect
+    location: str  # SQLite path or ":memory:"; PostgreSQL conninfo URL
+    schema: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Target({self.dialect}, {redact_url(self.location)}, schema={self.schema})"
+
+
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:)[^@]*@")
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by `***` (for logs and error messages)."""
+    return _PASSWORD_IN_URL.sub(r"\1***@", url)
+
+
+def parse_url(url: str, schema: str | None = None) -> Target:
+    """Parse a store URL: `sqlite://<path>`, `sqlite://:memory:`, `postgresql://...` or `postgres://...`."""
+    if schema is not None and not _SCHEMA_NAME.match(schema):
+        raise ConfigurationError(f"invalid schema name {schema!r}")
+    if url.startswith("sqlite://"):
+        rest = url[len("sqlite://") :]
+        if schema is not None:
+            raise ConfigurationError("a schema applies to PostgreSQL only")
+        if rest in ("", ":memory:", "/:memory:"):
+            return Target("sqlite", ":memory:")
+        if not rest.startswith("/") or rest == "/":
+            raise ConfigurationError(
+                "sqlite URL must be sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite://:memory:"
+            )
+        return Target("sqlite", rest[1:])  # as SQLAlchemy: three slashes relative, four absolute
+    if url.startswith(("postgresql://", "postgres://")):
+        return Target("postgresql", url, schema)
+    raise ConfigurationError(f"unsupported store URL {redact_url(url)!r} (use sqlite://... or postgresql://...)")
+
+
+# -- values -----------------------------------------------------------------------------------------------------
+
+
+def utc_ms(moment: datetime) -> datetime:
+    """The instant in UTC, truncated to whole milliseconds; a naive datetime is refused."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("timestamps must be timezone-aware")
+    moment = moment.astimezone(UTC)
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def iso_ms(moment: datetime) -> str:
+    """ISO 8601 UTC with milliseconds and `Z`, e.g. `2026-11-02T09:00:00.000Z`."""
+    moment = utc_ms(moment)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def to_datetime(value: object) -> datetime | None:
+    """A stored timestamp (SQLite text or PostgreSQL datetime) as an aware UTC datetime; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return utc_ms(value if value.tzinfo is not None else value.replace(tzinfo=UTC))
+    if isinstance(value, str):
+        return utc_ms(datetime.fromisoformat(value))
+    raise TypeError(f"not a stored timestamp: {type(value).__name__}")
+
+
+def to_decimal(value: object) -> Decimal | None:
+    """A stored amount (SQLite text or PostgreSQL NUMERIC) as a Decimal; None stays None. Floats are refused."""
+    if value is None:
+        return None
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        try:
+            return Decimal(value)
+        except InvalidOperation:
+            raise StoreError(f"stored amount {value!r} is not a decimal") from None
+    raise TypeError(f"not a stored amount: {type(value).__name__}")
+
+
+def _sqlite_param(value: object) -> object:
+    if isinstance(value, datetime):
+        return iso_ms(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, float):
+        raise TypeError("floats are not stored; use Decimal")
+    return value
+
+
+def _pg_param(value: object) -> object:
+    if isinstance(value, datetime):
+        return utc_ms(value)
+    if isinstance(value, float):
+        raise TypeError("floats are not stored; use Decimal")
+    return value
+
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|\?|%")
+
+
+@lru_cache(maxsize=512)
+def qmark_to_pyformat(sql: str) -> str:
+    """Rewrite `?` placeholders as `%s` and escape `%`, leaving quoted literals and comments untouched."""
+
+    def swap(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token == "?":
+            return "%s"
+        if token == "%":
+            return "%%"
+        return token
+
+    return _TOKEN.sub(swap, sql)
+
+
+# -- transactions -----------------------------------------------------------------------------------------------
+
+
+class Tx:
+    """One open transaction. Use the `?` placeholder style on both engines."""
+
+    def __init__(self, dialect: Dialect, conn: sqlite3.Connection | psycopg.Connection[Row]) -> None:
+        self.dialect: Dialect = dialect
+        self._conn = conn
+
+    def _run(self, sql: str, params: Params) -> tuple[list[Row] | None, int]:
+        try:
+            if isinstance(self._conn, sqlite3.Connection):
+                cur = self._conn.execute(sql, [_sqlite_param(p) for p in params])
+                rows = cur.fetchall() if cur.description is not None else None
+                return rows, cur.rowcount
+            pcur = self._conn.execute(qmark_to_pyformat(sql), [_pg_param(p) for p in params])
+            prows = pcur.fetchall() if pcur.description is not None else None
+            return prows, pcur.rowcount
+        except (sqlite3.IntegrityError, psycopg.errors.IntegrityError) as exc:
+            raise ConstraintError(str(exc).splitlines()[0]) from exc
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreBusyError(str(exc)) from exc
+            raise StoreError(str(exc)) from exc
+        except _PG_RETRYABLE as exc:
+            raise StoreBusyError(str(exc).splitlines()[0]) from exc
+        except (sqlite3.Error, psycopg.Error) as exc:
+            raise StoreError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        """Run a statement; return the number of rows it changed (-1 when the driver cannot tell)."""
+        return self._run(sql, params)[1]
+
+    def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run a query (or a statement with RETURNING) and return every row as a dict."""
+        rows, _ = self._run(sql, params)
+        return rows or []
+
+    def fetchone(self, sql: str, params: Params = ()) -> Row | None:
+        """The first row of a query, or None."""
+        rows = self.fetchall(sql, params)
+        return rows[0] if rows else None
+
+    def scalar(self, sql: str, params: Params = ()) -> Any:
+        """The first column of the first row, or None."""
+        row = self.fetchone(sql, params)
+        return next(iter(row.values())) if row else None
+
+
+def _dict_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
+    return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
+
+
+class Database:
+    """A pool of connections to one database, handing out transactions."""
+
+    def __init__(self, target: Target, *, pool_size: int = 4, busy_timeout_ms: int = 15_000) -> None:
+        self.target = target
+        self.dialect: Dialect = target.dialect
+        self.busy_timeout_ms = busy_timeout_ms
+        # An in-memory SQLite database exists once per connection, so it gets exactly one.
+        memory = target.dialect == "sqlite" and target.location == ":memory:"
+        self._max = 1 if memory else max(1, pool_size)
+        self._idle: queue.LifoQueue[sqlite3.Connection | psycopg.Connection[Row]] = queue.LifoQueue()
+        self._opened = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        if target.dialect == "sqlite" and sqlite3.sqlite_version_info < MIN_SQLITE:
+            raise ConfigurationError(f"SQLite {sqlite3.sqlite_version} is too old; 3.35 or newer is needed")
+        self._idle.put(self._open())  # fail fast on a bad URL or an unreachable server
+        self._opened = 1
+
+    def __repr__(self) -> str:
+        return f"Database({self.target!r})"
+
+    def _open(self) -> sqlite3.Connection | psycopg.Connection[Row]:
+        if self.target.dialect == "sqlite":
+            conn = sqlite3.connect(
+                self.target.location,
+                timeout=self.busy_timeout_ms / 1000,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # the pool hands a connection to one thread at a time
+            )
+            conn.row_factory = _dict_factory
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if self.target.location != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            return conn
+        # Lock waits are bounded like SQLite's busy timeout, so a stuck holder surfaces as StoreBusyError.
+        options = f"-c timezone=UTC -c lock_timeout={int(self.busy_timeout_ms)}"
+        if self.target.schema:
+            options += f" -c search_path={self.target.schema}"
+        try:
+            pconn = psycopg.connect(self.target.location, autocommit=True, row_factory=dict_row, options=options)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {redact_url(self.target.location)}: {exc}") from None
+        return pconn
+
+    def _acquire(self) -> sqlite3.Connection | psycopg.Connection[Row]:
+        if self._closed:
+            raise StoreError("database is closed")
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            grow = self._opened < self._max
+            if grow:
+                self._opened += 1
+        if grow:
+            try:
+                return self._open()
+            except BaseException:
+                with self._lock:
+                    self._opened -= 1
+                raise
+        try:
+            return self._idle.get(timeout=self.busy_timeout_ms / 1000)
+        except queue.Empty:
+            raise StoreBusyError(f"no free connection within {self.busy_timeout_ms} ms") from None
+
+    def _release(self, conn: sqlite3.Connection | psycopg.Connection[Row], healthy: bool) -> None:
+        if healthy and not self._closed:
+            self._idle.put(conn)
+            return
+        with self._lock:
+            self._opened -= 1
+        with suppress(Exception):  # a broken connection may fail to close; it is dropped either way
+            conn.close()
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        """Open a transaction: commit when the block ends, roll back when it raises.
+
+        `write=False` on SQLite starts a deferred (read) transaction, which never waits for writers in WAL mode.
+        """
+        conn = self._acquire()
+        healthy = True
+        try:
+            if isinstance(conn, sqlite3.Connection):
+                yield from self._sqlite_tx(conn, write)
+            else:
+                yield from self._pg_tx(conn)
+        except BaseException:
+            healthy = not _is_broken(conn)
+            raise
+        finally:
+            self._release(conn, healthy)
+
+    def _sqlite_tx(self, conn: sqlite3.Connection, write: bool) -> Iterator[Tx]:
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.OperationalError as exc:
+            raise StoreBusyError(str(exc)) from exc
+        try:
+            yield Tx("sqlite", conn)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise (
+                StoreBusyError(str(exc)) if isinstance(exc, sqlite3.OperationalError) else StoreError(str(exc))
+            ) from exc
+
+    def _pg_tx(self, conn: psycopg.Connection[Row]) -> Iterator[Tx]:
+        try:
+            with conn.transaction():
+                yield Tx("postgresql", conn)
+        except psycopg.errors.IntegrityError as exc:  # raised at COMMIT by deferred constraints
+            raise ConstraintError(str(exc).splitlines()[0]) from exc
+        except _PG_RETRYABLE as exc:
+            raise StoreBusyError(str(exc).splitlines()[0]) from exc
+        except psycopg.Error as exc:
+            raise StoreError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+    def close(self) -> None:
+        """Close every idle connection; connections in use close when their transaction ends."""
+        self._closed = True
+        while True:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            with self._lock:
+                self._opened -= 1
+            conn.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _is_broken(conn: sqlite3.Connection | psycopg.Connection[Row]) -> bool:
+    if isinstance(conn, sqlite3.Connection):
+        return False
+    return bool(conn.closed or conn.broken)
+
+
+def connect(url: str, *, schema: str | None = None, pool_size: int = 4, busy_timeout_ms: int = 15_000) -> Database:
+    """Open a `Database` for a store URL (see the module docstring). `schema` sets PostgreSQL's search_path."""
+    return Database(parse_url(url, schema), pool_size=pool_size, busy_timeout_ms=busy_timeout_ms)
+
+
+def in_clause(values: Sequence[object]) -> str:
+    """`(?, ?, ...)` for an IN list of this many values (at least one)."""
+    if not values:
+        raise ValueError("an IN list needs at least one value")
+    return "(" + ", ".join("?" for _ in values) + ")"

@@ -1,0 +1,294 @@
+"""The transactional outbox: events written with the state change that causes them, relayed later.
+
+Write side (inside the transaction that changes a flow):
+
+    tx.outbox.append_status("dispersion.status", batch_id, "AUTHORIZED", payload, now=now)
+
+Each (topic, key) has a row in `outbox_keys` holding the last sequence number, the highest status reached and
+the relay lease. `append` locks that row (an `INSERT ... ON CONFLICT DO UPDATE`), so events of one key get
+`seq` 1, 2, 3 ... in commit order even when several transactions append at once. A status event must rank
+strictly above every status already emitted for its key: a repeated or backward transition raises
+`StatusConflictError` (and the unique `(topic, event_key, status)` constraint backs that up), so per batch the
+statuses only move forward and each is emitted once.
+
+Relay side (its own short transactions):
+
+    events = tx.outbox.claim(owner="relay-1", now=now, limit=500, lease_seconds=30)
+    ... publish them in the order given ...
+    tx.outbox.mark_published([e.id for e in published], now=now)
+
+A relay leases whole keys, never single events: while one relay holds a key, no other relay is handed any event
+of it, and within a key events come in `seq` order, so order per key holds with any number of relays. A key
+whose events are all published is released at once; a relay that dies loses its keys when the lease runs out.
+Delivery is at least once: a relay that published but died before `mark_published` leaves the events to be
+published again by the next owner, so consumers deduplicate on `event_id`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from processor.store.db import StoreError, Tx, in_clause, to_datetime, utc_ms
+from processor.store.values import dump_json, load_json
+
+# Order of the `dispersion.status` values (DESIGN.md). Terminal statuses share the top rank, so after one of
+# them nothing more can be emitted for the batch.
+DISPERSION_STATUS_RANKS: dict[str, int] = {
+    "AUTHORIZATION_REQUIRED": 10,
+    "AUTHORIZED": 20,
+    "INITIATED": 30,
+    "COMPLETED": 100,
+    "FAILED": 100,
+    "REJECTED": 100,
+    "EXPIRED": 100,
+    "INVALID": 100,
+}
+STATUS_TOPIC = "dispersion.status"
+
+
+class StatusConflictError(StoreError):
+    """A status event that would repeat or go back behind a status already emitted for its key."""
+
+    def __init__(self, topic: str, key: str, status: str, last_status: str | None) -> None:
+        kind = "already emitted" if status == last_status else f"not after {last_status}"
+        super().__init__(f"{topic} {key!r}: status {status} {kind}")
+        self.topic = topic
+        self.key = key
+        self.status = status
+        self.last_status = last_status
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    """A status event to append together with a state transition (see the repositories' `transition`)."""
+
+    status: str
+    payload: Mapping[str, Any]
+    key: str | None = None  # defaults to the item's key (batch id, mandate id, ...)
+    topic: str = STATUS_TOPIC
+    rank: int | None = None  # defaults to DISPERSION_STATUS_RANKS[status]
+    headers: Mapping[str, str] | None = None
+    event_id: str | None = None  # defaults to a new UUID; pass the one you put in the payload to keep them equal
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    """One stored event. `payload` is the JSON document appended (Decimals were written as strings)."""
+
+    id: int
+    event_id: str
+    topic: str
+    key: str
+    seq: int
+    status: str | None
+    payload: Any
+    headers: dict[str, str] | None
+    created_at: datetime
+    published_at: datetime | None
+
+
+def _event(row: Mapping[str, Any]) -> OutboxEvent:
+    created = to_datetime(row["created_at"])
+    assert created is not None
+    return OutboxEvent(
+        id=int(row["id"]),
+        event_id=str(row["event_id"]),
+        topic=str(row["topic"]),
+        key=str(row["event_key"]),
+        seq=int(row["seq"]),
+        status=row["status"],
+        payload=load_json(row["payload"]),
+        headers=None if row["headers"] is None else load_json(row["headers"]),
+        created_at=created,
+        published_at=to_datetime(row["published_at"]),
+    )
+
+
+class Outbox:
+    """Outbox operations inside one transaction."""
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+
+    def append(
+        self,
+        topic: str,
+        key: str,
+        payload: Mapping[str, Any],
+        *,
+        now: datetime,
+        headers: Mapping[str, str] | None = None,
+        status: str | None = None,
+        rank: int | None = None,
+        event_id: str | None = None,
+    ) -> OutboxEvent:
+        """Append an event for (topic, key) with the next sequence number. With a `status`, refuse (raise
+        `StatusConflictError`) unless its rank is above every status already emitted for the key."""
+        if status is not None and rank is None:
+            raise ValueError("a status event needs a rank")
+        now = utc_ms(now)
+        # Lock (or create) the key's row first: it orders concurrent appends and guards the status check.
+        head = self.tx.fetchone(
+            "INSERT INTO outbox_keys (topic, event_key) VALUES (?, ?)"
+            " ON CONFLICT (topic, event_key) DO UPDATE SET last_seq = outbox_keys.last_seq"
+            " RETURNING last_seq, last_status, last_status_rank",
+            (topic, key),
+        )
+        assert head is not None
+        seq = int(head["last_seq"]) + 1
+        last_rank = head["last_status_rank"]
+        if status is not None:
+            assert rank is not None
+            if last_rank is not None and rank <= int(last_rank):
+                raise StatusConflictError(topic, key, status, head["last_status"])
+            self.tx.execute(
+                "UPDATE outbox_keys SET last_seq = ?, pending = pending + 1,"
+                " pending_since = COALESCE(pending_since, ?), last_status = ?, last_status_rank = ?"
+                " WHERE topic = ? AND event_key = ?",
+                (seq, now, status, rank, topic, key),
+            )
+        else:
+            self.tx.execute(
+                "UPDATE outbox_keys SET last_seq = ?, pending = pending + 1, pending_since = COALESCE(pending_since, ?)"
+                " WHERE topic = ? AND event_key = ?",
+                (seq, now, topic, key),
+            )
+        row = self.tx.fetchone(
+            "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            (
+                event_id or str(uuid.uuid4()),
+                topic,
+                key,
+                seq,
+                status,
+                rank,
+                dump_json(payload),
+                None if headers is None else dump_json(dict(headers)),
+                now,
+            ),
+        )
+        assert row is not None
+        return _event(row)
+
+    def append_status(
+        self,
+        topic: str,
+        key: str,
+        status: str,
+        payload: Mapping[str, Any],
+        *,
+        now: datetime,
+        rank: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        event_id: str | None = None,
+    ) -> OutboxEvent:
+        """Append a status event; `rank` defaults to `DISPERSION_STATUS_RANKS[status]`."""
+        if rank is None:
+            if status not in DISPERSION_STATUS_RANKS:
+                raise ValueError(f"unknown status {status!r}: pass its rank")
+            rank = DISPERSION_STATUS_RANKS[status]
+        return self.append(topic, key, payload, now=now, headers=headers, status=status, rank=rank, event_id=event_id)
+
+    def emit(self, event: StatusEvent, default_key: str, *, now: datetime) -> OutboxEvent:
+        """Append a `StatusEvent` (used by the repositories' `transition`)."""
+        return self.append_status(
+            event.topic,
+            event.key or default_key,
+            event.status,
+            event.payload,
+            now=now,
+            rank=event.rank,
+            headers=event.headers,
+            event_id=event.event_id,
+        )
+
+    def statuses(self, topic: str, key: str) -> list[str]:
+        """The statuses emitted so far for a key, in order."""
+        rows = self.tx.fetchall(
+            "SELECT status FROM outbox WHERE topic = ? AND event_key = ? AND status IS NOT NULL ORDER BY seq",
+            (topic, key),
+        )
+        return [str(r["status"]) for r in rows]
+
+    def events(self, topic: str, key: str) -> list[OutboxEvent]:
+        """Every event of a key (published or not), in order."""
+        rows = self.tx.fetchall("SELECT * FROM outbox WHERE topic = ? AND event_key = ? ORDER BY seq", (topic, key))
+        return [_event(r) for r in rows]
+
+    # -- relay ------------------------------------------------------------------------------------------------
+
+    def claim(self, *, owner: str, now: datetime, limit: int, lease_seconds: float) -> list[OutboxEvent]:
+        """Lease keys with unpublished events (keys this owner already holds included) and return up to `limit`
+        of their unpublished events, grouped by key, each key's events in sequence order."""
+        if limit <= 0:
+            return []
+        now = utc_ms(now)
+        expires = now + timedelta(seconds=lease_seconds)
+        free = "pending > 0 AND (lease_expires_at IS NULL OR lease_expires_at <= ? OR lease_owner = ?)"
+        if self.tx.dialect == "postgresql":
+            self.tx.execute(
+                "UPDATE outbox_keys AS k SET lease_owner = ?, lease_expires_at = ?"  # noqa: S608
+                f" FROM (SELECT topic, event_key FROM outbox_keys WHERE {free}"
+                " ORDER BY pending_since LIMIT ? FOR UPDATE SKIP LOCKED) AS due"
+                " WHERE k.topic = due.topic AND k.event_key = due.event_key",
+                (owner, expires, now, owner, limit),
+            )
+        else:
+            self.tx.execute(
+                "UPDATE outbox_keys SET lease_owner = ?, lease_expires_at = ? WHERE rowid IN"  # noqa: S608
+                f" (SELECT rowid FROM outbox_keys WHERE {free} ORDER BY pending_since LIMIT ?)",
+                (owner, expires, now, owner, limit),
+            )
+        rows = self.tx.fetchall(
+            "SELECT o.* FROM outbox AS o JOIN outbox_keys AS k ON k.topic = o.topic AND k.event_key = o.event_key"
+            " WHERE k.lease_owner = ? AND k.lease_expires_at > ? AND o.published_at IS NULL"
+            " ORDER BY k.pending_since, o.topic, o.event_key, o.seq LIMIT ?",
+            (owner, now, limit),
+        )
+        return [_event(r) for r in rows]
+
+    def mark_published(self, ids: Sequence[int], *, now: datetime) -> int:
+        """Mark events published (those already marked are left alone); release keys with nothing left.
+        Returns how many events changed."""
+        if not ids:
+            return 0
+        rows = self.tx.fetchall(
+            f"UPDATE outbox SET published_at = ? WHERE id IN {in_clause(ids)} AND published_at IS NULL"  # noqa: S608
+            " RETURNING topic, event_key",
+            (utc_ms(now), *ids),
+        )
+        per_key = Counter((str(r["topic"]), str(r["event_key"])) for r in rows)
+        for (topic, key), count in sorted(per_key.items()):  # a fixed order avoids lock-order deadlocks
+            self.tx.execute(
+                "UPDATE outbox_keys SET pending = pending - ?,"
+                " pending_since = CASE WHEN pending - ? = 0 THEN NULL ELSE pending_since END,"
+                " lease_owner = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_owner END,"
+                " lease_expires_at = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_expires_at END"
+                " WHERE topic = ? AND event_key = ?",
+                (count, count, count, count, topic, key),
+            )
+        return len(rows)
+
+    def release(self, *, owner: str) -> int:
+        """Give back every key this relay holds (on shutdown); returns how many."""
+        return self.tx.execute(
+            "UPDATE outbox_keys SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = ?", (owner,)
+        )
+
+    def backlog(self) -> tuple[int, datetime | None]:
+        """(unpublished events, creation time of the oldest one) for metrics."""
+        row = self.tx.fetchone("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE published_at IS NULL")
+        assert row is not None
+        return int(row["n"]), to_datetime(row["oldest"])
+
+    def purge_published(self, *, before: datetime) -> int:
+        """Delete events published before a time (housekeeping); the per-key sequence rows stay."""
+        return self.tx.execute(
+            "DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < ?", (utc_ms(before),)
+        )

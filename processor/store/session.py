@@ -1,0 +1,152 @@
+"""The store facade: one object the engine holds, transactions that expose every repository.
+
+    store = Store.open("postgresql://...", cipher=load_cipher())   # connects and migrates
+    with store.transaction() as tx:
+        created = tx.flows.create(batch_id, "bank-a", payload, now=now, next_action_at=now)
+        if not created.created:
+            ...  # a duplicate batch event: nothing changed
+    with store.transaction() as tx:
+        due = tx.flows.claim_due(now=now, owner=instance_id, limit=50, lease_seconds=60)
+
+Everything done through one `tx` commits or rolls back together: a state transition and its outbox event, a
+side-effect outcome and the resource id it yields.
+
+Store calls block. From asyncio code use `await store.arun(lambda tx: ...)`, which runs the transaction in a
+worker thread. Do not open a transaction while holding another one in the same thread: on SQLite the second
+waits for the first's write lock and fails after the busy timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from processor.store.crypto import Cipher
+from processor.store.db import Database, Dialect, StoreBusyError, Tx, connect
+from processor.store.flows import AuthAttempts, FlowRepo, SideEffects, TokenRepo, require_cipher
+from processor.store.outbox import Outbox
+from processor.store.schema import migrate
+from processor.store.vrp import MandateRepo, VrpPaymentRepo
+
+T = TypeVar("T")
+
+
+class StoreTx:
+    """One transaction with the repositories bound to it (created on first use)."""
+
+    def __init__(self, tx: Tx, cipher: Cipher | None) -> None:
+        self.raw = tx
+        self._cipher = cipher
+
+    @property
+    def dialect(self) -> Dialect:
+        """`sqlite` or `postgresql`."""
+        return self.raw.dialect
+
+    @property
+    def flows(self) -> FlowRepo:
+        """File-payment flows."""
+        return FlowRepo(self.raw)
+
+    @property
+    def side_effects(self) -> SideEffects:
+        """Records of resource-creating bank calls and their idempotency keys."""
+        return SideEffects(self.raw)
+
+    @property
+    def auth(self) -> AuthAttempts:
+        """Authorization attempts (`state` and encrypted PKCE verifier); needs the store key."""
+        return AuthAttempts(self.raw, require_cipher(self._cipher))
+
+    @property
+    def tokens(self) -> TokenRepo:
+        """Encrypted per-consent tokens; needs the store key."""
+        return TokenRepo(self.raw, require_cipher(self._cipher))
+
+    @property
+    def mandates(self) -> MandateRepo:
+        """VRP mandates."""
+        return MandateRepo(self.raw)
+
+    @property
+    def vrp_payments(self) -> VrpPaymentRepo:
+        """VRP payments."""
+        return VrpPaymentRepo(self.raw)
+
+    @property
+    def outbox(self) -> Outbox:
+        """Events waiting for the relay."""
+        return Outbox(self.raw)
+
+
+class Store:
+    """The durable store of the flow engine."""
+
+    def __init__(self, db: Database, cipher: Cipher | None = None) -> None:
+        self.db = db
+        self.cipher = cipher
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        cipher: Cipher | None = None,
+        schema: str | None = None,
+        migrate_schema: bool = True,
+        pool_size: int = 4,
+        busy_timeout_ms: int = 15_000,
+    ) -> Store:
+        """Connect to `url` (see `processor.store.db`) and, unless told not to, apply pending migrations.
+
+        `cipher` may be None for parts that never touch secrets (e.g. the outbox relay); the repositories of
+        secrets then raise `StoreKeyError`.
+        """
+        db = connect(url, schema=schema, pool_size=pool_size, busy_timeout_ms=busy_timeout_ms)
+        try:
+            if migrate_schema:
+                migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        return cls(db, cipher)
+
+    @property
+    def dialect(self) -> Dialect:
+        """`sqlite` or `postgresql`."""
+        return self.db.dialect
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[StoreTx]:
+        """A transaction exposing the repositories; commits at the end of the block, rolls back on error."""
+        with self.db.transaction(write=write) as tx:
+            yield StoreTx(tx, self.cipher)
+
+    def run(self, work: Callable[[StoreTx], T], *, write: bool = True, retries: int = 2) -> T:
+        """Run `work` in a transaction and return its result; on `StoreBusyError` (rolled back, so safe to
+        repeat) run it again up to `retries` times. `work` must therefore touch nothing but the store."""
+        attempt = 0
+        while True:
+            try:
+                with self.transaction(write=write) as tx:
+                    return work(tx)
+            except StoreBusyError:
+                attempt += 1
+                if attempt > retries:
+                    raise
+
+    async def arun(self, work: Callable[[StoreTx], T], *, write: bool = True, retries: int = 2) -> T:
+        """`run` in a worker thread, so an event loop never blocks on a lock wait or a disk sync."""
+        return await asyncio.to_thread(self.run, work, write=write, retries=retries)
+
+    def close(self) -> None:
+        """Close the connections."""
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

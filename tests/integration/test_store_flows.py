@@ -1,0 +1,222 @@
+"""Flows on both engines: duplicates, exact money, compare-and-set, transitions with their outbox event."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from store_fixtures import T0, StoreTarget, at
+
+from processor.store import (
+    ConstraintError,
+    FlowState,
+    StatusConflictError,
+    StatusEvent,
+    Store,
+    VersionConflictError,
+)
+
+PAYLOAD = '{"batch_id":"b-1","transactions":[{"amount":"100.10"},{"amount":"0.05"}]}'
+
+
+def _event(status: str, batch_id: str = "b-1") -> StatusEvent:
+    return StatusEvent(status, {"batch_id": batch_id, "status": status, "control_sum": Decimal("100.15")})
+
+
+def test_a_duplicate_batch_is_recognised_and_changes_nothing(store: Store) -> None:
+    with store.transaction() as tx:
+        first = tx.flows.create("b-1", "bank-a", PAYLOAD, now=T0, control_sum=Decimal("100.15"), next_action_at=T0)
+        assert first.created
+        tx.flows.transition(first.row, FlowState.CONSENT_CREATED, now=at(1), consent_id="pay-fi-1")
+    with store.transaction() as tx:
+        again = tx.flows.create("b-1", "bank-b", PAYLOAD, now=at(5), control_sum=Decimal("1.00"))
+        other = tx.flows.create("b-1", "bank-a", '{"batch_id":"b-1","transactions":[]}', now=at(6))
+    assert not again.created and again.same_document
+    assert not other.created and not other.same_document
+    stored = again.row
+    assert (stored.integration, stored.state, stored.consent_id) == ("bank-a", "CONSENT_CREATED", "pay-fi-1")
+    assert stored.control_sum == Decimal("100.15")
+    assert stored.version == 2
+    with store.transaction() as tx:
+        assert tx.flows.payload("b-1") == PAYLOAD  # verbatim, the first one kept
+        assert tx.flows.payload("b-404") is None
+        assert tx.flows.count_by_state() == {"CONSENT_CREATED": 1}
+
+
+def test_money_and_timestamps_come_back_exact(store: Store) -> None:
+    deadline = T0 + timedelta(hours=4, microseconds=987_654)
+    with store.transaction() as tx:
+        tx.flows.create(
+            "b-1",
+            "bank",
+            {"amount": Decimal("9999999999999999.99")},
+            now=T0,
+            number_of_transactions=100_000,
+            control_sum=Decimal("9999999999999999.99"),
+            authorization_deadline=deadline,
+        )
+    with store.transaction(write=False) as tx:
+        flow = tx.flows.require("b-1")
+        document = tx.flows.payload_document("b-1")
+    assert document == {"amount": "9999999999999999.99"}
+    assert flow.control_sum == Decimal("9999999999999999.99")
+    assert isinstance(flow.control_sum, Decimal)
+    assert flow.number_of_transactions == 100_000
+    assert flow.authorization_deadline == deadline.replace(microsecond=987_000)
+    assert flow.authorization_deadline is not None and flow.authorization_deadline.utcoffset() == timedelta(0)
+    with store.transaction() as tx, pytest.raises(ValueError, match="decimals"):
+        tx.flows.update("b-1", expected_version=1, now=at(1), control_sum=Decimal("0.001"))
+
+
+def test_control_sum_is_numeric_on_postgres_and_text_on_sqlite(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.flows.create("b-1", "bank", "{}", now=T0, control_sum=Decimal("12.3"))
+        raw = tx.raw.scalar("SELECT control_sum FROM flows WHERE batch_id = ?", ("b-1",))
+    if store.dialect == "postgresql":
+        assert raw == Decimal("12.30")
+    else:
+        assert raw == "12.30"
+
+
+def test_compare_and_set_detects_a_concurrent_change(store: Store) -> None:
+    with store.transaction() as tx:
+        flow = tx.flows.create("b-1", "bank", "{}", now=T0).row
+    with store.transaction() as tx:
+        winner = tx.flows.update("b-1", expected_version=flow.version, now=at(1), state="CONSENT_CREATED")
+    assert winner.version == flow.version + 1
+    with store.transaction() as tx, pytest.raises(VersionConflictError):
+        tx.flows.transition(flow, FlowState.FAILED, now=at(2), last_error="stale writer")
+    with store.transaction(write=False) as tx:
+        current = tx.flows.require("b-1")
+    assert (current.state, current.last_error, current.version) == ("CONSENT_CREATED", None, 2)
+    assert current.updated_at == at(1)
+
+
+def test_update_refuses_unknown_columns(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.flows.create("b-1", "bank", "{}", now=T0)
+        with pytest.raises(ValueError, match="cannot be updated"):
+            tx.flows.update("b-1", expected_version=1, now=T0, **{"payload": "{}"})  # type: ignore[arg-type]
+
+
+def test_transition_and_its_event_commit_together(store: Store) -> None:
+    with store.transaction() as tx:
+        flow = tx.flows.create("b-1", "bank", PAYLOAD, now=T0).row
+        moved = tx.flows.transition(
+            flow,
+            FlowState.AWAITING_AUTHORIZATION,
+            now=at(1),
+            event=_event("AUTHORIZATION_REQUIRED"),
+            consent_id="pay-fi-1",
+            next_action_at=at(3600),
+        )
+    assert moved.state == "AWAITING_AUTHORIZATION"
+    with store.transaction(write=False) as tx:
+        events = tx.outbox.events("dispersion.status", "b-1")
+    assert [(e.seq, e.status) for e in events] == [(1, "AUTHORIZATION_REQUIRED")]
+    assert events[0].payload["control_sum"] == "100.15"
+
+
+def test_a_rolled_back_transition_leaves_neither_state_nor_event(store: Store) -> None:
+    with store.transaction() as tx:
+        flow = tx.flows.create("b-1", "bank", PAYLOAD, now=T0).row
+
+    class CrashError(Exception):
+        pass
+
+    def crash_after_transition() -> None:
+        with store.transaction() as tx:
+            tx.flows.transition(
+                flow, FlowState.AWAITING_AUTHORIZATION, now=at(1), event=_event("AUTHORIZATION_REQUIRED")
+            )
+            assert tx.outbox.backlog()[0] == 1  # both written inside the transaction...
+            raise CrashError
+
+    with pytest.raises(CrashError):
+        crash_after_transition()
+    with store.transaction(write=False) as tx:
+        assert tx.flows.require("b-1").state == "RECEIVED"
+        assert tx.outbox.events("dispersion.status", "b-1") == []
+        assert tx.outbox.backlog()[0] == 0
+        assert tx.raw.scalar("SELECT COUNT(*) FROM outbox_keys") == 0
+
+
+def test_a_repeated_status_is_refused_and_rolls_the_transition_back(store: Store) -> None:
+    with store.transaction() as tx:
+        flow = tx.flows.create("b-1", "bank", PAYLOAD, now=T0).row
+        flow = tx.flows.transition(
+            flow, FlowState.AWAITING_AUTHORIZATION, now=at(1), event=_event("AUTHORIZATION_REQUIRED")
+        )
+    with pytest.raises(StatusConflictError, match="already emitted"), store.transaction() as tx:
+        tx.flows.transition(flow, FlowState.AWAITING_AUTHORIZATION, now=at(2), event=_event("AUTHORIZATION_REQUIRED"))
+    with store.transaction(write=False) as tx:
+        current = tx.flows.require("b-1")
+        assert current.version == flow.version  # the state update rolled back with the refused event
+        assert tx.outbox.statuses("dispersion.status", "b-1") == ["AUTHORIZATION_REQUIRED"]
+
+
+def test_approval_token_is_unguessable_and_checked(store: Store) -> None:
+    with store.transaction() as tx:
+        one = tx.flows.create("b-1", "bank", "{}", now=T0).row
+        two = tx.flows.create("b-2", "bank", "{}", now=T0).row
+    assert len(one.approval_token) >= 43 and one.approval_token != two.approval_token
+    assert one.approval_token not in repr(one)
+    with store.transaction(write=False) as tx:
+        found = tx.flows.check_approval("b-1", one.approval_token)
+        assert found is not None and found.batch_id == "b-1"
+        assert tx.flows.check_approval("b-1", two.approval_token) is None
+        assert tx.flows.check_approval("b-9", one.approval_token) is None
+
+
+def test_consent_and_payment_ids_are_unique_and_searchable(store: Store) -> None:
+    with store.transaction() as tx:
+        one = tx.flows.create("b-1", "bank", "{}", now=T0).row
+        two = tx.flows.create("b-2", "bank", "{}", now=T0).row
+        tx.flows.update("b-1", expected_version=one.version, now=at(1), consent_id="c-1", file_payment_id="fp-1")
+    with store.transaction(write=False) as tx:
+        by_consent = tx.flows.get_by_consent("c-1")
+        by_payment = tx.flows.get_by_file_payment("fp-1")
+        assert by_consent is not None and by_consent.batch_id == "b-1"
+        assert by_payment is not None and by_payment.batch_id == "b-1"
+        assert tx.flows.get_by_consent("c-404") is None
+    with pytest.raises(ConstraintError), store.transaction() as tx:
+        tx.flows.update("b-2", expected_version=two.version, now=at(2), consent_id="c-1")
+
+
+def test_report_is_kept_as_json_with_exact_amounts(store: Store) -> None:
+    report = [{"index": 0, "status": "COMPLETED", "amount": Decimal("100.10")}, {"index": 1, "status": "FAILED"}]
+    with store.transaction() as tx:
+        flow = tx.flows.create("b-1", "bank", "{}", now=T0).row
+        tx.flows.transition(flow, FlowState.COMPLETED, now=at(9), report=report, next_action_at=None)
+    with store.transaction(write=False) as tx:
+        done = tx.flows.require("b-1")
+        stored_report = tx.flows.report("b-1")
+    assert done.terminal
+    assert stored_report == [{"index": 0, "status": "COMPLETED", "amount": "100.10"}, {"index": 1, "status": "FAILED"}]
+    assert done.next_action_at is None
+
+
+def test_list_by_state(store: Store) -> None:
+    with store.transaction() as tx:
+        for n in range(3):
+            tx.flows.create(f"b-{n}", "bank", "{}", now=at(n), state="AWAITING_AUTHORIZATION" if n else "RECEIVED")
+        waiting = tx.flows.list_by_state(["AWAITING_AUTHORIZATION"])
+    assert [f.batch_id for f in waiting] == ["b-1", "b-2"]
+
+
+def test_postgres_schemas_isolate_test_runs(postgres_target: StoreTarget, store_postgres_dsn: str) -> None:
+    other = StoreTarget("postgresql", store_postgres_dsn, f"{postgres_target.schema}_x")
+    import psycopg
+
+    with psycopg.connect(store_postgres_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {other.schema}")
+    try:
+        with postgres_target.open() as a, other.open() as b:
+            with a.transaction() as tx:
+                tx.flows.create("b-1", "bank", "{}", now=T0)
+            with b.transaction(write=False) as tx:
+                assert tx.flows.get("b-1") is None
+    finally:
+        with psycopg.connect(store_postgres_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {other.schema} CASCADE")

@@ -1,0 +1,102 @@
+"""Migrations on both engines: applied once, idempotent, safe when instances start together."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from store_fixtures import T0, StoreTarget
+
+from processor.store import MIGRATIONS, MigrationError, current_version, migrate
+from processor.store.schema import Migration, applied_versions
+
+TABLES = {
+    "flows",
+    "side_effects",
+    "auth_attempts",
+    "consent_tokens",
+    "vrp_mandates",
+    "vrp_payments",
+    "outbox",
+    "outbox_keys",
+    "schema_migrations",
+}
+
+
+def _tables(target: StoreTarget) -> set[str]:
+    with target.connect() as db, db.transaction(write=False) as tx:
+        if tx.dialect == "sqlite":
+            rows = tx.fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
+        else:
+            rows = tx.fetchall(
+                "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema()"
+            )
+    return {str(r["name"]) for r in rows}
+
+
+def test_migrate_applies_every_version_once(store_target: StoreTarget) -> None:
+    with store_target.connect() as db:
+        assert current_version(db) == 0
+        assert migrate(db) == [m.version for m in MIGRATIONS]
+        assert migrate(db) == []  # idempotent
+        assert migrate(db) == []
+        assert current_version(db) == MIGRATIONS[-1].version
+        assert applied_versions(db) == {m.version: m.checksum for m in MIGRATIONS}
+    assert _tables(store_target) >= TABLES
+
+
+def test_store_open_migrates_and_reopening_keeps_data(store_target: StoreTarget) -> None:
+    with store_target.open() as store, store.transaction() as tx:
+        tx.flows.create("b-1", "bank", {"x": 1}, now=T0)
+    with store_target.open() as store, store.transaction() as tx:
+        assert tx.flows.require("b-1").integration == "bank"
+
+
+def test_instances_starting_together_migrate_exactly_once(store_target: StoreTarget) -> None:
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def run() -> None:
+        try:
+            with store_target.connect(pool_size=1) as db:
+                start.wait()
+                results.append(migrate(db))
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sorted(results) == [[], [], [], [m.version for m in MIGRATIONS]]
+
+
+def test_an_edited_applied_migration_is_refused(store_target: StoreTarget) -> None:
+    with store_target.connect() as db:
+        migrate(db)
+        first = MIGRATIONS[0]
+        edited = Migration(first.version, first.name, (*first.statements, "CREATE INDEX extra ON flows (state)"))
+        with pytest.raises(MigrationError, match="differs"):
+            migrate(db, (edited,))
+
+
+def test_a_database_newer_than_the_code_is_refused(store_target: StoreTarget) -> None:
+    future = Migration(MIGRATIONS[-1].version + 1, "future column", ("ALTER TABLE flows ADD COLUMN future TEXT",))
+    with store_target.connect() as db:
+        migrate(db)
+        assert migrate(db, (*MIGRATIONS, future)) == [future.version]
+        with pytest.raises(MigrationError, match="does not know"):
+            migrate(db)
+
+
+def test_a_failing_migration_leaves_no_trace(store_target: StoreTarget) -> None:
+    broken = Migration(MIGRATIONS[-1].version + 1, "broken", ("CREATE TABLE half (x TEXT)", "NOT SQL AT ALL"))
+    with store_target.connect() as db:
+        migrate(db)
+        with pytest.raises(Exception, match=r"(?i)syntax"):
+            migrate(db, (*MIGRATIONS, broken))
+        assert current_version(db) == MIGRATIONS[-1].version
+    assert "half" not in _tables(store_target)

@@ -1,0 +1,138 @@
+"""Typed results read from the spec's bodies; JSON with exact decimals."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from processor.bank.models import (
+    DomesticVrp,
+    FileConsent,
+    FilePaymentReport,
+    ModelError,
+    TokenResponse,
+    VrpConsent,
+    dumps,
+    loads,
+)
+
+SENT = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+
+CONSENT = b"""{"Data": {"Initiation": {"SupplementaryData": {"data": {"transaction": []}},
+ "FileType": "UK.OBIE.PaymentInitiation.4.0", "FileHash": "h=", "FileReference": "R",
+ "NumberOfTransactions": "2", "ControlSum": 3500.50},
+ "ConsentId": "pay-fi-1", "Status": "AwaitingUpload",
+ "CreationDateTime": "2026-11-02T09:00:00.000Z", "StatusUpdateDateTime": "2026-11-02T09:00:00.000Z"},
+ "Links": {"Self": "http://bank.test/x"}, "Meta": {}}"""
+
+
+def test_json_keeps_decimals_exact_and_refuses_floats() -> None:
+    parsed = loads(b'{"a": 0.10, "b": 1500.50, "c": 3}')
+    assert parsed == {"a": Decimal("0.10"), "b": Decimal("1500.50"), "c": 3}
+    assert dumps(parsed) == b'{"a":0.10,"b":1500.50,"c":3}'
+    with pytest.raises(TypeError, match="Decimal"):
+        dumps({"amount": 0.1})
+    with pytest.raises(TypeError):
+        dumps({"amount": Decimal("NaN")})
+    with pytest.raises(ValueError, match="NaN is not JSON"):
+        loads(b'{"a": NaN}')
+
+
+def test_file_consent_reads_amounts_as_decimal() -> None:
+    consent = FileConsent.parse(loads(CONSENT), "iid")
+    assert consent.consent_id == "pay-fi-1"
+    assert consent.control_sum == Decimal("3500.50")
+    assert isinstance(consent.control_sum, Decimal)
+    assert consent.number_of_transactions == 2
+    assert consent.creation_date_time == datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+    assert consent.links_self == "http://bank.test/x"
+    # Sent back unchanged in value: A3 must repeat the consent's Initiation exactly.
+    assert b'"ControlSum":3500.50' in dumps(consent.initiation)
+
+
+def test_missing_field_names_its_path() -> None:
+    body = loads(CONSENT)
+    del body["Data"]["Initiation"]["FileHash"]
+    with pytest.raises(ModelError, match=r"Data\.Initiation\.FileHash: missing"):
+        FileConsent.parse(body, "iid")
+    body = loads(CONSENT)
+    body["Data"]["CreationDateTime"] = "yesterday"
+    with pytest.raises(ModelError, match="CreationDateTime"):
+        FileConsent.parse(body, "iid")
+
+
+def test_token_response_scope_consent_and_expiry_and_repr() -> None:
+    token = TokenResponse.parse(
+        {
+            "access_token": "AT-secret",
+            "token_type": "Bearer",
+            "expires_in": 432000,
+            "scope": "payments:pay-fi-9 openid",
+            "refresh_token": "RT-secret",
+            "state": "st",
+        },
+        SENT,
+        "iid",
+    )
+    assert token.consent_id == "pay-fi-9"
+    assert (token.expires_at - SENT).total_seconds() == 432000
+    assert "AT-secret" not in repr(token) and "RT-secret" not in repr(token)
+    with pytest.raises(ModelError, match="token_type"):
+        TokenResponse.parse({"access_token": "a", "token_type": "MAC", "expires_in": 1}, SENT, "")
+    cc = TokenResponse.parse(
+        {"access_token": "a", "token_type": "bearer", "expires_in": 600, "scope": "payments"}, SENT, ""
+    )
+    assert cc.consent_id is None and cc.refresh_token is None
+
+
+def test_vrp_consent_and_domestic_vrp() -> None:
+    consent = VrpConsent.parse(
+        loads(
+            b"""{"Data": {"ConsentId": "vrp-1", "Status": "AwaitingAuthorisation",
+            "CreationDateTime": "2026-11-02T09:00:00.000Z", "StatusUpdateDateTime": "2026-11-02T09:00:00.000Z",
+            "ControlParameters": {"PSUAuthenticationMethods": ["UK.OBIE.SCA"], "VRPType": ["UK.OBIE.VRPType.Sweeping"],
+              "ValidFromDateTime": "2026-11-01T00:00:00+00:00", "ValidToDateTime": "2027-11-01T00:00:00+00:00",
+              "MaximumIndividualAmount": {"Amount": "500.00", "Currency": "GBP"},
+              "PeriodicLimits": [{"Amount": "1000.00", "Currency": "GBP", "PeriodType": "Month",
+                                  "PeriodAlignment": "Calendar"}]},
+            "Initiation": {"CreditorAccount": {"SchemeName": "UK.OBIE.SortCodeAccountNumber",
+                           "Identification": "08080021325698", "Name": "Pot"}},
+            "RemittanceInformation": {"Reference": "R1", "Unstructured": "VRP - CUOTAS - Dispersion"}},
+            "Risk": {}, "Links": {"Self": "s"}, "Meta": {}}"""
+        ),
+        "iid",
+    )
+    assert consent.maximum_individual_amount.amount == Decimal("500.00")
+    assert consent.periodic_limits[0].amount.amount == Decimal("1000.00")
+    assert consent.periodic_limits[0].period_type == "Month"
+    assert consent.creditor_account.identification == "08080021325698"
+    assert consent.remittance_unstructured == "VRP - CUOTAS - Dispersion"
+    vrp = DomesticVrp.parse(
+        loads(
+            b"""{"Data": {"DomesticVRPId": "obvrp-1", "ConsentId": "vrp-1", "Status": "Pending",
+            "CreationDateTime": "2026-11-02T09:00:00.000Z", "StatusUpdateDateTime": "2026-11-02T09:00:00.000Z",
+            "Charges": [{"ChargeBearer": "BorneByDebtor", "Type": "UK.OBIE.CHAPSOut",
+                         "Amount": {"Amount": "0.15", "Currency": "GBP"}}],
+            "Instruction": {"InstructionIdentification": "i1", "EndToEndIdentification": "e1",
+                            "InstructedAmount": {"Amount": "12.34", "Currency": "GBP"}}}}"""
+        ),
+        "iid",
+    )
+    assert vrp.instructed_amount is not None and vrp.instructed_amount.amount == Decimal("12.34")
+    assert vrp.charges[0].amount.amount == Decimal("0.15")
+
+
+def test_report_lines_when_json_and_raw_otherwise() -> None:
+    report = FilePaymentReport.parse(
+        "fp-1",
+        "application/json",
+        b'{"Data": {"Status": "InitiationCompleted", "Transactions": [{"Index": 0, "DestinationAccount": "2001",'
+        b' "Amount": 1500.50, "Currency": "GTQ", "Status": "Rejected", "ReasonCode": "AC04", "Reason": "closed"}]}}',
+        "iid",
+    )
+    assert report.status == "InitiationCompleted"
+    assert report.lines[0].amount == Decimal("1500.50") and report.lines[0].reason_code == "AC04"
+    raw = FilePaymentReport.parse("fp-1", "text/csv", b"a,b\n1,2\n", "iid")
+    assert raw.lines == () and raw.body == b"a,b\n1,2\n" and raw.data is None

@@ -1,0 +1,202 @@
+"""Parsing payroll batches from dicts and JSON: exact decimals, defaults, and clear errors listing every problem."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from processor.batch import (
+    BatchParseError,
+    OriginAccount,
+    PayrollBatch,
+    Transfer,
+    batch_from_dict,
+    batch_from_json,
+    loads_exact,
+)
+
+
+def batch_dict(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "batch_id": "erp-2024-11-0001",
+        "integration": "bank-gt",
+        "file_reference": "PAYROLL-2024-11",
+        "origin_account": {"number": "0100123456", "type": "MONETARY", "currency": "GTQ"},
+        "transactions": [
+            {
+                "destination_account": {
+                    "number": "3000000001",
+                    "type": "SAVINGS",
+                    "currency": "GTQ",
+                    "email": "ana@example.com",
+                },
+                "amount": Decimal("1500.50"),
+                "concept": "Payroll November",
+                "employee_reference": "E-1",
+            },
+            {
+                "destination_account": {"number": "3000000002", "currency": "GTQ", "email": "luis@example.com"},
+                "amount": "250.00",
+                "concept": "Payroll November",
+            },
+        ],
+        "requested_at": "2024-11-30T12:00:00.000Z",
+        "source": "erp-x",
+    }
+    data.update(changes)
+    return data
+
+
+def problems(exc: BatchParseError) -> dict[str, str]:
+    return {p.path: p.message for p in exc.problems}
+
+
+def test_a_valid_dict_becomes_typed_objects() -> None:
+    batch = batch_from_dict(batch_dict())
+    assert batch == PayrollBatch(
+        batch_id="erp-2024-11-0001",
+        integration="bank-gt",
+        file_reference="PAYROLL-2024-11",
+        origin=OriginAccount("0100123456", "MONETARY", "GTQ"),
+        transactions=(
+            Transfer("3000000001", "SAVINGS", "GTQ", "ana@example.com", Decimal("1500.50"), "Payroll November", "E-1"),
+            Transfer("3000000002", "SAVINGS", "GTQ", "luis@example.com", Decimal("250.00"), "Payroll November", None),
+        ),
+        requested_at=datetime(2024, 11, 30, 12, tzinfo=UTC),
+        source="erp-x",
+    )
+
+
+def test_account_types_default_to_monetary_and_savings() -> None:
+    data = batch_dict(origin_account={"number": "1", "currency": "GTQ"})
+    batch = batch_from_dict(data)
+    assert batch.origin.type == "MONETARY"
+    assert batch.transactions[1].account_type == "SAVINGS"
+
+
+def test_json_numbers_are_read_as_decimal_never_float() -> None:
+    text = json.dumps(batch_dict(), default=str).replace('"1500.50"', "0.1").replace('"250.00"', "3")
+    batch = batch_from_json(text)
+    amounts = [t.amount for t in batch.transactions]
+    assert amounts == [Decimal("0.1"), Decimal(3)]
+    assert all(type(a) is Decimal for a in amounts)
+    assert str(amounts[0]) == "0.1"  # not 0.1000000000000000055511151231257827...
+
+
+def test_json_keeps_the_written_precision() -> None:
+    assert loads_exact('{"a": 1500.50, "b": 1e2, "c": 7}') == {"a": Decimal("1500.50"), "b": Decimal("1E+2"), "c": 7}
+
+
+@pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}', '{"a": 1, "a": 2}'])
+def test_json_constants_and_duplicate_keys_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not valid JSON|duplicate key"):
+        loads_exact(text)
+
+
+def test_invalid_json_is_a_parse_error() -> None:
+    with pytest.raises(BatchParseError) as caught:
+        batch_from_json(b'{"batch_id": ')
+    assert caught.value.problems[0].path == "$"
+    assert "not valid JSON" in str(caught.value)
+
+
+def test_float_amounts_are_refused_with_the_path() -> None:
+    data = batch_dict()
+    data["transactions"][1]["amount"] = 250.0
+    with pytest.raises(BatchParseError) as caught:
+        batch_from_dict(data)
+    assert list(problems(caught.value)) == ["transactions[1].amount"]
+    assert "float is refused" in str(caught.value)
+
+
+@pytest.mark.parametrize("amount", ["1e3", " 12", "1_000", "NaN", "12.", ".5", "+5", "", "1,50"])
+def test_amount_strings_must_be_plain_decimals(amount: str) -> None:
+    data = batch_dict()
+    data["transactions"][0]["amount"] = amount
+    with pytest.raises(BatchParseError) as caught:
+        batch_from_dict(data)
+    assert "decimal number" in problems(caught.value)["transactions[0].amount"]
+
+
+@pytest.mark.parametrize(("amount", "expected"), [(7, Decimal(7)), ("-3.25", Decimal("-3.25")), ("0", Decimal(0))])
+def test_int_and_string_amounts_become_decimal(amount: object, expected: Decimal) -> None:
+    data = batch_dict()
+    data["transactions"][0]["amount"] = amount
+    assert batch_from_dict(data).transactions[0].amount == expected
+
+
+@pytest.mark.parametrize("amount", [Decimal("NaN"), Decimal("Infinity"), True, [1]])
+def test_non_numeric_amounts_are_refused(amount: object) -> None:
+    data = batch_dict()
+    data["transactions"][0]["amount"] = amount
+    with pytest.raises(BatchParseError, match=r"transactions\[0\]\.amount"):
+        batch_from_dict(data)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    data = batch_dict(batch_id="", integration=None, requested_at="yesterday", source=5)
+    data["origin_account"] = {"number": 123, "currency": "GTQ"}
+    data["transactions"][0]["destination_account"] = "3000000001"
+    data["transactions"][0]["concept"] = None
+    data["transactions"][1]["destination_account"]["email"] = ["x"]
+    data["transactions"].append("not an object")
+    with pytest.raises(BatchParseError) as caught:
+        batch_from_dict(data)
+    found = problems(caught.value)
+    assert found == {
+        "batch_id": "must not be empty",
+        "integration": "is required",
+        "requested_at": "expected an ISO 8601 timestamp such as 2024-11-30T12:00:00.000Z",
+        "source": "expected a string, got integer",
+        "origin_account.number": "expected a string, got integer",
+        "transactions[0].destination_account": "expected an object, got string",
+        "transactions[0].concept": "is required",
+        "transactions[1].destination_account.email": "expected a string, got array",
+        "transactions[2]": "expected an object, got string",
+    }
+    assert str(caught.value).startswith("invalid payroll batch: batch_id: must not be empty")
+
+
+def test_missing_transactions_and_origin() -> None:
+    data = batch_dict()
+    del data["transactions"], data["origin_account"]
+    with pytest.raises(BatchParseError) as caught:
+        batch_from_dict(data)
+    assert problems(caught.value) == {"origin_account": "expected an object, got null", "transactions": "is required"}
+
+
+def test_not_an_object() -> None:
+    with pytest.raises(BatchParseError, match=r"\$: expected an object, got array"):
+        batch_from_dict([1, 2])
+
+
+def test_requested_at_needs_an_offset_and_is_kept_in_utc() -> None:
+    with pytest.raises(BatchParseError, match="UTC offset"):
+        batch_from_dict(batch_dict(requested_at="2024-11-30T12:00:00"))
+    batch = batch_from_dict(batch_dict(requested_at="2024-11-30T06:00:00.000-06:00"))
+    assert batch.requested_at == datetime(2024, 11, 30, 12, tzinfo=UTC)
+    assert batch.requested_at.tzinfo is UTC
+    aware = datetime(2024, 1, 1, tzinfo=UTC)
+    assert batch_from_dict(batch_dict(requested_at=aware)).requested_at == aware
+
+
+def test_an_empty_transaction_list_parses_and_is_left_to_validation() -> None:
+    assert batch_from_dict(batch_dict(transactions=[])).transactions == ()
+
+
+def test_unknown_keys_are_ignored_for_schema_growth() -> None:
+    data = batch_dict(future_field={"x": 1})
+    data["transactions"][0]["future"] = True
+    assert len(batch_from_dict(data).transactions) == 2
+
+
+def test_long_problem_lists_are_summarised() -> None:
+    data = batch_dict(transactions=[{"amount": 1.5}] * 12)
+    with pytest.raises(BatchParseError) as caught:
+        batch_from_dict(data)
+    assert len(caught.value.problems) == 12 * 3  # destination_account, amount, concept per row
+    assert str(caught.value).endswith("and 26 more")

@@ -1,0 +1,265 @@
+"""Every fault kind, and the admin routes, against a real uvicorn server on loopback (port 0).
+
+The app is the real sandbox app (`create_app`) plus one tiny named route, `things.create`, that stores a
+document per call, so "was it committed?" is answered by the admin counts endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sandbox.app import _wrapped_routes, create_app
+from sandbox.clients import ClientRegistry
+from sandbox.clock import ManualClock
+from sandbox.config import SandboxConfig
+from sandbox.faults import FaultPlan
+from sandbox.state import Bank
+
+THING = "thing"
+INTERACTION_ID = "0b8e7f4e-8f63-4c8e-9a55-3d1f0f3b9a11"
+
+
+@dataclass
+class Running:
+    bank: Bank
+    http: httpx.AsyncClient
+
+    async def things(self) -> int:
+        r = await self.http.get("/__sandbox/counts", params={"kind": THING})
+        assert r.status_code == 200, r.text
+        return int(r.json()[THING])
+
+    async def plan(self, plan: object) -> dict[str, object]:
+        r = await self.http.put("/__sandbox/faults", json=plan)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+
+def tiny_route(bank: Bank) -> Route:
+    async def create_thing(request: Request) -> Response:
+        key = str(bank.store.count(THING) + 1)
+        bank.store.put(THING, key, {"n": key})
+        return JSONResponse({"Data": {"ThingId": key}}, 201)
+
+    return Route("/things", create_thing, methods=["POST"], name="things.create")
+
+
+@asynccontextmanager
+async def serve(admin: bool = True, plan: FaultPlan | None = None) -> AsyncIterator[Running]:
+    bank = Bank(config=SandboxConfig(admin=admin), clients=ClientRegistry(), clock=ManualClock())
+    if plan is not None:
+        bank.faults = plan
+    app = create_app(bank)
+    # The tiny route goes through the same wrapping (fault plan + error rendering) as every named route.
+    app.router.routes.extend(_wrapped_routes(bank, [tiny_route(bank)]))
+    # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP, and
+    # without it every keep-alive request waits ~40 ms for Nagle + delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="critical"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        for _ in range(500):
+            if server.started:
+                break
+            await asyncio.sleep(0.01)
+        assert server.started, "uvicorn did not start"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+            yield Running(bank, http)
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+        sock.close()
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[Running]:
+    async with serve() as r:
+        yield r
+
+
+async def test_no_plan_creates_normally(running: Running) -> None:
+    r = await running.http.post("/things")
+    assert r.status_code == 201
+    assert await running.things() == 1
+
+
+async def test_drop_closes_the_connection_before_anything_is_committed(running: Running) -> None:
+    await running.plan({"rules": [{"operation": "things.create", "fault": "drop", "times": 1}]})
+    with pytest.raises(httpx.RemoteProtocolError):
+        await running.http.post("/things")
+    assert await running.things() == 0
+    assert (await running.http.post("/things")).status_code == 201  # times: 1 is used up
+    assert await running.things() == 1
+
+
+async def test_commit_then_drop_creates_the_resource_but_the_client_sees_a_closed_connection(running: Running) -> None:
+    await running.plan([{"operation": "things.*", "fault": "commit_then_drop", "times": 1}])
+    with pytest.raises(httpx.RemoteProtocolError):
+        await running.http.post("/things")
+    assert await running.things() == 1
+
+
+async def test_commit_then_fail_creates_the_resource_and_answers_500(running: Running) -> None:
+    await running.plan([{"operation": "things.create", "fault": "commit_then_fail", "times": 1}])
+    r = await running.http.post("/things", headers={"x-fapi-interaction-id": INTERACTION_ID})
+    assert r.status_code == 500
+    body = r.json()
+    assert set(body) == {"Code", "Message", "Errors"}
+    assert body["Code"] == "UK.OBIE.UnexpectedError"
+    assert "ThingId" not in r.text  # the client does not learn what was created
+    assert r.headers["x-fapi-interaction-id"] == INTERACTION_ID
+    assert await running.things() == 1
+    retry = await running.http.post("/things")
+    assert retry.status_code == 201
+    assert await running.things() == 2  # a blind resubmit pays twice: what clients must avoid
+
+
+async def test_error_rate_answers_before_the_handler(running: Running) -> None:
+    await running.plan([{"operation": "*", "fault": "error", "status": 503, "times": 2}])
+    statuses = [(await running.http.post("/things")).status_code for _ in range(3)]
+    assert statuses == [503, 503, 201]
+    assert await running.things() == 1
+
+
+async def test_rate_limit_sends_retry_after(running: Running) -> None:
+    await running.plan([{"operation": "things.create", "fault": "rate_limit", "retry_after": 17, "times": 1}])
+    r = await running.http.post("/things")
+    assert r.status_code == 429
+    assert r.headers["retry-after"] == "17"
+    assert r.json()["Message"].startswith("too_many_requests")
+    assert await running.things() == 0
+
+
+async def test_latency_before_delays_the_answer(running: Running) -> None:
+    await running.plan([{"operation": "things.create", "fault": "latency", "latency_ms": 300, "times": 1}])
+    started = time.monotonic()
+    r = await running.http.post("/things")
+    assert r.status_code == 201
+    assert time.monotonic() - started >= 0.3
+    started = time.monotonic()
+    await running.http.post("/things")
+    assert time.monotonic() - started < 0.3  # used up: no delay (loopback answers in milliseconds)
+
+
+async def test_latency_after_commit_makes_a_client_time_out_on_a_created_resource(running: Running) -> None:
+    await running.plan([{"operation": "things.create", "fault": "latency", "latency_ms": 800, "phase": "after"}])
+    with pytest.raises(httpx.ReadTimeout):
+        await running.http.post("/things", timeout=0.2)
+    assert await running.things() == 1
+
+
+async def test_seeded_rate_gives_the_same_pattern_over_http(running: Running) -> None:
+    plan = {"seed": 99, "rules": [{"operation": "things.create", "fault": "error", "probability": 0.5}]}
+    patterns = []
+    for _ in range(2):
+        await running.plan(plan)
+        patterns.append([(await running.http.post("/things")).status_code for _ in range(20)])
+    assert patterns[0] == patterns[1]
+    assert {500, 201} == set(patterns[0])
+
+
+async def test_admin_faults_reports_counters(running: Running) -> None:
+    await running.plan({"seed": 5, "rules": [{"operation": "things.create", "fault": "error", "times": 1}]})
+    for _ in range(3):
+        await running.http.post("/things")
+    r = await running.http.get("/__sandbox/faults")
+    assert r.status_code == 200
+    rule = r.json()["rules"][0]
+    assert (rule["matched"], rule["fired"], rule["remaining"]) == (3, 1, 0)
+    assert r.json()["seed"] == 5
+
+
+async def test_admin_routes_are_never_faulted(running: Running) -> None:
+    await running.plan([{"operation": "*", "fault": "drop"}])
+    assert (await running.http.get("/__sandbox/faults")).status_code == 200
+    assert (await running.http.get("/__sandbox/clock")).status_code == 200
+    assert await running.things() == 0
+    await running.plan([])
+    assert (await running.http.post("/things")).status_code == 201
+
+
+async def test_admin_faults_refuses_an_invalid_plan_and_keeps_the_old_one(running: Running) -> None:
+    await running.plan([{"operation": "things.create", "fault": "error"}])
+    r = await running.http.put("/__sandbox/faults", json=[{"operation": "x", "fault": "explode"}])
+    assert r.status_code == 400
+    assert r.json()["Code"] == "UK.OBIE.Resource.InvalidFormat"
+    assert "fault must be one of" in r.json()["Message"]
+    bad_json = await running.http.put("/__sandbox/faults", content=b"{not json")
+    assert bad_json.status_code == 400
+    assert (await running.http.post("/things")).status_code == 500  # old plan still in force
+
+
+async def test_admin_clock_moves_the_bank_clock(running: Running) -> None:
+    before = (await running.http.get("/__sandbox/clock")).json()
+    assert before["now"] == "2026-11-02T09:00:00.000Z"
+    r = await running.http.post("/__sandbox/clock", json={"advance_seconds": 601})
+    assert r.status_code == 200
+    assert r.json()["now"] == "2026-11-02T09:10:01.000Z"
+    assert running.bank.now().isoformat() == "2026-11-02T09:10:01+00:00"
+    fraction = await running.http.post("/__sandbox/clock", content=b'{"advance_seconds": 0.5}')
+    assert fraction.json()["now"] == "2026-11-02T09:10:01.500Z"
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"advance_seconds": -1}', b'{"advance_seconds": "10"}', b'{"advance_seconds": true}', b"{}", b"[]"]
+)
+async def test_admin_clock_refuses_bad_input(running: Running, body: bytes) -> None:
+    r = await running.http.post("/__sandbox/clock", content=body)
+    assert r.status_code == 400
+    assert r.json()["Code"] == "UK.OBIE.Resource.InvalidFormat"
+    assert (await running.http.get("/__sandbox/clock")).json()["now"] == "2026-11-02T09:00:00.000Z"
+
+
+async def test_admin_counts_lists_the_standard_kinds_and_extra_ones(running: Running) -> None:
+    running.bank.store.put("file_consent", "pay-fi-1", {"status": "AwaitingUpload"})
+    r = await running.http.get("/__sandbox/counts", params=[("kind", "thing"), ("kind", "idempotency")])
+    assert r.json() == {
+        "file_consent": 1,
+        "file_payment": 0,
+        "vrp_consent": 0,
+        "domestic_vrp": 0,
+        "access_token": 0,
+        "thing": 0,
+        "idempotency": 0,
+    }
+
+
+async def test_admin_routes_are_absent_without_admin() -> None:
+    async with serve(admin=False, plan=FaultPlan.from_json([{"operation": "things.create", "fault": "error"}])) as r:
+        for method, path in [("GET", "/__sandbox/clock"), ("GET", "/__sandbox/faults"), ("GET", "/__sandbox/counts")]:
+            assert (await r.http.request(method, path)).status_code == 404
+        put = await r.http.put("/__sandbox/faults", json=[])
+        assert put.status_code in (404, 405)
+        assert (await r.http.post("/things")).status_code == 500  # the plan given at start still applies
+
+
+def test_cli_refuses_an_invalid_faults_file(tmp_path: Path) -> None:
+    (tmp_path / "clients.json").write_text('{"clients": []}')
+    (tmp_path / "faults.json").write_text(
+        json.dumps({"rules": [{"operation": "token", "fault": "error", "times": -2}]})
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "sandbox", "--clients", str(tmp_path / "clients.json"),
+         "--faults", str(tmp_path / "faults.json"), "--port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "rules[0].times must be at least 0" in done.stderr
