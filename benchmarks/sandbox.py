@@ -49,6 +49,8 @@ from urllib.parse import urlencode
 import httpx
 import jwt
 import rfc8785
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 CONSENTS_PATH = "/open-banking/v3.1/pisp/file-payment-consents"
@@ -192,10 +194,14 @@ def basic_credential(client: dict[str, Any]) -> str:
 def sign_assertions(args: tuple[bytes, str, str, str, int]) -> list[str]:
     """`count` client assertions with distinct jti (runs in a worker process)."""
     key_pem, kid, client_id, audience, count = args
+    # Parse the PEM once: loading (and checking) an RSA key costs far more than one signature.
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise ValueError("the client's signing key must be an RSA key (PS256)")
     now = int(time.time())
     claims = {"iss": client_id, "sub": client_id, "aud": audience, "iat": now, "exp": now + 600}
     return [
-        jwt.encode({**claims, "jti": str(uuid.uuid4())}, key_pem, algorithm="PS256", headers={"kid": kid})
+        jwt.encode({**claims, "jti": str(uuid.uuid4())}, key, algorithm="PS256", headers={"kid": kid})
         for _ in range(count)
     ]
 
@@ -340,8 +346,8 @@ def report(result: PhaseResult) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--requests", type=int, default=6000, help="requests per phase (A1, Basic token)")
-    p.add_argument("--jwt-requests", type=int, default=3000, help="requests of the private_key_jwt phase")
+    p.add_argument("--requests", type=int, default=10000, help="requests per phase (A1, Basic token)")
+    p.add_argument("--jwt-requests", type=int, default=5000, help="requests of the private_key_jwt phase")
     p.add_argument("--warmup", type=int, default=300, help="untimed requests before each phase")
     p.add_argument("--connections", type=int, default=32, help="concurrent keep-alive connections")
     p.add_argument("--max-seconds", type=float, default=20.0, help="time cap per phase")

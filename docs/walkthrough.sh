@@ -28,6 +28,10 @@ done
   exit 2
 }
 read -r -a DISPERSION_CMD <<<"${DISPERSION:-dispersion}"
+command -v "${DISPERSION_CMD[0]}" >/dev/null 2>&1 || {
+  echo "walkthrough: ${DISPERSION_CMD[0]} not found (pip install -e . or set DISPERSION)" >&2
+  exit 2
+}
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

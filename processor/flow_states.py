@@ -1,11 +1,15 @@
 """The flow state machines, pure: which states exist, which moves are legal, what each move publishes.
 
-File payment (flow A), one per batch:
+File payment (flow A), one per batch. The states are the store's `FlowState` (one definition, in
+`processor.store.flows`); this module says which moves between them are legal:
 
-    RECEIVED ──▶ CONSENT_CREATED ──▶ AWAITING_AUTHORIZATION ──▶ AUTHORIZED ──▶ INITIATED ──▶ COMPLETED
-       │                                   │        │                               └──────▶ FAILED
-       └──▶ INVALID                        │        └──▶ REJECTED
-                                           └──▶ EXPIRED   (authorization deadline passed)
+    RECEIVED ──A1──▶ CONSENT_CREATED ──A2──▶ AWAITING_AUTHORIZATION ──redirect──▶ AUTHORIZED ──A3──▶ INITIATED
+       │                  │                      │        │                          │              │
+       └──▶ INVALID       └──▶ FAILED            │        └──▶ REJECTED              └──▶ FAILED    ├──▶ COMPLETED
+       └──▶ FAILED                               └──▶ EXPIRED (authorization deadline passed)        └──▶ FAILED
+
+(`FlowState.UPLOADED` and `FlowState.PAYMENT_CREATED` exist in the store's list but the engine does not use them:
+the upload and the payment are recorded in the same transaction as the move they cause.)
 
 VRP mandate (flow B consent): REQUESTED ──▶ AWAITING_AUTHORIZATION ──▶ AUTHORIZED | REJECTED | EXPIRED
 VRP payment: RECEIVED ──▶ SUBMITTED ──▶ COMPLETED | REJECTED, or RECEIVED ──▶ LIMIT_EXCEEDED | INVALID
@@ -18,24 +22,14 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from processor.store.flows import TERMINAL_FLOW_STATES, FlowState
+
+FileState = FlowState
+"""The file flow's states: the store's `FlowState` (kept as a name for readers of this module)."""
+
 
 class IllegalTransitionError(ValueError):
     """A move the state machine does not allow."""
-
-
-class FileState(StrEnum):
-    """States of a file-payment flow."""
-
-    RECEIVED = "RECEIVED"
-    CONSENT_CREATED = "CONSENT_CREATED"
-    AWAITING_AUTHORIZATION = "AWAITING_AUTHORIZATION"
-    AUTHORIZED = "AUTHORIZED"
-    INITIATED = "INITIATED"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    REJECTED = "REJECTED"
-    EXPIRED = "EXPIRED"
-    INVALID = "INVALID"
 
 
 class BatchStatus(StrEnum):
@@ -62,36 +56,38 @@ class Step(StrEnum):
     NONE = "none"
 
 
-FILE_MOVES: dict[FileState, frozenset[FileState]] = {
-    FileState.RECEIVED: frozenset({FileState.CONSENT_CREATED, FileState.INVALID}),
-    FileState.CONSENT_CREATED: frozenset({FileState.AWAITING_AUTHORIZATION, FileState.FAILED}),
-    FileState.AWAITING_AUTHORIZATION: frozenset({FileState.AUTHORIZED, FileState.REJECTED, FileState.EXPIRED}),
-    FileState.AUTHORIZED: frozenset({FileState.INITIATED, FileState.FAILED}),
-    FileState.INITIATED: frozenset({FileState.COMPLETED, FileState.FAILED}),
-    FileState.COMPLETED: frozenset(),
-    FileState.FAILED: frozenset(),
-    FileState.REJECTED: frozenset(),
-    FileState.EXPIRED: frozenset(),
-    FileState.INVALID: frozenset(),
+FILE_MOVES: dict[FlowState, frozenset[FlowState]] = {
+    FlowState.RECEIVED: frozenset({FlowState.CONSENT_CREATED, FlowState.INVALID, FlowState.FAILED}),
+    FlowState.CONSENT_CREATED: frozenset({FlowState.AWAITING_AUTHORIZATION, FlowState.FAILED}),
+    FlowState.AWAITING_AUTHORIZATION: frozenset({FlowState.AUTHORIZED, FlowState.REJECTED, FlowState.EXPIRED}),
+    FlowState.AUTHORIZED: frozenset({FlowState.INITIATED, FlowState.FAILED}),
+    FlowState.INITIATED: frozenset({FlowState.COMPLETED, FlowState.FAILED}),
+    FlowState.UPLOADED: frozenset(),
+    FlowState.PAYMENT_CREATED: frozenset(),
+    FlowState.COMPLETED: frozenset(),
+    FlowState.FAILED: frozenset(),
+    FlowState.REJECTED: frozenset(),
+    FlowState.EXPIRED: frozenset(),
+    FlowState.INVALID: frozenset(),
 }
 
-FILE_PUBLISHES: dict[FileState, BatchStatus] = {
-    FileState.INVALID: BatchStatus.INVALID,
-    FileState.AWAITING_AUTHORIZATION: BatchStatus.AUTHORIZATION_REQUIRED,
-    FileState.AUTHORIZED: BatchStatus.AUTHORIZED,
-    FileState.REJECTED: BatchStatus.REJECTED,
-    FileState.EXPIRED: BatchStatus.EXPIRED,
-    FileState.INITIATED: BatchStatus.INITIATED,
-    FileState.COMPLETED: BatchStatus.COMPLETED,
-    FileState.FAILED: BatchStatus.FAILED,
+FILE_PUBLISHES: dict[FlowState, BatchStatus] = {
+    FlowState.INVALID: BatchStatus.INVALID,
+    FlowState.AWAITING_AUTHORIZATION: BatchStatus.AUTHORIZATION_REQUIRED,
+    FlowState.AUTHORIZED: BatchStatus.AUTHORIZED,
+    FlowState.REJECTED: BatchStatus.REJECTED,
+    FlowState.EXPIRED: BatchStatus.EXPIRED,
+    FlowState.INITIATED: BatchStatus.INITIATED,
+    FlowState.COMPLETED: BatchStatus.COMPLETED,
+    FlowState.FAILED: BatchStatus.FAILED,
 }
 
-FILE_STEPS: dict[FileState, Step] = {
-    FileState.RECEIVED: Step.CREATE_CONSENT,
-    FileState.CONSENT_CREATED: Step.UPLOAD_FILE,
-    FileState.AWAITING_AUTHORIZATION: Step.WAIT_FOR_APPROVER,
-    FileState.AUTHORIZED: Step.CREATE_PAYMENT,
-    FileState.INITIATED: Step.POLL_PAYMENT,
+FILE_STEPS: dict[FlowState, Step] = {
+    FlowState.RECEIVED: Step.CREATE_CONSENT,
+    FlowState.CONSENT_CREATED: Step.UPLOAD_FILE,
+    FlowState.AWAITING_AUTHORIZATION: Step.WAIT_FOR_APPROVER,
+    FlowState.AUTHORIZED: Step.CREATE_PAYMENT,
+    FlowState.INITIATED: Step.POLL_PAYMENT,
 }
 
 # Forward order of published statuses: a status may only follow one of lower rank.
@@ -107,29 +103,30 @@ STATUS_RANK: dict[BatchStatus, int] = {
 }
 
 
-def is_terminal(state: FileState) -> bool:
-    """Whether no move leaves this state."""
-    return not FILE_MOVES[state]
+def is_terminal(state: FlowState | str) -> bool:
+    """Whether the flow has ended (the store's terminal set; no move leaves these states)."""
+    return FlowState(state) in TERMINAL_FLOW_STATES
 
 
-def move(current: FileState, target: FileState) -> BatchStatus | None:
+def move(current: FlowState | str, target: FlowState | str) -> BatchStatus | None:
     """Check a move and return the status it publishes (None when it publishes nothing)."""
+    current, target = FlowState(current), FlowState(target)
     if target not in FILE_MOVES[current]:
         raise IllegalTransitionError(f"{current.value} -> {target.value} is not a legal move")
     return FILE_PUBLISHES.get(target)
 
 
-def next_step(state: FileState) -> Step:
+def next_step(state: FlowState | str) -> Step:
     """The engine's next action for a flow in `state`."""
-    return FILE_STEPS.get(state, Step.NONE)
+    return FILE_STEPS.get(FlowState(state), Step.NONE)
 
 
-def outcome_of_bank_status(status: str) -> FileState | None:
+def outcome_of_bank_status(status: str) -> FlowState | None:
     """Map a file payment's bank status to the flow's end state (None while the bank is still working)."""
     if status == "InitiationCompleted":
-        return FileState.COMPLETED
+        return FlowState.COMPLETED
     if status == "InitiationFailed":
-        return FileState.FAILED
+        return FlowState.FAILED
     return None
 
 

@@ -234,6 +234,8 @@ def log4j2_properties(log_file: Path) -> str:
         [
             "status = error",
             "name = dispersion-local-kafka",
+            # Kafka shuts down in its own JVM shutdown hook; log4j2's hook must not close the log before that.
+            "shutdownHook = disable",
             "appender.file.type = File",
             "appender.file.name = FILE",
             f"appender.file.fileName = {log_file}",

@@ -215,7 +215,7 @@ def _render(
 def build_file_payload(batch: ValidatedBatch, settings: PayloadSettings = DEFAULT_SETTINGS) -> FilePayload:
     """Build the payload, its canonical bytes and hash, and the consent metadata from a validated batch."""
     concepts = batch.concepts
-    if False:
+    if _NEEDS_ESCAPE.search("".join(concepts)) is not None:
         concepts = tuple(map(escape_string, concepts))
     origin = batch.batch.origin
     canonical = _render(batch, origin, settings, concepts, "")

@@ -64,8 +64,11 @@ def _number(value: object, name: str, *, minimum: float = 0.0, maximum: float | 
     """A JSON number within bounds (bool is not a number here)."""
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         raise ValueError(f"{name} must be a number")
-    out = float(value)
-    if out != out or out < minimum or (maximum is not None and out > maximum):
+    try:
+        out = float(value)
+    except OverflowError:
+        out = float("inf")
+    if out != out or out == float("inf") or out < minimum or (maximum is not None and out > maximum):
         bound = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
         raise ValueError(f"{name} must be {bound}")
     return out
@@ -234,8 +237,8 @@ class DroppedResponse(Response):
     """Sends the status line and headers, then ends the ASGI call without the body.
 
     uvicorn then closes the connection ("returned without completing response"), so the client sees
-    the connection closed before a complete response (httpx: `RemoteProtocolError`). Over an
-    in-process ASGI transport there is no connection to close: the client gets an empty body.
+    the connection closed before a complete response (httpx: `RemoteProtocolError`). An in-process
+    ASGI transport has no connection to close (httpx's `ASGITransport` fails on the unfinished response).
     """
 
     def __init__(

@@ -909,7 +909,7 @@ def _paths() -> dict[str, Schema]:
                 "summary": "This document",
                 "tags": ["utility"],
                 "security": NONE,
-                "responses": {"200": _json({"type": "object"}, "the OpenAPI document")},
+                "responses": {"200": _json({"type": "object"}, "the OpenAPI document"), **_resource_errors()},
             }
         },
     }

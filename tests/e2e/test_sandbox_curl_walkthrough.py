@@ -1,14 +1,16 @@
-"""docs/walkthrough.sh (the README's by-hand path: curl, jq, openssl) against a real `dispersion sandbox` process.
+"""The by-hand path of docs/sandbox.md (curl, jq, openssl) against a real `dispersion sandbox` process.
 
-The script is what a newcomer runs or copies step by step, so it is tested as shipped: flow A with
-private_key_jwt and flow B with Basic, both ending in their final statuses, once with `--admin` (the script
-moves the bank's clock) and once without (it waits for the processing delays, as a newcomer's sandbox does).
+What a newcomer runs or copies is tested as shipped: docs/walkthrough.sh drives flow A with private_key_jwt and
+flow B with Basic to their final statuses, once with `--admin` (the script moves the bank's clock) and once
+without (it waits for the processing delays, as a newcomer's sandbox does); and the step-by-step shell blocks of
+docs/sandbox.md ("Drive both flows by hand with curl") run in order, as written, in one bash session.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from sandbox_process import running_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "docs" / "walkthrough.sh"
+GUIDE = ROOT / "docs" / "sandbox.md"
 TOOLS = ("bash", "curl", "jq", "openssl", "base64")
 
 
@@ -108,3 +111,72 @@ def test_walkthrough_stops_at_the_first_unexpected_status(tmp_path: Path) -> Non
     assert "GET /.well-known/openid-configuration: expected HTTP 200, got 400" in out
     assert "invalid_client" in out
     assert "Flow A" not in out  # nothing after the failed step ran
+
+
+def guide_script(base_url: str, directory: Path) -> str:
+    """The shell blocks of the guide's walkthrough section, in order, pointed at this sandbox and directory."""
+    text = GUIDE.read_text()
+    section = text.split("<!-- walkthrough:begin -->", 1)[1].split("<!-- walkthrough:end -->", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    assert len(blocks) >= 10, "the walkthrough section lost its shell blocks"
+    script = "\n".join(blocks)
+    assert "http://127.0.0.1:8700" in script and "DIR=./sandbox-dev" in script
+    return script.replace("http://127.0.0.1:8700", base_url).replace("DIR=./sandbox-dev", f"DIR={directory}")
+
+
+@pytest.mark.usefixtures("tools")
+def test_guide_commands_run_as_written(tmp_path: Path) -> None:
+    directory = tmp_path / "sandbox-dev"
+    work = tmp_path / "work"
+    work.mkdir()
+    with running_sandbox(directory, "--admin") as sandbox:
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", guide_script(sandbox.base_url, directory)],
+            cwd=work,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        out = result.stdout + result.stderr
+        assert result.returncode == 0, f"guide commands failed:\n{out}\n--- sandbox log:\n{sandbox.log()}"
+        counts = httpx.get(f"{sandbox.base_url}/__sandbox/counts", timeout=5).json()
+    # The statuses the guide's comments promise, in the order the steps print them.
+    printed = [line for line in result.stdout.splitlines() if re.fullmatch(r"[A-Za-z]+", line)]
+    assert printed == ["InitiationCompleted", "Consumed", "AcceptedSettlementCompleted", "Authorised"]
+    assert "state matches" in result.stdout
+    assert '"ReasonCode":"AC04"' in result.stdout
+    assert "UK.OBIE.Rules.FailsControlParameters" in result.stdout and "HTTP 400" in result.stdout
+    assert counts["file_payment"] == 1 and counts["domestic_vrp"] == 1
+
+
+def test_file_hash_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dispersion sandbox file-hash`: the sandbox's own hash, references blanked, payload checked."""
+    from sandbox.cli import main
+    from sandbox.filecheck import payload_hash
+    from sandbox.jsonutil import loads
+
+    tx = (
+        '{"originAccount": {"accountNumber": "100200300", "accountType": "MONETARY", "currency": "GTQ"},'
+        ' "destinationAccount": {"accountNumber": "200100300", "accountType": "SAVINGS", "currency": "GTQ",'
+        ' "email": "ana@example.com"}, "transferInfo": {"transactionType": "THIRD_PROVIDER", "debitType": "D",'
+        ' "transactionAmount": AMOUNT, "executionType": "ONLINE", "concept": "Payroll", "reference": "REF"}}'
+    )
+    blank = tmp_path / "blank.json"
+    blank.write_text('{"data": {"transaction": [' + tx.replace("AMOUNT", "1500.50").replace("REF", "") + "]}}")
+    assert main(["file-hash", str(blank)]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == payload_hash(loads(blank.read_text()))
+    # The same file after the consent id went into its references, with the amount spelled differently.
+    filled = tmp_path / "filled.json"
+    filled.write_text('{"data": {"transaction": [' + tx.replace("AMOUNT", "1500.5").replace("REF", "pay-fi-1") + "]}}")
+    assert main(["file-hash", str(filled)]) == 0
+    assert capsys.readouterr().out.strip() == printed
+    # A payload the sandbox would refuse is named, not hashed.
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"data": {"transaction": [' + tx.replace("AMOUNT", "1500.505").replace("REF", "") + "]}}")
+    assert main(["file-hash", str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "data.transaction[0].transferInfo.transactionAmount must have at most 2 decimals" in captured.err
+    assert main(["file-hash", str(tmp_path / "missing.json")]) == 2

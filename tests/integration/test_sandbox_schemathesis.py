@@ -49,7 +49,7 @@ FINANCIAL_ID = "0015800001041RHAAY"
 CLIENT_ID = "schemathesis-client"
 CLIENT_SECRET = "schemathesis-secret"
 RS = "/open-banking/v3.1/pisp"
-MAX_EXAMPLES = 40
+MAX_EXAMPLES = 60
 LONG = 10**8  # token lifetime: the run never sees a token expire
 
 BASIC_OPERATIONS = {"discovery", "authorization-url", "token", "par"}

@@ -107,14 +107,16 @@ def test_transition_and_its_event_commit_together(store: Store) -> None:
             flow,
             FlowState.AWAITING_AUTHORIZATION,
             now=at(1),
-            event=_event("AUTHORIZATION_REQUIRED"),
+            event=StatusEvent(
+                "AUTHORIZATION_REQUIRED", {"event_id": "e-1", "control_sum": Decimal("100.15")}, event_id="e-1"
+            ),
             consent_id="pay-fi-1",
             next_action_at=at(3600),
         )
     assert moved.state == "AWAITING_AUTHORIZATION"
     with store.transaction(write=False) as tx:
         events = tx.outbox.events("dispersion.status", "b-1")
-    assert [(e.seq, e.status) for e in events] == [(1, "AUTHORIZATION_REQUIRED")]
+    assert [(e.seq, e.status, e.key, e.event_id) for e in events] == [(1, "AUTHORIZATION_REQUIRED", "b-1", "e-1")]
     assert events[0].payload["control_sum"] == "100.15"
 
 

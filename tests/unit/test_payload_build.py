@@ -168,7 +168,7 @@ def test_upload_needs_a_consent_id(consent_id: Any) -> None:
 
 
 def test_concepts_needing_escapes_and_non_ascii_match_the_oracle() -> None:
-    concepts = ["tab\there", "ctl\x01\x1f", "back\\slash", "quote\"d", "emoji 😀 ü ß", "\u2028\u2029", "", "\x7f"]
+    concepts = ["tab\there", "ctl\x01\x1f", "back\\slash", 'quote"d', "emoji 😀 ü ß", "\u2028\u2029", "", "\x7f"]
     transfers = tuple(
         Transfer(f"ACC{i}", "SAVINGS", "GTQ", f"p{i}@example.com", Decimal(i + 1) / 100, concept)
         for i, concept in enumerate(concepts)
@@ -189,9 +189,7 @@ def test_settings_change_the_constant_fields() -> None:
 
 
 def test_an_invalid_batch_is_never_built() -> None:
-    bad = sample_batch(
-        transactions=(Transfer("3000000001", "SAVINGS", "USD", "ana@example.com", Decimal("-1"), "x"),)
-    )
+    bad = sample_batch(transactions=(Transfer("3000000001", "SAVINGS", "USD", "ana@example.com", Decimal("-1"), "x"),))
     with pytest.raises(InvalidBatchError) as caught:
         prepare_file_payload(bad)
     assert caught.value.report.bad_rows() == {0: {Reason.CURRENCY_MISMATCH, Reason.NON_POSITIVE_AMOUNT}}

@@ -63,7 +63,7 @@ def test_number_text_prints_like_ecmascript(value: Decimal | int, text: str) -> 
         Decimal("-Infinity"),
         2**53 + 1,
         2**60,  # exact double, but ECMAScript prints 1152921504606847000
-        Decimal(0.1),  # the binary value's full expansion is not what "0.1" means
+        Decimal(0.1),  # noqa: RUF032 - the binary value's full expansion is not what "0.1" means
     ],
 )
 def test_number_text_refuses_inexact_or_non_finite(value: Decimal | int) -> None:
@@ -133,11 +133,8 @@ def test_keys_sort_by_utf16_code_units_not_code_points() -> None:
 
 
 def test_rfc8785_appendix_style_example() -> None:
-    value = {
-        "numbers": [Decimal("333333333.33333329"), Decimal("1E+30"), Decimal("4.50"), Decimal("0.002"), 0],
-        "string": "€$\x0f\nA'B\"\\\\\"/",
-        "literals": [None, True, False],
-    }
+    numbers: list[object] = [Decimal("333333333.33333329"), Decimal("1E+30"), Decimal("4.50"), Decimal("0.002"), 0]
+    value = {"numbers": numbers, "string": '€$\x0f\nA\'B"\\\\"/', "literals": [None, True, False]}
     expected = (
         '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,0],'
         '"string":"€$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
@@ -145,7 +142,7 @@ def test_rfc8785_appendix_style_example() -> None:
     # 333333333.33333329 is not exact (its double prints 333333333.3333333): refused, as promised.
     with pytest.raises(CanonicalizationError):
         canonicalize(value)
-    value["numbers"][0] = Decimal("333333333.3333333")
+    numbers[0] = Decimal("333333333.3333333")
     assert canonicalize(value) == expected
     assert canonicalize_pure(value) == expected
 

@@ -213,6 +213,7 @@ def test_round_trip_through_json() -> None:
         ([{"operation": "x", "fault": "rate_limit", "status": 503}], "must be 429"),
         ([{"operation": "x", "fault": "rate_limit", "retry_after": -3}], "retry_after must be between 0 and 86400"),
         ([{"operation": "x", "fault": "latency"}], "latency_ms is required"),
+        ([{"operation": "x", "fault": "latency", "latency_ms": 10**400}], "latency_ms must be between 0 and 600000"),
         ([{"operation": "x", "fault": "latency", "latency_ms": 5, "phase": "during"}], "phase must be"),
         ([{"operation": "x", "fault": "drop", "latency_ms": 5}], "latency_ms not allowed for fault drop"),
         ([{"operation": "x", "fault": "drop", "colour": "red"}], "unknown field(s) colour"),

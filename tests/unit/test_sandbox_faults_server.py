@@ -7,6 +7,7 @@ document per call, so "was it committed?" is answered by the admin counts endpoi
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from sandbox_process import running_sandbox
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -29,9 +31,13 @@ from sandbox.clients import ClientRegistry
 from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.faults import FaultPlan
+from sandbox.jsonutil import dumps
+from sandbox.openapi import file_consent_example
 from sandbox.state import Bank
+from sandbox.tokens import issue_access_token
 
 THING = "thing"
+CONSENTS = "/open-banking/v3.1/pisp/file-payment-consents"
 INTERACTION_ID = "0b8e7f4e-8f63-4c8e-9a55-3d1f0f3b9a11"
 
 
@@ -251,6 +257,28 @@ async def test_admin_routes_are_absent_without_admin() -> None:
         assert (await r.http.post("/things")).status_code == 500  # the plan given at start still applies
 
 
+async def test_commit_then_fail_on_real_consent_creation_and_an_idempotent_retry(running: Running) -> None:
+    """The real A1 route: the consent exists after the 500, and a retry with the same key finds it."""
+    token = issue_access_token(running.bank, "c1", "client_credentials", "payments", None, 600).value
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "x-fapi-interaction-id": INTERACTION_ID,
+        "x-idempotency-key": "batch-0001-consent",
+    }
+    await running.plan([{"operation": "file-payment-consents.create", "fault": "commit_then_fail", "times": 1}])
+    body = dumps(file_consent_example())
+    first = await running.http.post(CONSENTS, content=body, headers=headers)
+    assert first.status_code == 500
+    assert first.json()["Code"] == "UK.OBIE.UnexpectedError"
+    counts = (await running.http.get("/__sandbox/counts")).json()
+    assert counts["file_consent"] == 1
+    retry = await running.http.post(CONSENTS, content=body, headers=headers)
+    assert retry.status_code == 201
+    assert retry.json()["Data"]["Status"] == "AwaitingUpload"
+    assert (await running.http.get("/__sandbox/counts")).json()["file_consent"] == 1
+
+
 def test_cli_refuses_an_invalid_faults_file(tmp_path: Path) -> None:
     (tmp_path / "clients.json").write_text('{"clients": []}')
     (tmp_path / "faults.json").write_text(
@@ -263,3 +291,33 @@ def test_cli_refuses_an_invalid_faults_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "rules[0].times must be at least 0" in done.stderr
+
+
+def test_dispersion_sandbox_serves_the_faults_file(tmp_path: Path) -> None:
+    """`dispersion sandbox --faults FILE --admin` as a real process: the plan applies from the first call."""
+    plan = {
+        "seed": 1,
+        "rules": [
+            {"operation": "discovery", "fault": "drop", "times": 1},
+            {"operation": "token", "fault": "rate_limit", "retry_after": 4, "times": 1},
+        ],
+    }
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps(plan))
+    with running_sandbox(tmp_path, "--faults", str(faults), "--admin") as sandbox:
+        client = sandbox.client
+        basic = {"Authorization": "Basic " + base64.b64encode(
+            f"{client['client_id']}:{client['client_secret']}".encode()).decode()}  # fmt: skip
+        with httpx.Client(base_url=sandbox.base_url, timeout=10) as http:
+            with pytest.raises(httpx.RemoteProtocolError):
+                http.get("/.well-known/openid-configuration", headers=basic)
+            assert http.get("/.well-known/openid-configuration", headers=basic).status_code == 200
+            form = {"grand_type": "client_credentials", "scope": "payments openid"}
+            limited = http.post("/token", data=form, headers=basic)
+            assert limited.status_code == 429
+            assert limited.headers["retry-after"] == "4"
+            assert limited.json()["error"] == "temporarily_unavailable"
+            assert http.post("/token", data=form, headers=basic).status_code == 200
+            stats = http.get("/__sandbox/faults").json()
+            assert [(r["fired"], r["remaining"]) for r in stats["rules"]] == [(1, 0), (1, 0)]
+            assert http.get("/__sandbox/counts").json()["access_token"] == 1

@@ -1,0 +1,96 @@
+"""The flow engine's tunables: the `[engine]` table of the configuration file (all keys optional).
+
+    [engine]
+    authorization_deadline = 172800   # seconds the approver has, from AUTHORIZATION_REQUIRED (48 h)
+    concurrency = 32                  # flow steps run at once per instance
+    lease_seconds = 120               # how long a claimed flow is held (renewed while a step runs)
+    idle_interval = 0.5               # seconds between claims when nothing is due
+    poll_first = 1.0                  # first wait before re-reading a pending file payment
+    poll_max = 60.0                   # longest wait between two reads
+    retry_first = 2.0                 # first wait after a failed (transient) bank call
+    retry_max = 300.0                 # longest wait between two tries
+    attempt_ttl = 600                 # seconds an authorization attempt (`state`) stays usable
+    duplicate_wait = 10.0             # a repeated redirect waits this long for the first one to finish
+    exchange_recovery_after = 120     # a used `state` whose code exchange left no tokens may be retried after this
+
+Unknown keys and out-of-range values are refused with the key named, like the rest of the configuration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from processor.config import Config, ConfigError
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Tunables of the flow engine, the worker and the authorization machinery (seconds unless noted)."""
+
+    authorization_deadline: float = 172_800.0
+    concurrency: int = 32
+    lease_seconds: float = 120.0
+    idle_interval: float = 0.5
+    poll_first: float = 1.0
+    poll_max: float = 60.0
+    retry_first: float = 2.0
+    retry_max: float = 300.0
+    attempt_ttl: float = 600.0
+    duplicate_wait: float = 10.0
+    exchange_recovery_after: float = 120.0
+
+    def poll_delay(self, attempt: int) -> float:
+        """Wait before the next read of a pending payment: doubling from `poll_first`, capped at `poll_max`."""
+        return float(min(self.poll_max, self.poll_first * (2 ** min(max(0, attempt), 30))))
+
+    def retry_delay(self, attempt: int) -> float:
+        """Wait before trying a failed step again: doubling from `retry_first`, capped at `retry_max`."""
+        return float(min(self.retry_max, self.retry_first * (2 ** min(max(0, attempt), 30))))
+
+
+_LIMITS: dict[str, tuple[float, float]] = {
+    "authorization_deadline": (1, 90 * 86_400),
+    "concurrency": (1, 10_000),
+    "lease_seconds": (1, 3_600),
+    "idle_interval": (0.001, 60),
+    "poll_first": (0.001, 3_600),
+    "poll_max": (0.001, 86_400),
+    "retry_first": (0.001, 3_600),
+    "retry_max": (0.001, 86_400),
+    "attempt_ttl": (10, 86_400),
+    "duplicate_wait": (0, 120),
+    "exchange_recovery_after": (1, 86_400),
+}
+
+
+def engine_settings(config: Config | Mapping[str, Any] | None) -> EngineSettings:
+    """Read the `[engine]` table (from a `Config`'s extra sections, or the table itself); defaults when absent."""
+    if config is None:
+        return EngineSettings()
+    source = "<memory>"
+    if isinstance(config, Config):
+        source = config.source
+        table: Mapping[str, Any] = config.sections.get("engine", {})
+    else:
+        table = config
+    known = {f.name: f for f in fields(EngineSettings)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{source}: engine.{key}: unknown key (known: {', '.join(sorted(known))})")
+        low, high = _LIMITS[key]
+        if key == "concurrency":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{source}: engine.{key}: must be an integer, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f"{source}: engine.{key}: must be a number of seconds, got {value!r}")
+        if not low <= value <= high:
+            raise ConfigError(f"{source}: engine.{key}: must be between {low:g} and {high:g}, got {value!r}")
+        values[key] = value if key == "concurrency" else float(value)
+    settings = EngineSettings(**values)
+    if settings.poll_max < settings.poll_first or settings.retry_max < settings.retry_first:
+        raise ConfigError(f"{source}: engine: poll_max/retry_max must not be smaller than poll_first/retry_first")
+    return settings

@@ -1,0 +1,127 @@
+"""Shared Kafka client settings: topic names, where the broker is, and the librdkafka properties we insist on.
+
+Bootstrap address, in order: an explicit `--bootstrap`, the configuration file's `[kafka] bootstrap_servers`,
+the `KAFKA_BOOTSTRAP_SERVERS` environment variable (what `dispersion dev kafka` prints).
+
+The `[kafka]` table of the configuration file may also hold (all optional):
+
+    [kafka]
+    bootstrap_servers = "broker-1:9092,broker-2:9092"
+    group_id = "dispersion-processor"        # consumer group of the processor instances
+    [kafka.topics]                            # physical names, when a deployment prefixes or renames them
+    "payroll.batches" = "acme.payroll.batches"
+    [kafka.client]                            # extra librdkafka properties for every client (TLS, SASL, ...)
+    "security.protocol" = "SASL_SSL"
+
+Values of `[kafka.client]` may hold secrets (`sasl.password`): they are handed to librdkafka and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+BATCHES_TOPIC = "payroll.batches"
+STATUS_TOPIC = "dispersion.status"
+DLQ_TOPIC = "payroll.batches.dlq"
+VRP_MANDATES_TOPIC = "vrp.mandates"
+VRP_PAYMENTS_TOPIC = "vrp.payments"
+VRP_STATUS_TOPIC = "vrp.status"
+ALL_TOPICS = (BATCHES_TOPIC, STATUS_TOPIC, DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC, VRP_STATUS_TOPIC)
+DEFAULT_GROUP_ID = "dispersion-processor"
+
+# A 100,000-transaction batch is about 10 MB of Avro, far above Kafka's 1 MB default: the batch and dead-letter
+# topics, the producers and the consumers all allow this much per message (see docs/kafka-processing.md).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class KafkaSetupError(RuntimeError):
+    """The Kafka settings are unusable (no bootstrap address, a bad `[kafka]` table)."""
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where the broker is and how this deployment names its topics."""
+
+    bootstrap: str
+    group_id: str = DEFAULT_GROUP_ID
+    topics: Mapping[str, str] = field(default_factory=dict)  # logical name -> physical name
+    client: Mapping[str, Any] = field(default_factory=dict, repr=False)  # extra librdkafka properties
+
+    def topic(self, logical: str) -> str:
+        """The physical name of a logical topic (the same unless `[kafka.topics]` renames it)."""
+        return self.topics.get(logical, logical)
+
+    def config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka properties for a client: bootstrap, the deployment's `[kafka.client]`, then `extra`."""
+        return {"bootstrap.servers": self.bootstrap, **self.client, **extra}
+
+
+def resolve_bootstrap(explicit: str | None = None, configured: str | None = None) -> str:
+    """The bootstrap address from `--bootstrap`, the configuration, or `KAFKA_BOOTSTRAP_SERVERS`."""
+    for candidate in (explicit, configured, os.environ.get(BOOTSTRAP_ENV)):
+        if candidate and candidate.strip():
+            return candidate.strip()
+    raise KafkaSetupError(
+        f"no Kafka bootstrap address: pass --bootstrap, set [kafka] bootstrap_servers, or export {BOOTSTRAP_ENV} "
+        "(`dispersion dev kafka` starts a local broker and prints it)"
+    )
+
+
+def settings_from(
+    options: Mapping[str, Any] | None = None, *, bootstrap: str | None = None, configured: str | None = None
+) -> KafkaSettings:
+    """Build `KafkaSettings` from the `[kafka]` table's extra keys (`processor.config.KafkaSettings.options`)."""
+    options = dict(options or {})
+    unknown = set(options) - {"group_id", "topics", "client"}
+    if unknown:
+        raise KafkaSetupError(f"[kafka]: unknown key(s) {', '.join(sorted(unknown))} (known: group_id, topics, client)")
+    group_id = options.get("group_id", DEFAULT_GROUP_ID)
+    topics = options.get("topics", {})
+    client = options.get("client", {})
+    if not isinstance(group_id, str) or not group_id:
+        raise KafkaSetupError("[kafka] group_id must be a non-empty string")
+    if not isinstance(topics, Mapping) or not all(isinstance(v, str) and v for v in topics.values()):
+        raise KafkaSetupError("[kafka.topics] must map topic names to non-empty strings")
+    if not isinstance(client, Mapping):
+        raise KafkaSetupError("[kafka.client] must be a table of librdkafka properties")
+    return KafkaSettings(
+        bootstrap=resolve_bootstrap(bootstrap, configured),
+        group_id=group_id,
+        topics={str(k): str(v) for k, v in topics.items()},
+        client={str(k): v for k, v in client.items()},
+    )
+
+
+def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> KafkaSettings:
+    """`KafkaSettings` from a configuration file (or none: `--bootstrap` / the environment alone)."""
+    if path is None:
+        return settings_from(bootstrap=bootstrap)
+    from processor.config import load_config  # late: the producers package works without the processor's config
+
+    config = load_config(path)
+    return settings_from(config.kafka.options, bootstrap=bootstrap, configured=config.kafka.bootstrap_servers)
+
+
+def librdkafka_logger(name: str) -> logging.Logger:
+    """A stdlib logger for librdkafka's own log lines (passed as the client's `logger`)."""
+    return logging.getLogger(f"dispersion.kafka.{name}")
+
+
+def producer_config(settings: KafkaSettings, name: str, **extra: Any) -> dict[str, Any]:
+    """An idempotent producer: `acks=all`, no duplicates on retry, order kept per partition."""
+    return settings.config(
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.max.bytes": MAX_MESSAGE_BYTES + 1024 * 1024,
+            "client.id": f"dispersion-{name}",
+            "logger": librdkafka_logger(name),
+            **extra,
+        }
+    )
