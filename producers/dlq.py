@@ -1,0 +1,117 @@
+"""Dead letters: a message the processor cannot accept, kept whole on `payroll.batches.dlq`, acknowledged before
+the consumer moves its offset past it.
+
+    publisher = DeadLetterPublisher(producer_config(settings, "dlq"), topic=settings.topic(DLQ_TOPIC))
+    publisher.publish(message, reason="undecodable: ...", batch_id=None)   # returns once the broker has it
+    publisher.close()
+
+The record (schema `payroll_batches_dlq`) holds the original value, key and headers byte for byte, where the message
+was read (topic, partition, offset), its timestamp, the reason and the batch id when it could be read. The
+dead letter's key is the original key, so dead letters of one batch stay in order too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Producer
+
+import schemas
+from producers.kafka import DLQ_TOPIC
+
+log = structlog.get_logger("producers.dlq")
+
+MAX_REASON_CHARS = 16_000  # a reason listing 100,000 bad rows is cut; the count stays in its first line
+
+
+class DeadLetterError(RuntimeError):
+    """The dead letter was not acknowledged by the broker (in time): the offset must not move."""
+
+
+class SourceMessage(Protocol):
+    """What a dead letter needs of the consumed message (confluent_kafka.Message has all of it)."""
+
+    def value(self) -> bytes | None: ...
+    def key(self) -> bytes | None: ...
+    def headers(self) -> Sequence[tuple[str, bytes | None]] | None: ...
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+def _as_bytes(value: str | bytes | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return value.encode("utf-8")
+
+
+def dead_letter_record(
+    message: SourceMessage, reason: str, *, batch_id: str | None = None, now: datetime | None = None
+) -> dict[str, Any]:
+    """The DeadLetter record for a consumed message (pure)."""
+    kind, stamp = message.timestamp()
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 20] + " ... (truncated)"
+    return {
+        "original_value": _as_bytes(message.value()),
+        "original_key": _as_bytes(message.key()),
+        "original_headers": [{"key": key, "value": _as_bytes(value)} for key, value in message.headers() or []],
+        "topic": message.topic() or "",
+        "partition": message.partition() or 0,
+        "offset": message.offset() or 0,
+        "original_timestamp": (
+            None if kind == TIMESTAMP_NOT_AVAILABLE else datetime.fromtimestamp(stamp / 1000, tz=UTC)
+        ),
+        "reason": reason,
+        "batch_id": batch_id,
+        "occurred_at": now or datetime.now(UTC),
+    }
+
+
+class DeadLetterPublisher:
+    """Publishes dead letters with an idempotent producer and waits for each acknowledgement."""
+
+    def __init__(self, config: Mapping[str, Any], *, topic: str = DLQ_TOPIC, timeout: float = 30.0) -> None:
+        self.topic = topic
+        self.timeout = timeout
+        self._codec = schemas.Codec(DLQ_TOPIC)
+        # A delivery report always comes within the timeout (success or failure), so a dead letter that timed out
+        # cannot still be delivered later behind the consumer's back.
+        self._producer = Producer({"message.timeout.ms": int(timeout * 1000), **config})
+
+    def publish(self, message: SourceMessage, reason: str, *, batch_id: str | None = None) -> None:
+        """Send the dead letter and return once the broker acknowledged it; `DeadLetterError` otherwise."""
+        record = dead_letter_record(message, reason, batch_id=batch_id)
+        value = self._codec.encode(record)
+        outcome: list[KafkaError | None] = []
+        headers = [("reason", reason[:200].encode("utf-8"))]
+        if batch_id is not None:
+            headers.append(("batch_id", batch_id.encode("utf-8")))
+        self._producer.produce(
+            self.topic,
+            value=value,
+            key=record["original_key"],
+            headers=headers,
+            on_delivery=lambda err, _msg: outcome.append(err),
+        )
+        self._producer.flush(self.timeout + 5)
+        if not outcome:
+            raise DeadLetterError(f"dead letter to {self.topic} not acknowledged within {self.timeout} s")
+        if outcome[0] is not None:
+            raise DeadLetterError(f"dead letter to {self.topic} failed: {outcome[0]}")
+        log.warning(
+            "dead_lettered",
+            topic=record["topic"],
+            partition=record["partition"],
+            offset=record["offset"],
+            batch_id=batch_id,
+            reason=reason[:300],
+        )
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver anything still queued."""
+        self._producer.flush(timeout)

@@ -1,0 +1,234 @@
+"""Create the project's topics with the partitions and retention it wants; running it again changes nothing.
+
+    dispersion topics [--config C] [--bootstrap HOST:PORT] [--partitions 12] [--retention-hours 168]
+                      [--status-retention-hours 720] [--dlq-retention-hours 720] [--replication-factor N]
+                      [--check]
+
+The broker refuses to create topics on its own (`auto.create.topics.enable=false` on the local broker), so this is
+the one place that decides how many partitions a topic has: partitions bound how many processor instances share
+the work, and every event of one batch (key = batch id) stays in one partition.
+
+Idempotent: a topic that exists is left as it is, except that its retention and maximum message size are set to
+the wanted values (`incremental_alter_configs`, a harmless change). A partition count that differs is reported,
+never changed: adding partitions moves keys to other partitions and would break the per-batch order of events in
+flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from producers.kafka import (
+    BATCHES_TOPIC,
+    DLQ_TOPIC,
+    MAX_MESSAGE_BYTES,
+    STATUS_TOPIC,
+    VRP_MANDATES_TOPIC,
+    VRP_PAYMENTS_TOPIC,
+    VRP_STATUS_TOPIC,
+    KafkaSettings,
+    KafkaSetupError,
+    librdkafka_logger,
+    settings_from_config,
+)
+
+HOUR_MS = 3_600_000
+DEFAULT_PARTITIONS = 12
+DEFAULT_RETENTION_HOURS = 7 * 24  # inputs: a week to replay
+DEFAULT_STATUS_RETENTION_HOURS = 30 * 24  # ledgers may catch up after a month-end
+DEFAULT_DLQ_RETENTION_HOURS = 30 * 24  # someone has to look at every dead letter
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic as the project wants it."""
+
+    name: str
+    partitions: int
+    retention_ms: int
+    replication_factor: int = -1  # -1: the broker's default.replication.factor
+    config: Mapping[str, str] = field(default_factory=dict)
+
+    def wanted_config(self) -> dict[str, str]:
+        """Topic-level configuration set at creation and kept in line afterwards."""
+        return {"retention.ms": str(self.retention_ms), **self.config}
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """What `ensure_topics` did for one topic."""
+
+    name: str
+    action: str  # "created" or "exists"
+    partitions: int | None = None  # as found on the broker
+    changed_config: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def project_topics(
+    settings: KafkaSettings | None = None,
+    *,
+    partitions: int = DEFAULT_PARTITIONS,
+    retention_hours: float = DEFAULT_RETENTION_HOURS,
+    status_retention_hours: float = DEFAULT_STATUS_RETENTION_HOURS,
+    dlq_retention_hours: float = DEFAULT_DLQ_RETENTION_HOURS,
+    replication_factor: int = -1,
+) -> list[TopicSpec]:
+    """The six topics of docs/kafka.md, under the deployment's physical names."""
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    name = settings.topic if settings is not None else (lambda logical: logical)
+    big = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+    dlq_big = {"max.message.bytes": str(MAX_MESSAGE_BYTES + 1024 * 1024)}  # the original plus its envelope
+
+    def spec(logical: str, hours: float, config: Mapping[str, str] | None = None) -> TopicSpec:
+        return TopicSpec(name(logical), partitions, int(hours * HOUR_MS), replication_factor, dict(config or {}))
+
+    return [
+        spec(BATCHES_TOPIC, retention_hours, big),
+        spec(STATUS_TOPIC, status_retention_hours),
+        spec(DLQ_TOPIC, dlq_retention_hours, dlq_big),
+        spec(VRP_MANDATES_TOPIC, retention_hours),
+        spec(VRP_PAYMENTS_TOPIC, retention_hours),
+        spec(VRP_STATUS_TOPIC, status_retention_hours),
+    ]
+
+
+def _admin(client_config: Mapping[str, Any]) -> AdminClient:
+    return AdminClient({**client_config, "logger": librdkafka_logger("admin")})
+
+
+def _describe_configs(admin: AdminClient, names: Iterable[str], timeout: float) -> dict[str, dict[str, str | None]]:
+    resources = [ConfigResource("topic", name) for name in names]
+    if not resources:
+        return {}
+    futures = admin.describe_configs(resources, request_timeout=timeout)
+    found: dict[str, dict[str, str | None]] = {}
+    for resource, future in futures.items():
+        entries = future.result(timeout)
+        found[resource.name] = {key: entry.value for key, entry in entries.items()}
+    return found
+
+
+def ensure_topics(
+    client_config: Mapping[str, Any], specs: Sequence[TopicSpec], *, timeout: float = 30.0, check_only: bool = False
+) -> list[TopicResult]:
+    """Create the missing topics and align retention and size limits of existing ones; report everything.
+
+    With `check_only`, nothing is changed; missing topics are reported with action "missing".
+    """
+    admin = _admin(client_config)
+    metadata = admin.list_topics(timeout=timeout)
+    existing = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
+    results: dict[str, TopicResult] = {}
+
+    missing = [spec for spec in specs if spec.name not in existing]
+    if missing and not check_only:
+        new = [
+            NewTopic(spec.name, num_partitions=spec.partitions, replication_factor=spec.replication_factor,
+                     config=spec.wanted_config())
+            for spec in missing
+        ]  # fmt: skip
+        for name, future in admin.create_topics(new, request_timeout=timeout).items():
+            try:
+                future.result(timeout)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                    raise
+                existing[name] = -1  # another instance created it meanwhile: treat it as existing
+                continue
+            spec = next(s for s in missing if s.name == name)
+            results[name] = TopicResult(name, "created", spec.partitions)
+    elif missing:
+        for spec in missing:
+            results[spec.name] = TopicResult(spec.name, "missing")
+
+    present = [spec for spec in specs if spec.name in existing and spec.name not in results]
+    if present:
+        if any(existing[spec.name] < 0 for spec in present):
+            metadata = admin.list_topics(timeout=timeout)
+            existing.update({name: len(topic.partitions) for name, topic in metadata.topics.items()})
+        current = _describe_configs(admin, (spec.name for spec in present), timeout)
+        for spec in present:
+            results[spec.name] = _align(admin, spec, existing[spec.name], current[spec.name], timeout, check_only)
+    return [results[spec.name] for spec in specs]
+
+
+def _align(
+    admin: AdminClient,
+    spec: TopicSpec,
+    partitions: int,
+    current: Mapping[str, str | None],
+    timeout: float,
+    check_only: bool,
+) -> TopicResult:
+    warnings: list[str] = []
+    if partitions != spec.partitions:
+        warnings.append(
+            f"{spec.name} has {partitions} partitions, {spec.partitions} wanted; left unchanged (adding partitions "
+            "moves keys and breaks the per-batch order of events in flight)"
+        )
+    changes = {key: value for key, value in spec.wanted_config().items() if current.get(key) != value}
+    if changes and not check_only:
+        entries = [ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET) for key, value in changes.items()]
+        resource = ConfigResource("topic", spec.name, incremental_configs=entries)
+        for future in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
+            future.result(timeout)
+    elif changes:
+        warnings.extend(f"{spec.name}: {key} is {current.get(key)}, {value} wanted" for key, value in changes.items())
+    return TopicResult(spec.name, "exists", partitions, tuple(sorted(changes)), tuple(warnings))
+
+
+def parser() -> argparse.ArgumentParser:
+    """Arguments of `dispersion topics`."""
+    p = argparse.ArgumentParser(
+        prog="dispersion topics",
+        description="Create the project's Kafka topics (idempotent): partitions, retention, size limits.",
+    )
+    p.add_argument("--config", help="configuration file (its [kafka] table: bootstrap, topic names, client settings)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions per topic (default 12)")
+    p.add_argument("--replication-factor", type=int, default=-1, help="default: the broker's default")
+    p.add_argument("--retention-hours", type=float, default=DEFAULT_RETENTION_HOURS, help="input topics")
+    p.add_argument("--status-retention-hours", type=float, default=DEFAULT_STATUS_RETENTION_HOURS)
+    p.add_argument("--dlq-retention-hours", type=float, default=DEFAULT_DLQ_RETENTION_HOURS)
+    p.add_argument("--check", action="store_true", help="only report what differs; change nothing (exit 1 if any)")
+    p.add_argument("--timeout", type=float, default=30.0)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """`dispersion topics`."""
+    args = parser().parse_args(argv)
+    try:
+        settings = settings_from_config(args.config, bootstrap=args.bootstrap)
+        specs = project_topics(
+            settings,
+            partitions=args.partitions,
+            retention_hours=args.retention_hours,
+            status_retention_hours=args.status_retention_hours,
+            dlq_retention_hours=args.dlq_retention_hours,
+            replication_factor=args.replication_factor,
+        )
+        results = ensure_topics(settings.config(), specs, timeout=args.timeout, check_only=args.check)
+    except (KafkaSetupError, ValueError, KafkaException) as exc:
+        print(f"dispersion topics: {exc}", file=sys.stderr)
+        return 1
+    differs = False
+    for result in results:
+        detail = f"{result.partitions} partitions" if result.partitions is not None else ""
+        if result.changed_config:
+            detail += f"; {'differs' if args.check else 'set'}: {', '.join(result.changed_config)}"
+        print(f"{result.name}: {result.action}" + (f" ({detail})" if detail else ""))
+        for warning in result.warnings:
+            print(f"  warning: {warning}", file=sys.stderr)
+        differs = differs or result.action == "missing" or bool(result.warnings) or bool(result.changed_config)
+    return 1 if args.check and differs else 0
