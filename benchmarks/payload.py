@@ -37,8 +37,8 @@ def make_batch_dict(count: int, seed: int = 7) -> dict[str, Any]:
     transactions = [
         {
             "destination_account": {
-                "number": f"{3000000000 + index:010d}",
-                "type": "SAVINGS" if index % 10 else "MONETARY",
+                "account_number": f"{3000000000 + index:010d}",
+                "account_type": "SAVINGS" if index % 10 else "MONETARY",
                 "currency": "GTQ",
                 "email": f"employee.{index}@example.com.gt",
             },
@@ -52,7 +52,7 @@ def make_batch_dict(count: int, seed: int = 7) -> dict[str, Any]:
         "batch_id": "bench-0001",
         "integration": "bank-gt",
         "file_reference": "PAYROLL-2024-11",
-        "origin_account": {"number": "0100123456", "type": "MONETARY", "currency": "GTQ"},
+        "origin_account": {"account_number": "0100123456", "account_type": "MONETARY", "currency": "GTQ"},
         "transactions": transactions,
         "requested_at": datetime(2024, 11, 30, 12, tzinfo=UTC).isoformat(),
         "source": "benchmark",

@@ -28,13 +28,23 @@ Sequence (see docs/engine.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import hmac
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 from urllib.parse import quote
 
-from processor.store import StoreTx
+import structlog
+
+from processor.bank import BankClient, BankError, TokenResponse, new_pkce, new_state
+from processor.bank.clock import Clock, SystemClock
+from processor.engine.banks import BankPool, UnknownIntegrationError
+from processor.engine.settings import EngineSettings
+from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx, VersionConflictError, iso_ms
+
+log = structlog.get_logger("processor.authorization")
 
 # The store's `auth_attempts.flow_kind` column knows two values; registry kinds map onto them.
 _STORE_FLOW_KIND = {"file": "file", "mandate": "vrp", "vrp": "vrp"}
@@ -130,3 +140,343 @@ def approval_link(public_url: str, kind: str, flow_id: str, approval_token: str)
     `{public_url}/approve/{kind}/{flow_id}?t={approval_token}` (flow id and token URL-quoted)."""
     base = public_url.rstrip("/")
     return f"{base}/approve/{quote(kind, safe='')}/{quote(flow_id, safe='')}?t={quote(approval_token, safe='')}"
+
+
+# -- per-consent tokens -------------------------------------------------------------------------------------------
+
+
+class MissingTokensError(LookupError):
+    """No usable authorization-code token is stored for a consent (never authorised, or refresh impossible)."""
+
+
+async def consent_access_token(
+    store: Store,
+    bank: BankClient,
+    consent_id: str,
+    *,
+    clock: Clock,
+    margin: float = 60.0,
+    force_refresh: bool = False,
+) -> str:
+    """The consent's access token from the store, refreshed first (refresh-token grant, stored again encrypted)
+    when it expires within `margin` seconds or when `force_refresh` (the bank refused it).
+
+    Two instances refreshing at once: the second write loses the compare-and-set and uses the winner's tokens.
+    Raises `MissingTokensError`, or the bank's error when the refresh itself fails.
+    """
+    tokens = await store.arun(lambda tx: tx.tokens.get(consent_id), write=False)
+    if tokens is None:
+        raise MissingTokensError(f"no tokens are stored for consent {consent_id}")
+    now = clock.now()
+    if not force_refresh and not tokens.expires_within(now, margin):
+        return tokens.access_token
+    if tokens.refresh_token is None:
+        raise MissingTokensError(f"the token of consent {consent_id} expired and there is no refresh token")
+    fresh = await bank.refresh(tokens.refresh_token)
+    if fresh.consent_id is not None and fresh.consent_id != consent_id:
+        raise MissingTokensError(f"the refreshed token names consent {fresh.consent_id}, not {consent_id}")
+    stored = tokens
+
+    def save(tx: StoreTx) -> str:
+        try:
+            return tx.tokens.replace(
+                stored,
+                access_token=fresh.access_token,
+                expires_at=fresh.expires_at,
+                now=clock.now(),
+                refresh_token=fresh.refresh_token,
+                scope=fresh.scope or None,
+            ).access_token
+        except VersionConflictError:
+            winner = tx.tokens.get(consent_id)
+            if winner is None:
+                raise MissingTokensError(f"the tokens of consent {consent_id} were deleted meanwhile") from None
+            return winner.access_token
+
+    return await store.arun(save)
+
+
+# -- the approval link and the redirect ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the callback API answers: an HTTP status, a short message for people, and, for the approval link,
+    where to send the browser. `code` is a stable machine-readable word (`authorized`, `unknown_state`, ...)."""
+
+    status: int
+    code: str
+    message: str
+    location: str | None = None
+    kind: str | None = None
+    flow_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx/3xx answer."""
+        return self.status < 400
+
+
+MAX_PARAM = 2048
+
+
+class Authorizer:
+    """Opens approval links (fresh PAR + E5 each time) and completes redirects (state check, E6, hooks)."""
+
+    def __init__(
+        self,
+        store: Store,
+        banks: BankPool,
+        kinds: FlowKinds,
+        *,
+        clock: Clock | None = None,
+        settings: EngineSettings | None = None,
+        notify: Callable[[], None] = lambda: None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.store = store
+        self.banks = banks
+        self.kinds = kinds
+        self.clock: Clock = clock or SystemClock()
+        self.settings = settings or EngineSettings()
+        self.notify = notify
+        self._sleep = sleep
+        self.exchanges = 0  # code exchanges attempted (E6 calls), for tests and metrics
+
+    # -- GET /approve/{kind}/{flow_id}?t=... --------------------------------------------------------------------
+
+    async def open_link(self, kind: str, flow_id: str, token: str) -> Outcome:
+        """The approver opened the approval link: check it, push a fresh PAR, and say where to redirect."""
+        refused = Outcome(404, "unknown_link", "This approval link is not valid. Check that it was copied whole.")
+        if kind not in self.kinds or not token or len(token) > MAX_PARAM or len(flow_id) > MAX_PARAM:
+            return refused
+        hooks = self.kinds.hooks(kind)
+        pending = await self.store.arun(lambda tx: hooks.consent_for(tx, flow_id), write=False)
+        if pending is None or not hmac.compare_digest(pending.approval_token.encode(), token.encode()):
+            return refused
+        now = self.clock.now()
+        where = {"kind": kind, "flow_id": flow_id}
+        if pending.deadline is not None and now >= pending.deadline:
+            return Outcome(
+                410,
+                "deadline_passed",
+                f"The deadline to authorise this payment passed at {iso_ms(pending.deadline)}.",
+                **where,
+            )
+        if not pending.awaiting or pending.consent_id is None:
+            return _not_awaiting(pending, where)
+        try:
+            bank = await self.banks.get(pending.integration)
+        except (UnknownIntegrationError, BankError) as exc:
+            log.warning("approval link: bank unavailable", kind=kind, flow_id=flow_id, error=type(exc).__name__)
+            return Outcome(503, "bank_unavailable", "The bank cannot be reached right now. Try again shortly.", **where)
+        pkce = new_pkce()
+        state = new_state()
+        consent_id = pending.consent_id
+        expires = now + timedelta(seconds=self.settings.attempt_ttl)
+        if pending.deadline is not None:
+            expires = min(expires, pending.deadline)
+        # The attempt (state + encrypted verifier) is committed before the bank hears of the state.
+        await self.store.arun(
+            lambda tx: tx.auth.create(
+                flow_kind=store_flow_kind(kind),
+                flow_id=flow_id,
+                consent_id=consent_id,
+                integration=pending.integration,
+                code_verifier=pkce.verifier,
+                now=now,
+                expires_at=expires,
+                state=state,
+            )
+        )
+        try:
+            par = await bank.push_authorization_request(consent_id, pkce, state)
+            url = await bank.authorization_url(consent_id, par.request_uri)
+        except BankError as exc:
+            log.warning("approval link: PAR failed", kind=kind, flow_id=flow_id, error=type(exc).__name__)
+            return Outcome(
+                502, "bank_refused", "The bank could not start the authorization. Try the link again shortly.", **where
+            )
+        log.info("approval link opened; PAR pushed", kind=kind, flow_id=flow_id, consent_id=consent_id)
+        return Outcome(302, "redirect", "Continue at your bank.", location=url, **where)
+
+    # -- the redirect -------------------------------------------------------------------------------------------
+
+    async def complete(self, params: Mapping[str, str]) -> Outcome:
+        """Handle the redirect's query parameters (from the browser's GET or from the POSTed redirect_url)."""
+        state = params.get("state", "")
+        code = params.get("code", "")
+        error = params.get("error", "")
+        iss = params.get("iss")
+        if not state or len(state) > MAX_PARAM or len(code) > MAX_PARAM or len(error) > MAX_PARAM:
+            return Outcome(400, "missing_state", "The redirect carries no valid state parameter.")
+        if not code and not error:
+            return Outcome(400, "missing_code", "The redirect carries neither a code nor an error.")
+        attempt = await self.store.arun(lambda tx: tx.auth.get(state), write=False)
+        if attempt is None:
+            log.warning("redirect with an unknown state; ignored")
+            return Outcome(400, "unknown_state", "This authorization response is not one we started.")
+        kind = registry_kind(attempt.flow_kind)
+        where = {"kind": kind, "flow_id": attempt.flow_id}
+        if kind not in self.kinds:
+            return Outcome(400, "unknown_state", "This authorization response is not one we started.")
+        try:
+            integration = self.banks.integration(attempt.integration)
+        except UnknownIntegrationError:
+            return Outcome(400, "unknown_state", "This authorization response is not one we started.", **where)
+        if iss is not None and iss != integration.issuer:
+            log.warning("redirect from another issuer; ignored", flow_id=attempt.flow_id, iss=iss[:200])
+            return Outcome(400, "issuer_mismatch", "The authorization response comes from another issuer.", **where)
+        hooks = self.kinds.hooks(kind)
+        now = self.clock.now()
+        consumed = await self.store.arun(lambda tx: tx.auth.consume(state, now=now))
+        if consumed.outcome is ConsumeOutcome.EXPIRED:
+            return Outcome(
+                400, "expired_state", "This authorization took too long. Open the approval link again.", **where
+            )
+        if consumed.outcome is ConsumeOutcome.USED:
+            return await self._repeated(hooks, attempt, code, error, where)
+        if not consumed.ok:
+            return Outcome(400, "unknown_state", "This authorization response is not one we started.", **where)
+        if error:
+            return await self._error(hooks, attempt, error, params.get("error_description", ""), where)
+        return await self._exchange(hooks, attempt, code, where)
+
+    async def _error(
+        self, hooks: AuthorizationHooks, attempt: AuthAttempt, error: str, description: str, where: dict[str, str]
+    ) -> Outcome:
+        if error != "access_denied":
+            log.warning("authorization ended with an error", flow_id=attempt.flow_id, error=error[:100])
+            return Outcome(
+                502, "bank_error", f"The bank reported {error[:100]!r}. Open the approval link to try again.", **where
+            )
+        now = self.clock.now()
+        reason = "the approver rejected the authorization"
+
+        def reject(tx: StoreTx) -> bool:
+            pending = hooks.consent_for(tx, attempt.flow_id)
+            if pending is None or not pending.awaiting or pending.consent_id != attempt.consent_id:
+                return False
+            hooks.on_rejected(tx, attempt.flow_id, reason, now=now)
+            return True
+
+        changed = await self.store.arun(reject)
+        log.info("authorization rejected", flow_id=attempt.flow_id, recorded=changed)
+        return Outcome(200, "rejected", "The rejection was received. Nothing will be paid.", **where)
+
+    async def _exchange(
+        self, hooks: AuthorizationHooks, attempt: AuthAttempt, code: str, where: dict[str, str]
+    ) -> Outcome:
+        now = self.clock.now()
+        pending = await self.store.arun(lambda tx: hooks.consent_for(tx, attempt.flow_id), write=False)
+        if (
+            pending is None
+            or not pending.awaiting
+            or pending.consent_id != attempt.consent_id
+            or (pending.deadline is not None and now >= pending.deadline)
+        ):
+            log.warning("redirect for a flow that no longer awaits it; no exchange", flow_id=attempt.flow_id)
+            return Outcome(409, "not_awaiting", "This payment no longer awaits authorization.", **where)
+        try:
+            bank = await self.banks.get(attempt.integration)
+            self.exchanges += 1
+            token = await bank.exchange_code(code, attempt.code_verifier, expected_consent_id=attempt.consent_id)
+        except (BankError, UnknownIntegrationError) as exc:
+            log.warning("code exchange failed", flow_id=attempt.flow_id, error=type(exc).__name__)
+            return Outcome(
+                502,
+                "exchange_failed",
+                "The bank did not confirm the authorization. Open the approval link again.",
+                **where,
+            )
+        if token.state is not None and not hmac.compare_digest(token.state.encode(), attempt.state.encode()):
+            log.warning("token answers another state; discarded", flow_id=attempt.flow_id)
+            return Outcome(400, "state_mismatch", "The bank's answer belongs to another authorization.", **where)
+        return await self._authorized(hooks, attempt, token, where)
+
+    async def _authorized(
+        self, hooks: AuthorizationHooks, attempt: AuthAttempt, token: TokenResponse, where: dict[str, str]
+    ) -> Outcome:
+        now = self.clock.now()
+
+        def save(tx: StoreTx) -> None:
+            tx.tokens.save(
+                attempt.consent_id,
+                integration=attempt.integration,
+                access_token=token.access_token,
+                refresh_token=token.refresh_token,
+                scope=token.scope or None,
+                expires_at=token.expires_at,
+                now=now,
+            )
+            hooks.on_authorized(tx, attempt.flow_id, attempt.consent_id, now=now)
+
+        try:
+            await self.store.arun(save)
+        except Exception as exc:  # the flow moved meanwhile (e.g. expired): tokens are not kept either
+            log.warning("could not record the authorization", flow_id=attempt.flow_id, error=type(exc).__name__)
+            return Outcome(409, "not_awaiting", "This payment no longer awaits authorization.", **where)
+        log.info("authorization received", flow_id=attempt.flow_id, consent_id=attempt.consent_id)
+        self.notify()
+        return Outcome(200, "authorized", "Authorization received. The payment will now be made.", **where)
+
+    async def _repeated(
+        self, hooks: AuthorizationHooks, attempt: AuthAttempt, code: str, error: str, where: dict[str, str]
+    ) -> Outcome:
+        """A second delivery of a redirect whose state is used up: a no-op answered with success once the first
+        delivery's result is recorded. Never a second exchange, except to recover a first exchange that left no
+        tokens long ago (its process died mid-way): the code is then either unused (and works) or refused."""
+        waited = 0.0
+        step = 0.1
+        while True:
+            pending = await self.store.arun(lambda tx: hooks.consent_for(tx, attempt.flow_id), write=False)
+            if pending is None:
+                return Outcome(400, "unknown_state", "This authorization response is not one we started.", **where)
+            if not pending.awaiting or pending.consent_id != attempt.consent_id:
+                return Outcome(200, "duplicate", "This authorization response was already received.", **where)
+            if waited >= self.settings.duplicate_wait:
+                break
+            await self._sleep(step)
+            waited += step
+        now = self.clock.now()
+        used_at = attempt.used_at
+        if code and not error and used_at is not None:
+            recovered = await self._recover(hooks, attempt, code, now, used_at, where)
+            if recovered is not None:
+                return recovered
+        return Outcome(
+            409,
+            "already_used",
+            "This authorization response was already used and is not complete. Open the approval link again.",
+            **where,
+        )
+
+    async def _recover(
+        self,
+        hooks: AuthorizationHooks,
+        attempt: AuthAttempt,
+        code: str,
+        now: datetime,
+        used_at: datetime,
+        where: dict[str, str],
+    ) -> Outcome | None:
+        if (now - used_at).total_seconds() < self.settings.exchange_recovery_after:
+            return None
+        has_tokens = await self.store.arun(lambda tx: tx.tokens.get(attempt.consent_id) is not None, write=False)
+        if has_tokens:
+            return None
+        log.warning("repeating a code exchange that left no tokens", flow_id=attempt.flow_id)
+        return await self._exchange(hooks, attempt, code, where)
+
+
+def _not_awaiting(pending: PendingAuthorization, where: dict[str, str]) -> Outcome:
+    state = pending.state
+    if state in ("AUTHORIZED", "INITIATED", "COMPLETED", "PAYMENT_CREATED"):
+        return Outcome(409, "already_authorized", "This payment is already authorised. Nothing more to do.", **where)
+    if state == "REJECTED":
+        return Outcome(410, "rejected", "This payment was rejected. The link no longer works.", **where)
+    if state == "EXPIRED":
+        return Outcome(410, "deadline_passed", "The deadline to authorise this payment has passed.", **where)
+    if state in ("FAILED", "INVALID", "REVOKED"):
+        return Outcome(410, "ended", "This payment has ended. The link no longer works.", **where)
+    return Outcome(409, "not_ready", "This payment is not ready for authorization yet. Try again in a moment.", **where)

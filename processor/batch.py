@@ -6,9 +6,10 @@ Input shape (a plain dict from Avro, or JSON text); keys not listed are ignored 
       "batch_id": "erp-2024-11-0001",              non-empty string, the ERP's unique id
       "integration": "bank-gt",                    non-empty string, which bank configuration
       "file_reference": "PAYROLL-2024-11",         string
-      "origin_account": {"number": "...", "type": "MONETARY", "currency": "GTQ"},
+      "origin_account": {"account_number": "...", "account_type": "MONETARY", "currency": "GTQ"},
       "transactions": [
-        {"destination_account": {"number": "...", "type": "SAVINGS", "currency": "GTQ", "email": "..."},
+        {"destination_account": {"account_number": "...", "account_type": "SAVINGS", "currency": "GTQ",
+                                 "email": "..."},
          "amount": 1500.50,                        JSON number or decimal string; Decimal in Python, never float
          "concept": "Payroll November",
          "employee_reference": "E-0042"}           optional (null or absent)
@@ -17,7 +18,9 @@ Input shape (a plain dict from Avro, or JSON text); keys not listed are ignored 
       "source": "erp-x"                            string
     }
 
-`origin_account.type` defaults to `MONETARY` and `destination_account.type` to `SAVINGS` when absent.
+This is the Avro schema `schemas/payroll_batches.v1.avsc` read by fastavro (amounts arrive as `Decimal`,
+`requested_at` as an aware datetime). In JSON, `origin_account.account_type` may be left out (`MONETARY`) and so
+may `destination_account.account_type` (`SAVINGS`).
 
 Parsing checks shape and types only and reports every problem it finds at once (`BatchParseError.problems`,
 each with a path such as `transactions[3].amount`). Business rules (amount sign, decimals, currencies, account
@@ -257,8 +260,8 @@ def _transfer(reader: _Reader, item: object, path: str) -> Transfer | None:
     dest = reader.mapping(row.get("destination_account"), dest_path)
     number = account_type = currency = email = ""
     if dest is not None:
-        number = reader.text(dest, "number", dest_path)
-        account_type = reader.text(dest, "type", dest_path, default=DEFAULT_DESTINATION_ACCOUNT_TYPE)
+        number = reader.text(dest, "account_number", dest_path)
+        account_type = reader.text(dest, "account_type", dest_path, default=DEFAULT_DESTINATION_ACCOUNT_TYPE)
         currency = reader.text(dest, "currency", dest_path)
         email = reader.text(dest, "email", dest_path)
     amount = reader.amount(row, "amount", path)
@@ -288,8 +291,8 @@ def batch_from_dict(data: object) -> PayrollBatch:
     origin_data = reader.mapping(top.get("origin_account"), "origin_account")
     if origin_data is not None:
         origin = OriginAccount(
-            reader.text(origin_data, "number", "origin_account"),
-            reader.text(origin_data, "type", "origin_account", default=DEFAULT_ORIGIN_ACCOUNT_TYPE),
+            reader.text(origin_data, "account_number", "origin_account"),
+            reader.text(origin_data, "account_type", "origin_account", default=DEFAULT_ORIGIN_ACCOUNT_TYPE),
             reader.text(origin_data, "currency", "origin_account"),
         )
 

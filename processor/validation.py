@@ -280,7 +280,7 @@ def _check_batch(batch: PayrollBatch, limits: ValidationLimits, count: int, issu
         issues.append(
             Issue(
                 None,
-                "origin_account.number",
+                "origin_account.account_number",
                 Reason.INVALID_ORIGIN_ACCOUNT,
                 f"must be 1-{limits.max_account_number_length} ASCII letters or digits",
             )
@@ -289,7 +289,10 @@ def _check_batch(batch: PayrollBatch, limits: ValidationLimits, count: int, issu
         allowed = ", ".join(sorted(limits.origin_account_types))
         issues.append(
             Issue(
-                None, "origin_account.type", Reason.INVALID_ORIGIN_ACCOUNT, f"{origin.type!r} is not one of {allowed}"
+                None,
+                "origin_account.account_type",
+                Reason.INVALID_ORIGIN_ACCOUNT,
+                f"{origin.type!r} is not one of {allowed}",
             )
         )
     if _CURRENCY.fullmatch(origin.currency) is None:
@@ -320,12 +323,12 @@ def _check_accounts(numbers: list[str], limits: ValidationLimits, issues: list[I
     match = item.fullmatch
     for index, number in enumerate(numbers):
         if not number:
-            issues.append(Issue(index, "destination_account.number", Reason.EMPTY_ACCOUNT_NUMBER, "is empty"))
+            issues.append(Issue(index, "destination_account.account_number", Reason.EMPTY_ACCOUNT_NUMBER, "is empty"))
         elif match(number) is None:
             issues.append(
                 Issue(
                     index,
-                    "destination_account.number",
+                    "destination_account.account_number",
                     Reason.MALFORMED_ACCOUNT_NUMBER,
                     f"must be 1-{limits.max_account_number_length} ASCII letters or digits",
                 )
@@ -342,7 +345,7 @@ def _check_types(types: list[str], limits: ValidationLimits, issues: list[Issue]
             issues.append(
                 Issue(
                     index,
-                    "destination_account.type",
+                    "destination_account.account_type",
                     Reason.INVALID_ACCOUNT_TYPE,
                     f"{account_type!r} is not one of {names}",
                 )

@@ -26,6 +26,15 @@ def _reject_constant(text: str) -> Any:
     raise ValueError(f"{text} is not JSON")
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def _parse_int(text: str) -> int | Decimal:
+    # orjson (our writer) handles 64-bit integers only; bigger ones stay exact as Decimal.
+    value = int(text)
+    return value if value in _INT64 else Decimal(text)
+
+
 def loads(raw: bytes | str) -> Any:
-    """Parse JSON; fractions become `Decimal`, NaN and Infinity are refused."""
-    return json.loads(raw, parse_float=Decimal, parse_constant=_reject_constant)
+    """Parse JSON; fractions (and integers beyond 64 bits) become `Decimal`, NaN and Infinity are refused."""
+    return json.loads(raw, parse_float=Decimal, parse_int=_parse_int, parse_constant=_reject_constant)

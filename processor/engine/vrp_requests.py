@@ -252,7 +252,9 @@ def parse_mandate(doc: Mapping[str, Any]) -> MandateRequest:
     if not isinstance(raw_creditor, Mapping):
         r.fail("creditor_account", "is required (scheme_name, identification, name)")
     else:
-        scheme = r.text(raw_creditor, "scheme_name", "creditor_account.scheme_name", max_len=40, default=SORT_CODE_SCHEME)
+        scheme = r.text(
+            raw_creditor, "scheme_name", "creditor_account.scheme_name", max_len=40, default=SORT_CODE_SCHEME
+        )
         ident = r.text(raw_creditor, "identification", "creditor_account.identification", max_len=ID_MAX)
         name = r.text(raw_creditor, "name", "creditor_account.name", max_len=NAME_MAX)
         if scheme is not None and scheme != SORT_CODE_SCHEME:

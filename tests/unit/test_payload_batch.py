@@ -25,12 +25,12 @@ def batch_dict(**changes: Any) -> dict[str, Any]:
         "batch_id": "erp-2024-11-0001",
         "integration": "bank-gt",
         "file_reference": "PAYROLL-2024-11",
-        "origin_account": {"number": "0100123456", "type": "MONETARY", "currency": "GTQ"},
+        "origin_account": {"account_number": "0100123456", "account_type": "MONETARY", "currency": "GTQ"},
         "transactions": [
             {
                 "destination_account": {
-                    "number": "3000000001",
-                    "type": "SAVINGS",
+                    "account_number": "3000000001",
+                    "account_type": "SAVINGS",
                     "currency": "GTQ",
                     "email": "ana@example.com",
                 },
@@ -39,7 +39,7 @@ def batch_dict(**changes: Any) -> dict[str, Any]:
                 "employee_reference": "E-1",
             },
             {
-                "destination_account": {"number": "3000000002", "currency": "GTQ", "email": "luis@example.com"},
+                "destination_account": {"account_number": "3000000002", "currency": "GTQ", "email": "luis@example.com"},
                 "amount": "250.00",
                 "concept": "Payroll November",
             },
@@ -72,7 +72,7 @@ def test_a_valid_dict_becomes_typed_objects() -> None:
 
 
 def test_account_types_default_to_monetary_and_savings() -> None:
-    data = batch_dict(origin_account={"number": "1", "currency": "GTQ"})
+    data = batch_dict(origin_account={"account_number": "1", "currency": "GTQ"})
     batch = batch_from_dict(data)
     assert batch.origin.type == "MONETARY"
     assert batch.transactions[1].account_type == "SAVINGS"
@@ -139,7 +139,7 @@ def test_non_numeric_amounts_are_refused(amount: object) -> None:
 
 def test_every_problem_is_reported_at_once() -> None:
     data = batch_dict(batch_id="", integration=None, requested_at="yesterday", source=5)
-    data["origin_account"] = {"number": 123, "currency": "GTQ"}
+    data["origin_account"] = {"account_number": 123, "currency": "GTQ"}
     data["transactions"][0]["destination_account"] = "3000000001"
     data["transactions"][0]["concept"] = None
     data["transactions"][1]["destination_account"]["email"] = ["x"]
@@ -152,7 +152,7 @@ def test_every_problem_is_reported_at_once() -> None:
         "integration": "is required",
         "requested_at": "expected an ISO 8601 timestamp such as 2024-11-30T12:00:00.000Z",
         "source": "expected a string, got integer",
-        "origin_account.number": "expected a string, got integer",
+        "origin_account.account_number": "expected a string, got integer",
         "transactions[0].destination_account": "expected an object, got string",
         "transactions[0].concept": "is required",
         "transactions[1].destination_account.email": "expected a string, got array",
@@ -200,3 +200,16 @@ def test_long_problem_lists_are_summarised() -> None:
         batch_from_dict(data)
     assert len(caught.value.problems) == 12 * 3  # destination_account, amount, concept per row
     assert str(caught.value).endswith("and 26 more")
+
+
+def test_a_record_through_the_avro_contract_parses_unchanged() -> None:
+    from schemas.codec import decode, encode
+
+    data = batch_dict(requested_at=datetime(2024, 11, 30, 12, 0, 0, 123000, tzinfo=UTC))
+    data["transactions"][1]["amount"] = Decimal("250.00")
+    data["transactions"][1]["destination_account"]["account_type"] = "SAVINGS"
+    data["transactions"][1]["employee_reference"] = None
+    record = decode("payroll.batches", encode("payroll.batches", data))
+    assert batch_from_dict(record) == batch_from_dict(data)
+    amounts = [t.amount for t in batch_from_dict(record).transactions]
+    assert amounts == [Decimal("1500.50"), Decimal("250.00")] and all(type(a) is Decimal for a in amounts)

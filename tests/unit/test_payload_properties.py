@@ -104,12 +104,12 @@ def batch_dicts(draw: st.DrawFn) -> dict[str, Any]:
     rows = []
     for i in range(count):
         destination: dict[str, Any] = {
-            "number": f"{draw(st.from_regex(r'[A-Za-z0-9]{1,20}', fullmatch=True))}X{i}",
+            "account_number": f"{draw(st.from_regex(r'[A-Za-z0-9]{1,20}', fullmatch=True))}X{i}",
             "currency": "GTQ",
             "email": draw(emails),
         }
         if draw(st.booleans()):
-            destination["type"] = draw(st.sampled_from(["SAVINGS", "MONETARY"]))
+            destination["account_type"] = draw(st.sampled_from(["SAVINGS", "MONETARY"]))
         row: dict[str, Any] = {
             "destination_account": destination,
             "amount": Decimal(draw(cents)) / 100,
@@ -122,7 +122,7 @@ def batch_dicts(draw: st.DrawFn) -> dict[str, Any]:
         "batch_id": "b-1",
         "integration": "bank-gt",
         "file_reference": "REF-1",
-        "origin_account": {"number": "0100123456", "type": "MONETARY", "currency": "GTQ"},
+        "origin_account": {"account_number": "0100123456", "account_type": "MONETARY", "currency": "GTQ"},
         "transactions": rows,
         "requested_at": "2024-11-30T12:00:00.000Z",
         "source": "erp",

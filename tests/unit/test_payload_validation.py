@@ -125,7 +125,11 @@ def test_currency_differing_from_origin() -> None:
 
 def test_empty_account_number() -> None:
     issue = only_issue(with_row(0, account_number=""))
-    assert (issue.index, issue.field, issue.reason) == (0, "destination_account.number", Reason.EMPTY_ACCOUNT_NUMBER)
+    assert (issue.index, issue.field, issue.reason) == (
+        0,
+        "destination_account.account_number",
+        Reason.EMPTY_ACCOUNT_NUMBER,
+    )
 
 
 @pytest.mark.parametrize(
@@ -243,7 +247,11 @@ def test_lone_surrogates_are_invalid_text(field: str, value: str) -> None:
 
 def test_destination_account_type_must_be_allowed() -> None:
     issue = only_issue(with_row(0, account_type="CHECKING"))
-    assert (issue.index, issue.field, issue.reason) == (0, "destination_account.type", Reason.INVALID_ACCOUNT_TYPE)
+    assert (issue.index, issue.field, issue.reason) == (
+        0,
+        "destination_account.account_type",
+        Reason.INVALID_ACCOUNT_TYPE,
+    )
     assert validate(with_row(0, account_type="MONETARY")).ok
     limits = ValidationLimits(destination_account_types=frozenset({"SAVINGS", "CHECKING"}))
     assert validate(with_row(0, account_type="CHECKING"), limits).ok
@@ -268,9 +276,9 @@ def test_too_many_transactions() -> None:
 @pytest.mark.parametrize(
     ("origin", "field"),
     [
-        (OriginAccount("", "MONETARY", "GTQ"), "origin_account.number"),
-        (OriginAccount("01-00", "MONETARY", "GTQ"), "origin_account.number"),
-        (OriginAccount("0100123456", "SAVINGS", "GTQ"), "origin_account.type"),
+        (OriginAccount("", "MONETARY", "GTQ"), "origin_account.account_number"),
+        (OriginAccount("01-00", "MONETARY", "GTQ"), "origin_account.account_number"),
+        (OriginAccount("0100123456", "SAVINGS", "GTQ"), "origin_account.account_type"),
         (OriginAccount("0100123456", "MONETARY", "gtq"), "origin_account.currency"),
         (OriginAccount("0100123456", "MONETARY", "GTQX"), "origin_account.currency"),
     ],
@@ -315,7 +323,7 @@ def test_summary_is_readable_and_leaks_no_account_numbers_or_emails() -> None:
         data[i] = row(i, email=f"bad{i}", account_number=f"99-{i}")
     report = validate(batch(data))
     summary = report.summary(limit=3)
-    assert summary.startswith("15 of 30 transactions invalid: transaction 0 destination_account.number: ")
+    assert summary.startswith("15 of 30 transactions invalid: transaction 0 destination_account.account_number: ")
     assert summary.endswith("and 27 more problems")
     for i in range(30):
         assert f"99-{i}" not in summary and f"bad{i}" not in summary and f"employee.{i}@" not in summary

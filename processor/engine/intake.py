@@ -1,0 +1,202 @@
+"""Accepting a payroll batch into the engine: parse, validate, store, in one transaction.
+
+- A valid batch becomes a flow in `RECEIVED`, due at once (the worker creates its consent next).
+- An invalid one becomes a flow in `INVALID` with an `INVALID` status event whose `reason` lists the bad rows
+  (index and reason each), written in the same transaction; nothing is sent to the bank.
+- A batch whose id is already stored changes nothing: the existing flow comes back (`created=False`), whatever
+  the duplicate holds (`same_document` tells whether it was identical).
+- Input that has no readable `batch_id` cannot be stored; it comes back with `flow=None` and the reason, for the
+  caller to dead-letter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from processor.batch import BatchParseError, batch_from_dict, loads_exact
+from processor.engine.file_flow import status_payload
+from processor.flow_states import BatchStatus
+from processor.payload import build_file_payload
+from processor.store import STATUS_TOPIC, Flow, FlowState, Store, StoreTx
+from processor.store.values import money, sha256_hex
+from processor.validation import DEFAULT_LIMITS, ValidationLimits, validated
+from processor.validation import InvalidBatchError as _Invalid
+
+REASON_LIMIT = 50  # bad rows named in an INVALID event's reason; the rest are counted
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    """What became of one submitted batch."""
+
+    flow: Flow | None
+    created: bool
+    status: str  # the flow's state after intake (RECEIVED, INVALID, or the existing flow's state)
+    reason: str | None = None
+    same_document: bool = True
+
+    @property
+    def invalid(self) -> bool:
+        """The batch was refused (stored as INVALID, or not storable at all)."""
+        return self.flow is None or (self.created and self.status == FlowState.INVALID)
+
+
+def _document(raw: str | bytes | Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The parsed input and, when it is not JSON at all, why."""
+    if isinstance(raw, Mapping):
+        return raw, None
+    try:
+        return loads_exact(raw), None
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"not valid JSON: {exc}"
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="milliseconds")
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _as_text(raw: str | bytes | Mapping[str, Any]) -> str:
+    """The batch as JSON text to store (kept verbatim when it came as text)."""
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8")
+    if isinstance(raw, str):
+        return raw
+    return json.dumps(raw, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+
+
+def readable_batch_id(document: Any) -> str | None:
+    """The `batch_id` of a document if it is a non-empty string of sane length, else None."""
+    if isinstance(document, Mapping):
+        value = document.get("batch_id")
+        if isinstance(value, str) and value.strip() and len(value) <= 200:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """A batch checked outside any transaction (pure): what `store_batch` will insert."""
+
+    batch_id: str | None
+    integration: str
+    text: str
+    reason: str | None  # None: valid
+    file_reference: str | None = None
+    file_hash: str | None = None
+    number_of_transactions: int | None = None
+    control_sum: Decimal | None = None
+
+
+def prepare_batch(
+    raw: str | bytes | Mapping[str, Any],
+    *,
+    integrations: Collection[str] | None = None,
+    limits: ValidationLimits = DEFAULT_LIMITS,
+) -> PreparedBatch:
+    """Parse and validate a batch and compute its file metadata; every bad row is named in `reason`."""
+    document, not_json = _document(raw)
+    batch_id = readable_batch_id(document)
+    if batch_id is None:
+        return PreparedBatch(None, "", "", not_json or "batch_id is missing or not a non-empty string")
+    text = _as_text(raw)
+    if not_json is not None:
+        return PreparedBatch(batch_id, "", text, not_json)
+    try:
+        batch = batch_from_dict(document)
+    except BatchParseError as exc:
+        reason = "; ".join(str(p) for p in exc.problems[:REASON_LIMIT])
+        if len(exc.problems) > REASON_LIMIT:
+            reason += f"; and {len(exc.problems) - REASON_LIMIT} more problems"
+        return PreparedBatch(batch_id, _integration_of(document), text, reason)
+    problems: list[str] = []
+    if integrations is not None and batch.integration not in integrations:
+        known = ", ".join(sorted(integrations)) or "none"
+        problems.append(f"integration {batch.integration!r} is not configured (configured: {known})")
+    try:
+        payload = build_file_payload(validated(batch, limits))
+    except _Invalid as exc:
+        problems.append(exc.report.summary(limit=REASON_LIMIT))
+        return PreparedBatch(batch_id, batch.integration, text, "; ".join(problems))
+    try:
+        money(payload.control_sum)
+    except ValueError as exc:
+        problems.append(f"control sum cannot be stored: {exc}")
+    return PreparedBatch(
+        batch_id,
+        batch.integration,
+        text,
+        "; ".join(problems) or None,
+        batch.file_reference,
+        payload.file_hash,
+        int(payload.number_of_transactions),
+        payload.control_sum,
+    )
+
+
+def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> IntakeResult:
+    """Insert a prepared batch (RECEIVED, or INVALID with its event) unless its id exists."""
+    if prepared.batch_id is None:
+        return IntakeResult(None, False, FlowState.INVALID, prepared.reason)
+    if prepared.reason is not None:
+        created = tx.flows.create(
+            prepared.batch_id, prepared.integration, prepared.text, now=now, state=FlowState.INVALID
+        )
+        flow = created.row
+        if not created.created:
+            return IntakeResult(flow, False, flow.state, None, created.same_document)
+        payload = status_payload(flow, BatchStatus.INVALID, now, reason=prepared.reason)
+        tx.outbox.append_status(STATUS_TOPIC, prepared.batch_id, BatchStatus.INVALID.value, payload, now=now)
+        return IntakeResult(flow, True, FlowState.INVALID, prepared.reason)
+    created = tx.flows.create(
+        prepared.batch_id,
+        prepared.integration,
+        prepared.text,
+        now=now,
+        file_reference=prepared.file_reference,
+        file_hash=prepared.file_hash,
+        number_of_transactions=prepared.number_of_transactions,
+        control_sum=prepared.control_sum,
+        next_action_at=now,
+    )
+    flow = created.row
+    return IntakeResult(flow, created.created, flow.state, None, created.same_document)
+
+
+def _integration_of(document: Any) -> str:
+    if isinstance(document, Mapping):
+        value = document.get("integration")
+        if isinstance(value, str) and value:
+            return value[:200]
+    return ""
+
+
+async def accept_batch(
+    store: Store,
+    raw: str | bytes | Mapping[str, Any],
+    *,
+    now: datetime,
+    integrations: Collection[str] | None = None,
+    limits: ValidationLimits = DEFAULT_LIMITS,
+) -> IntakeResult:
+    """Parse, validate and store one batch (see the module docstring). `integrations`: the configured names;
+    a batch naming another is INVALID. Checking runs before the transaction (in a thread), so a big batch holds
+    no lock while it is validated; a batch id already stored is answered without validating again."""
+    document, _ = _document(raw)
+    batch_id = readable_batch_id(document)
+    if batch_id is not None:
+        existing = await store.arun(lambda tx: tx.flows.get(batch_id), write=False)
+        if existing is not None:
+            same = existing.payload_sha256 == sha256_hex(_as_text(raw))
+            return IntakeResult(existing, False, existing.state, None, same)
+    prepared = await asyncio.to_thread(prepare_batch, raw, integrations=integrations, limits=limits)
+    return await store.arun(lambda tx: store_batch(tx, prepared, now=now))

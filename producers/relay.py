@@ -1,0 +1,301 @@
+"""The outbox relay: status events written by the engine (in the same transaction as the state change) go to
+Kafka in order per key, each once, and are marked published only after the broker acknowledged them.
+
+    relay = OutboxRelay(store, producer_config(settings, "relay"), owner="relay-host-1", topic_name=settings.topic)
+    relay.run(stop_event)          # until stop_event is set; then flushes, marks, releases its keys
+
+One round (`step`):
+
+1. serve delivery reports (`poll`); mark the acknowledged events published in one short transaction;
+2. `outbox.claim` leases keys with unpublished events (the keys this relay already holds included, which renews
+   their lease) and returns their events, each key's in sequence order;
+3. events not already handed to the producer are encoded (Avro single-object, the topic's schema) and produced,
+   keyed by the outbox key (batch id, mandate id), so one key's events share a partition and keep their order.
+
+Guarantees, and why:
+
+- *Order per key*: the store hands a key to one relay at a time and its events in sequence order; the producer is
+  idempotent (`enable.idempotence=true`, `acks=all`), so retries inside librdkafka neither reorder nor duplicate.
+- *Nothing lost*: an event is marked published only from its successful delivery report. The producer's
+  `message.timeout.ms` is 0 (no limit): while Kafka is down, claimed events wait in the producer's queue (at most
+  `max_in_flight`) and in the outbox (all of them, unpublished), and go out when Kafka returns. A relay that dies
+  leaves them unpublished; another relay takes the keys once the lease runs out.
+- *Each once*: an event already handed to the producer is never produced again by this relay. The only duplicate
+  is a relay dying after the acknowledgement and before marking: the next owner publishes again with the same
+  `event_id` (header and field), on which consumers deduplicate.
+- An event that cannot be encoded (an engine bug) blocks its key only, with an error log, so later events of that
+  batch never overtake it; other keys go on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any, Protocol
+
+import structlog
+from confluent_kafka import KafkaError, Producer
+from prometheus_client import Counter, Gauge
+
+import schemas
+from processor.store import OutboxEvent, Store, StoreError
+from producers.avro_json import Coercion, CoercionError, convert
+
+log = structlog.get_logger("producers.relay")
+
+PUBLISHED = Counter("dispersion_outbox_published_total", "Outbox events acknowledged by Kafka", ["topic"])
+RELAY_ERRORS = Counter("dispersion_outbox_relay_errors_total", "Outbox relay failures", ["kind"])
+IN_FLIGHT = Gauge("dispersion_outbox_in_flight", "Outbox events handed to the producer, not yet acknowledged")
+
+# The field of each status record that carries the message key.
+KEY_FIELDS: dict[str, str] = {"dispersion.status": "batch_id", "vrp.status": "mandate_id"}
+
+
+class Clock(Protocol):
+    """Anything that tells the current UTC time."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
+
+
+class _SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class PoisonEventError(ValueError):
+    """An outbox event that cannot be turned into its topic's record."""
+
+
+@cache
+def _raw_schema(topic: str) -> Any:
+    return json.loads(schemas.schema(topic).path.read_text(encoding="utf-8"))
+
+
+def outbox_record(event: OutboxEvent) -> dict[str, Any]:
+    """The Avro record for an outbox event of a known topic (pure): its payload plus `event_id`, the status, the
+    key field and `occurred_at` (the event's creation time unless the payload has one)."""
+    if event.topic not in schemas.TOPICS:
+        raise PoisonEventError(f"no schema for outbox topic {event.topic!r}")
+    if not isinstance(event.payload, Mapping):
+        raise PoisonEventError(f"payload of event {event.event_id} is not an object")
+    document = dict(event.payload)
+    document["event_id"] = event.event_id  # the outbox's id is the one consumers deduplicate on
+    if event.status is not None:
+        document["status"] = event.status
+    key_field = KEY_FIELDS.get(event.topic)
+    if key_field is not None and document.get(key_field) is None:
+        document[key_field] = event.key
+    if document.get("occurred_at") is None:
+        document["occurred_at"] = event.created_at
+    context = Coercion()
+    try:
+        record = convert(_raw_schema(event.topic), document, context, "$")
+    except CoercionError as exc:
+        raise PoisonEventError(f"event {event.event_id} does not fit {event.topic}: {exc}") from exc
+    if context.dropped:
+        log.debug("outbox_fields_dropped", topic=event.topic, event_id=event.event_id, fields=context.dropped)
+    assert isinstance(record, dict)
+    return record
+
+
+def encode_event(event: OutboxEvent) -> bytes:
+    """The event as Avro single-object bytes for its topic."""
+    try:
+        return schemas.codec(event.topic).encode(outbox_record(event))
+    except schemas.EncodeError as exc:
+        raise PoisonEventError(str(exc)) from exc
+
+
+@dataclass
+class RelayStats:
+    """Counters of one relay (for tests, logs and the health endpoint)."""
+
+    produced: int = 0
+    published: int = 0
+    delivery_failures: int = 0
+    store_errors: int = 0
+
+
+class OutboxRelay:
+    """Publishes the store's outbox to Kafka. One thread drives it (`run` or repeated `step` calls)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: Mapping[str, Any],
+        *,
+        owner: str | None = None,
+        topic_name: Callable[[str], str] = lambda topic: topic,
+        batch_size: int = 500,
+        lease_seconds: float = 60.0,
+        max_in_flight: int = 5_000,
+        clock: Clock | None = None,
+        encoder: Callable[[OutboxEvent], bytes] = encode_event,
+    ) -> None:
+        self.store = store
+        self.owner = owner or f"relay-{uuid.uuid4().hex[:12]}"
+        self.topic_name = topic_name
+        self.batch_size = batch_size
+        self.lease_seconds = lease_seconds
+        self.max_in_flight = max_in_flight
+        self.clock: Clock = clock or _SystemClock()
+        self.encoder = encoder
+        self.stats = RelayStats()
+        # No local time limit: an event waits (in order) until Kafka takes it; see the module docstring.
+        self._producer = Producer({"message.timeout.ms": 0, "linger.ms": 5, **config})
+        self._in_flight: dict[int, OutboxEvent] = {}  # handed to the producer, not yet marked published
+        self._acked: list[int] = []  # acknowledged, to be marked published
+        self._failed: list[tuple[int, KafkaError]] = []
+        self._poisoned: dict[int, str] = {}  # outbox id -> why it cannot be encoded (logged once)
+        self._lock = threading.Lock()  # delivery callbacks run inside poll/flush, on the calling thread
+
+    @property
+    def in_flight(self) -> int:
+        """Events handed to the producer and not yet marked published."""
+        return len(self._in_flight)
+
+    @property
+    def blocked_events(self) -> dict[int, str]:
+        """Outbox ids that cannot be encoded (their keys are stuck behind them), with the reason."""
+        return dict(self._poisoned)
+
+    def _on_delivery(self, outbox_id: int, error: KafkaError | None, _message: Any) -> None:
+        with self._lock:
+            if error is None:
+                self._acked.append(outbox_id)
+            else:
+                self._failed.append((outbox_id, error))
+
+    def _settle(self) -> int:
+        """Mark acknowledged events published; forget failed ones so they are claimed and produced again."""
+        with self._lock:
+            acked, self._acked = self._acked, []
+            failed, self._failed = self._failed, []
+        for outbox_id, error in failed:
+            event = self._in_flight.pop(outbox_id, None)
+            if error.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+                continue  # dropped on purpose by `close`: still unpublished in the outbox
+            self.stats.delivery_failures += 1
+            RELAY_ERRORS.labels("delivery").inc()
+            log.error("outbox_delivery_failed", outbox_id=outbox_id, key=event.key if event else None, error=str(error))
+        if not acked:
+            IN_FLIGHT.set(len(self._in_flight))
+            return 0
+        now = self.clock.now()
+        try:
+            self.store.run(lambda tx: tx.outbox.mark_published(acked, now=now))
+        except StoreError as exc:
+            # Delivered but not marked: keep them in flight (never produced again) and mark them next round.
+            with self._lock:
+                self._acked[:0] = acked
+            self.stats.store_errors += 1
+            RELAY_ERRORS.labels("store").inc()
+            log.warning("outbox_mark_failed", events=len(acked), error=str(exc))
+            return 0
+        for outbox_id in acked:
+            event = self._in_flight.pop(outbox_id, None)
+            if event is not None:
+                PUBLISHED.labels(event.topic).inc()
+        self.stats.published += len(acked)
+        IN_FLIGHT.set(len(self._in_flight))
+        return len(acked)
+
+    def step(self) -> int:
+        """One round (see the module docstring); returns how many events were produced or marked published."""
+        self._producer.poll(0)
+        done = self._settle()
+        try:
+            claimed = self.store.run(
+                lambda tx: tx.outbox.claim(
+                    owner=self.owner, now=self.clock.now(), limit=self.batch_size, lease_seconds=self.lease_seconds
+                )
+            )
+        except StoreError as exc:
+            self.stats.store_errors += 1
+            RELAY_ERRORS.labels("store").inc()
+            log.warning("outbox_claim_failed", error=str(exc))
+            return done
+        room = self.max_in_flight - len(self._in_flight)
+        blocked: set[tuple[str, str]] = set()
+        for event in claimed:
+            if event.id in self._in_flight:
+                continue
+            slot = (event.topic, event.key)
+            if slot in blocked:
+                continue  # an earlier event of this key did not go out: later ones must not overtake it
+            if room <= 0:
+                break
+            try:
+                value = self.encoder(event)
+            except PoisonEventError as exc:
+                blocked.add(slot)
+                if event.id not in self._poisoned:
+                    self._poisoned[event.id] = str(exc)
+                    RELAY_ERRORS.labels("poison").inc()
+                    log.error("outbox_event_unpublishable", outbox_id=event.id, key=event.key, error=str(exc))
+                continue
+            headers = [("event_id", event.event_id.encode()), ("seq", str(event.seq).encode())]
+            headers.extend((name, text.encode()) for name, text in (event.headers or {}).items())
+            try:
+                self._producer.produce(
+                    self.topic_name(event.topic),
+                    value=value,
+                    key=event.key.encode("utf-8"),
+                    headers=headers,
+                    on_delivery=lambda err, msg, outbox_id=event.id: self._on_delivery(outbox_id, err, msg),
+                )
+            except BufferError:
+                break  # the producer's queue is full: the rest of this round waits (order kept: we stop here)
+            self._in_flight[event.id] = event
+            self.stats.produced += 1
+            room -= 1
+            done += 1
+        self._producer.poll(0)
+        IN_FLIGHT.set(len(self._in_flight))
+        return done
+
+    def run(self, stop: threading.Event, *, idle: float = 0.2) -> None:
+        """Relay until `stop` is set, then `close`."""
+        log.info("outbox_relay_started", owner=self.owner)
+        try:
+            while not stop.is_set():
+                if self.step() == 0:
+                    self._producer.poll(idle)  # waits for delivery reports as well as for time to pass
+        finally:
+            self.close()
+
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Step until the outbox has nothing unpublished and nothing is in flight (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.step()
+            if not self._in_flight:
+                backlog, _ = self.store.run(lambda tx: tx.outbox.backlog(), write=False)
+                if backlog == 0:
+                    return True
+            self._producer.poll(0.05)
+        return False
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued (up to `timeout`), mark it, and release this relay's keys."""
+        self._producer.flush(timeout)
+        if len(self._producer):
+            # Kafka is unreachable: drop the local copies; the events stay unpublished in the outbox.
+            self._producer.purge()
+            self._producer.poll(0)
+        self._settle()
+        try:
+            self.store.run(lambda tx: tx.outbox.release(owner=self.owner))
+        except StoreError as exc:
+            log.warning("outbox_release_failed", error=str(exc))  # the leases run out on their own
+        if self._in_flight:
+            log.warning("outbox_relay_closed_with_unacknowledged", events=len(self._in_flight))
+        log.info("outbox_relay_stopped", owner=self.owner, published=self.stats.published)
