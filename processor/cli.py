@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 
@@ -11,6 +12,10 @@ commands:
   sandbox     run the sandbox bank (`dispersion sandbox init DIR` writes keys and config)
   demo        run the local demo with the embedded defaults
   dev kafka   start a local single-node Apache Kafka (KRaft) from the Maven Central jars
+  submit      turn an ERP payroll export (CSV or JSON) into a payroll.batches event (validated first)
+  status      print status events (`--follow` as they arrive, `--batch ID` for one batch)
+  topics      create the project's Kafka topics (idempotent)
+  vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
 """
 
 
@@ -21,8 +26,7 @@ def _sandbox(argv: list[str]) -> int:
 
 
 def _demo(argv: list[str]) -> int:
-    from processor.demo import main as demo_main
-
+    demo_main: Callable[[list[str]], int] = importlib.import_module("processor.demo").main
     return demo_main(argv)
 
 
@@ -33,6 +37,10 @@ def _dev(argv: list[str]) -> int:
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"sandbox": _sandbox, "demo": _demo, "dev": _dev}
+COMMANDS["submit"] = lambda argv: importlib.import_module("processor.submit").main(argv)
+COMMANDS["status"] = lambda argv: importlib.import_module("processor.statuscli").main(argv)
+COMMANDS["topics"] = lambda argv: importlib.import_module("producers.topics").main(argv)
+COMMANDS["vrp"] = lambda argv: importlib.import_module("processor.vrpcli").main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

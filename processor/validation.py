@@ -175,11 +175,14 @@ class ValidatedBatch:
     batch: PayrollBatch
     limits: ValidationLimits
     control_sum: Decimal
-    account_numbers: tuple[str, ...] = field(repr=False)
-    account_types: tuple[str, ...] = field(repr=False)
-    emails: tuple[str, ...] = field(repr=False)
-    concepts: tuple[str, ...] = field(repr=False)
-    amount_texts: tuple[str, ...] = field(repr=False)
+    # Columns, one item per transaction (read-only by convention; lists to avoid copying 100,000 references).
+    account_numbers: Sequence[str] = field(repr=False)
+    account_types: Sequence[str] = field(repr=False)
+    emails: Sequence[str] = field(repr=False)
+    concepts: Sequence[str] = field(repr=False)
+    amount_texts: Sequence[str] = field(repr=False)
+    concepts_utf8: bytes = field(repr=False)
+    """The concepts joined by newlines, as UTF-8."""
 
 
 # --- patterns ------------------------------------------------------------------------------------------------
@@ -385,7 +388,10 @@ def _check_emails(emails: list[str], limits: ValidationLimits, issues: list[Issu
             )
 
 
-def _check_texts(concepts: list[str], references: list[str], limits: ValidationLimits, issues: list[Issue]) -> None:
+def _check_texts(
+    concepts: list[str], references: list[str | None], limits: ValidationLimits, issues: list[Issue]
+) -> bytes:
+    """Check lengths and Unicode validity; return the concepts joined by newlines as UTF-8 (b"" when invalid)."""
     if max(map(len, concepts), default=0) > limits.max_concept_length:
         for index, concept in enumerate(concepts):
             if len(concept) > limits.max_concept_length:
@@ -397,12 +403,20 @@ def _check_texts(concepts: list[str], references: list[str], limits: ValidationL
                         f"{len(concept)} characters; at most {limits.max_concept_length} are allowed",
                     )
                 )
-    for name, texts in (("concept", concepts), ("employee_reference", references)):
-        if _is_text("".join(texts)):
-            continue
-        for index, text in enumerate(texts):
-            if not _is_text(text):
-                issues.append(Issue(index, name, Reason.INVALID_TEXT, "holds a lone surrogate (not valid Unicode)"))
+    try:
+        encoded = "\n".join(concepts).encode("utf-8")  # refuses lone surrogates
+    except UnicodeEncodeError:
+        encoded = b""
+        _report_invalid_text("concept", concepts, issues)
+    if not _is_text("".join(filter(None, references))):
+        _report_invalid_text("employee_reference", references, issues)
+    return encoded
+
+
+def _report_invalid_text(name: str, column: Sequence[str | None], issues: list[Issue]) -> None:
+    for index, text in enumerate(column):
+        if text and not _is_text(text):
+            issues.append(Issue(index, name, Reason.INVALID_TEXT, "holds a lone surrogate (not valid Unicode)"))
 
 
 def _check_amounts(amounts: list[Decimal], limits: ValidationLimits, issues: list[Issue]) -> list[str]:
@@ -471,7 +485,7 @@ def _run(batch: PayrollBatch, limits: ValidationLimits) -> tuple[list[Issue], Va
     _check_types(types, limits, issues)
     _check_currencies(list(map(_get_currency, rows)), batch.origin.currency, issues)
     _check_emails(emails, limits, issues)
-    _check_texts(concepts, [reference or "" for reference in map(_get_reference, rows)], limits, issues)
+    concepts_utf8 = _check_texts(concepts, list(map(_get_reference, rows)), limits, issues)
     amount_texts = _check_amounts(amounts, limits, issues)
     _check_duplicates(numbers, amount_texts, concepts, issues)
     if issues:
@@ -481,11 +495,12 @@ def _run(batch: PayrollBatch, limits: ValidationLimits) -> tuple[list[Issue], Va
         batch=batch,
         limits=limits,
         control_sum=_control_sum(amounts),
-        account_numbers=tuple(numbers),
-        account_types=tuple(types),
-        emails=tuple(emails),
-        concepts=tuple(concepts),
-        amount_texts=tuple(amount_texts),
+        account_numbers=numbers,
+        account_types=types,
+        emails=emails,
+        concepts=concepts,
+        amount_texts=amount_texts,
+        concepts_utf8=concepts_utf8,
     )
 
 

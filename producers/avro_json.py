@@ -168,7 +168,7 @@ def _primitive(kind: str, logical: str | None, value: Any, path: str) -> Any:
 def _decimal(value: Any, path: str) -> Decimal:
     if isinstance(value, Decimal):
         return value
-    if isinstance(value, bool) or isinstance(value, float):
+    if isinstance(value, bool | float):
         raise CoercionError(f"{path}: money must be a decimal string or Decimal, not {type(value).__name__}")
     if isinstance(value, int | str):
         try:

@@ -88,7 +88,7 @@ class DeadLetterPublisher:
         record = dead_letter_record(message, reason, batch_id=batch_id)
         value = self._codec.encode(record)
         outcome: list[KafkaError | None] = []
-        headers = [("reason", reason[:200].encode("utf-8"))]
+        headers: list[tuple[str, str | bytes | None]] = [("reason", reason[:200].encode("utf-8"))]
         if batch_id is not None:
             headers.append(("batch_id", batch_id.encode("utf-8")))
         self._producer.produce(

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, partial
 from typing import Any, Protocol
 
 import structlog
@@ -242,7 +242,10 @@ class OutboxRelay:
                     RELAY_ERRORS.labels("poison").inc()
                     log.error("outbox_event_unpublishable", outbox_id=event.id, key=event.key, error=str(exc))
                 continue
-            headers = [("event_id", event.event_id.encode()), ("seq", str(event.seq).encode())]
+            headers: list[tuple[str, str | bytes | None]] = [
+                ("event_id", event.event_id.encode()),
+                ("seq", str(event.seq).encode()),
+            ]
             headers.extend((name, text.encode()) for name, text in (event.headers or {}).items())
             try:
                 self._producer.produce(
@@ -250,7 +253,7 @@ class OutboxRelay:
                     value=value,
                     key=event.key.encode("utf-8"),
                     headers=headers,
-                    on_delivery=lambda err, msg, outbox_id=event.id: self._on_delivery(outbox_id, err, msg),
+                    on_delivery=partial(self._on_delivery, event.id),
                 )
             except BufferError:
                 break  # the producer's queue is full: the rest of this round waits (order kept: we stop here)

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.cimpl import NewTopic
 
 from producers.kafka import (
     BATCHES_TOPIC,
@@ -102,7 +104,8 @@ def project_topics(
 
 
 def _admin(client_config: Mapping[str, Any]) -> AdminClient:
-    return AdminClient({**client_config, "logger": librdkafka_logger("admin")})
+    config: dict[str, Any] = {**client_config, "logger": librdkafka_logger("admin")}
+    return AdminClient(config)
 
 
 def _describe_configs(admin: AdminClient, names: Iterable[str], timeout: float) -> dict[str, dict[str, str | None]]:
@@ -178,7 +181,9 @@ def _align(
         )
     changes = {key: value for key, value in spec.wanted_config().items() if current.get(key) != value}
     if changes and not check_only:
-        entries = [ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET) for key, value in changes.items()]
+        entries = [
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET) for key, value in changes.items()
+        ]
         resource = ConfigResource("topic", spec.name, incremental_configs=entries)
         for future in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
             future.result(timeout)

@@ -37,11 +37,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
-from processor.authorization import PendingAuthorization, approval_link
+from processor.authorization import MissingTokensError, PendingAuthorization, approval_link, consent_access_token
 from processor.bank import BankClient
 from processor.bank import errors as bank_errors
 from processor.bank.models import VrpConsent, dumps
@@ -49,7 +49,7 @@ from processor.engine.banks import UnknownIntegrationError
 from processor.engine.context import EngineContext
 from processor.engine.vrp_requests import (
     CONSENT_CREATED_KEY,
-    InvalidRequest,
+    InvalidRequestError,
     MandateRequest,
     PaymentRequest,
     consent_parts,
@@ -86,6 +86,9 @@ from processor.store import (
 )
 from processor.store.values import dump_json, json_text, load_json, sha256_hex
 from processor.vrp_limits import PastPayment, check_payment
+
+if TYPE_CHECKING:
+    from processor.engine.assembly import Engine
 
 T = TypeVar("T")
 KIND = "mandate"  # the registry kind of the approval links (processor.authorization)
@@ -355,8 +358,8 @@ def _token_refused(error: bank_errors.BankError) -> bool:
 
 def _describe(error: bank_errors.BankError) -> str:
     if isinstance(error, bank_errors.BankHTTPError):
-        code = f"{error.code}: " if error.code else ""
-        return f"{code}{error.message}"
+        code = f" {error.code}" if error.code else ""
+        return f"HTTP {error.status}{code}: {error.message}"
     return f"{type(error).__name__}: {error.message}"
 
 
@@ -404,7 +407,7 @@ class VrpEngine:
         """A mandate's payments, oldest first."""
         return await self._run(lambda tx: tx.vrp_payments.for_mandate(mandate_id), write=False)
 
-    def _retry_at(self, now: datetime, attempts: int) -> datetime:
+    def retry_at(self, now: datetime, attempts: int) -> datetime:
         return now + timedelta(seconds=self.settings.retry_delay(attempts))
 
     # -- mandates -----------------------------------------------------------------------------------------------
@@ -413,13 +416,13 @@ class VrpEngine:
         """Take a mandate request: stored once per mandate_id (a duplicate changes nothing), then B1.
 
         An invalid request with a readable mandate_id is stored as INVALID and publishes INVALID; without one,
-        `InvalidRequest` is raised for the caller to dead-letter.
+        `InvalidRequestError` is raised for the caller to dead-letter.
         """
         now = self.now()
         try:
             req = parse_mandate(request)
             integration = self.ctx.banks.integration(req.integration)
-        except InvalidRequest as exc:
+        except InvalidRequestError as exc:
             return await self._invalid_mandate(request, exc.mandate_id, list(exc.problems), now)
         except UnknownIntegrationError:
             problem = f"integration: {req.integration!r} is not configured"
@@ -462,7 +465,7 @@ class VrpEngine:
         self, request: Mapping[str, Any], mandate_id: str | None, problems: list[str], now: datetime
     ) -> MandateOutcome:
         if not mandate_id:
-            raise InvalidRequest(problems)
+            raise InvalidRequestError(problems)
         try:
             document: Any = json_text(request) if isinstance(request, Mapping) else {"request": repr(request)}
         except (TypeError, ValueError):
@@ -504,43 +507,25 @@ class VrpEngine:
 
         When another instance holds the mandate's lease, or nothing is due, it is returned as stored.
         """
-        now = self.now()
-
-        def acquire(tx: StoreTx) -> VrpMandate | None:
-            current = tx.mandates.require(mandate_id)
-            if current.next_action_at is None or current.next_action_at > now:
-                return None
-            return tx.mandates.acquire(mandate_id, owner=self.owner, now=now, lease_seconds=self.settings.lease_seconds)
-
-        leased = await self._run(acquire)
+        work = MandateWork(self)
+        leased = await work.acquire(mandate_id, owner=self.owner)
         if leased is None:
             return await self.mandate(mandate_id)
-        return await self._leased(
-            self._step_mandate(leased), lambda tx: tx.mandates.release(mandate_id, owner=self.owner)
-        )
-
-    async def _leased(self, step: Awaitable[T], release: Callable[[StoreTx], bool]) -> T:
-        """Run a step holding a lease; give the lease back after it (not after a crash: it then runs out)."""
-        try:
-            result = await step
-        except Exception:
-            await self._run(release)
-            raise
-        await self._run(release)
+        result: VrpMandate = await work.run(leased, owner=self.owner)
         return result
 
-    async def _step_mandate(self, mandate: VrpMandate) -> VrpMandate:
+    async def step_mandate(self, mandate: VrpMandate, owner: str) -> VrpMandate:
         try:
             if mandate.state == Mandate.RECEIVED:
-                return await self._create_consent(mandate)
+                return await self._create_consent(mandate, owner)
             if mandate.state == Mandate.AWAITING_AUTHORIZATION:
-                return await self._watch_authorization(mandate)
+                return await self._watch_authorization(mandate, owner)
             return mandate
         except VersionConflictError:
             # Moved meanwhile (e.g. the callback authorised it): its new state decides what comes next.
             return await self.mandate(mandate.mandate_id)
 
-    async def _create_consent(self, mandate: VrpMandate) -> VrpMandate:
+    async def _create_consent(self, mandate: VrpMandate, owner: str) -> VrpMandate:
         """B1, recorded before and after; a lost answer is resolved by repeating it with the same key."""
         mandate_id = mandate.mandate_id
         req = mandate_request(mandate)
@@ -571,7 +556,7 @@ class VrpEngine:
                     idempotency_key=effect.idempotency_key,
                 )
         except bank_errors.BankError as error:
-            return await self._consent_failed(mandate, error)
+            return await self._consent_failed(mandate, error, owner)
         self.ctx.checkpoint("create_vrp_consent:after", mandate_id)
         now = self.now()
         deadline = mandate.authorization_deadline
@@ -585,7 +570,7 @@ class VrpEngine:
                 mandate,
                 Mandate.AWAITING_AUTHORIZATION,
                 now=now,
-                owner=self.owner,
+                owner=owner,
                 authorization_url=self.approval_url(mandate),
                 consent_id=consent.consent_id,
                 bank_status=consent.status,
@@ -597,7 +582,7 @@ class VrpEngine:
         log.info("VRP consent created; authorization required", mandate_id=mandate_id, consent_id=consent.consent_id)
         return moved
 
-    async def _consent_failed(self, mandate: VrpMandate, error: bank_errors.BankError) -> VrpMandate:
+    async def _consent_failed(self, mandate: VrpMandate, error: bank_errors.BankError, owner: str) -> VrpMandate:
         now = self.now()
         reason = _describe(error)
         if _semantic(error):
@@ -609,7 +594,7 @@ class VrpEngine:
                     mandate,
                     Mandate.INVALID,
                     now=now,
-                    owner=self.owner,
+                    owner=owner,
                     reason=f"the bank refused the consent: {reason}",
                 )
 
@@ -623,10 +608,10 @@ class VrpEngine:
                 mandate.mandate_id,
                 expected_version=mandate.version,
                 now=now,
-                owner=self.owner,
+                owner=owner,
                 attempts=mandate.attempts + 1,
                 last_error=reason,
-                next_action_at=self._retry_at(now, mandate.attempts),
+                next_action_at=self.retry_at(now, mandate.attempts),
             )
 
         log.warning(
@@ -637,7 +622,7 @@ class VrpEngine:
         )
         return await self._run(reschedule)
 
-    async def _watch_authorization(self, mandate: VrpMandate) -> VrpMandate:
+    async def _watch_authorization(self, mandate: VrpMandate, owner: str) -> VrpMandate:
         """While awaiting the approver: read the consent (B3); Rejected at the bank ends the mandate, and so
         does the authorization deadline (EXPIRED)."""
         assert mandate.consent_id is not None
@@ -659,7 +644,7 @@ class VrpEngine:
 
             def end(tx: StoreTx) -> VrpMandate:
                 moved = move_mandate_tx(
-                    tx, mandate, target, now=now, owner=self.owner, reason=reason, bank_status=bank_status
+                    tx, mandate, target, now=now, owner=owner, reason=reason, bank_status=bank_status
                 )
                 settle_parked_payments(tx, moved, now=now)
                 return moved
@@ -672,23 +657,23 @@ class VrpEngine:
                 mandate.mandate_id,
                 expected_version=mandate.version,
                 now=now,
-                owner=self.owner,
+                owner=owner,
                 bank_status=bank_status or mandate.bank_status,
                 next_action_at=later if deadline is None else min(later, deadline),
             )
         )
 
     async def wait_for_mandate(
-        self, mandate_id: str, *, timeout: float | None = None, interval: float = 0.5
+        self, mandate_id: str, *, max_seconds: float | None = None, interval: float = 0.5
     ) -> VrpMandate:
         """Wait until the mandate is AUTHORIZED or ended (taking its due steps meanwhile); the mandate then, or
-        as it stands when `timeout` seconds (of the engine's clock) have passed."""
+        as it stands when `max_seconds` (of the engine's clock) have passed."""
         started = self.now()
         while True:
             mandate = await self.advance_mandate(mandate_id)
             if mandate.state == Mandate.AUTHORIZED or mandate_terminal(mandate.state):
                 return mandate
-            if timeout is not None and (self.now() - started).total_seconds() >= timeout:
+            if max_seconds is not None and (self.now() - started).total_seconds() >= max_seconds:
                 return mandate
             await self._sleep(interval)
 
@@ -700,7 +685,7 @@ class VrpEngine:
         now = self.now()
         try:
             req = parse_payment(request)
-        except InvalidRequest as exc:
+        except InvalidRequestError as exc:
             return await self._invalid_payment(request, exc, now)
         digest = sha256_hex(dump_json(req.document()))
 
@@ -710,7 +695,7 @@ class VrpEngine:
             if existing is not None:
                 return PaymentOutcome(existing, False, existing.request_sha256 == digest)
             if mandate is None:
-                reason = f"mandate {req.mandate_id} is unknown"
+                unknown = f"mandate {req.mandate_id} is unknown"
                 record = status_record(
                     mandate_id=req.mandate_id,
                     payment_id=req.payment_id,
@@ -718,10 +703,10 @@ class VrpEngine:
                     occurred_at=now,
                     amount=req.amount,
                     currency=req.currency,
-                    reason=reason,
+                    reason=unknown,
                 )
                 tx.outbox.append(VRP_STATUS_TOPIC, req.mandate_id, record, now=now, event_id=record["event_id"])
-                return PaymentOutcome(None, False, True, reason)
+                return PaymentOutcome(None, False, True, unknown)
             target, status, reason = place_payment(tx, mandate, req, now)
             enter_payment(target, status)
             due: datetime | None = None
@@ -773,7 +758,9 @@ class VrpEngine:
             return PaymentOutcome(await self.advance_payment(req.payment_id), True, True, None)
         return outcome
 
-    async def _invalid_payment(self, request: Mapping[str, Any], exc: InvalidRequest, now: datetime) -> PaymentOutcome:
+    async def _invalid_payment(
+        self, request: Mapping[str, Any], exc: InvalidRequestError, now: datetime
+    ) -> PaymentOutcome:
         if not exc.payment_id or not exc.mandate_id:
             raise exc
         payment_id, mandate_id = exc.payment_id, exc.mandate_id
@@ -823,37 +810,27 @@ class VrpEngine:
 
     async def advance_payment(self, payment_id: str) -> VrpPayment:
         """Take the payment's next steps if it is due (check a parked payment, B2, read its status)."""
-        now = self.now()
-
-        def acquire(tx: StoreTx) -> VrpPayment | None:
-            current = tx.vrp_payments.require(payment_id)
-            if current.next_action_at is None or current.next_action_at > now:
-                return None
-            return tx.vrp_payments.acquire(
-                payment_id, owner=self.owner, now=now, lease_seconds=self.settings.lease_seconds
-            )
-
-        leased = await self._run(acquire)
+        work = VrpPaymentWork(self)
+        leased = await work.acquire(payment_id, owner=self.owner)
         if leased is None:
             return await self.payment(payment_id)
-        return await self._leased(
-            self._step_payment(leased), lambda tx: tx.vrp_payments.release(payment_id, owner=self.owner)
-        )
+        result: VrpPayment = await work.run(leased, owner=self.owner)
+        return result
 
-    async def _step_payment(self, payment: VrpPayment) -> VrpPayment:
+    async def step_payment(self, payment: VrpPayment, owner: str) -> VrpPayment:
         try:
             if payment.state == Payment.RECEIVED:
-                payment = await self._recheck_parked(payment)
+                payment = await self._recheck_parked(payment, owner)
             if payment.state == Payment.SUBMITTED:
-                payment = await self._create_vrp(payment)
-            if payment.state == Payment.PENDING and payment.next_action_at is not None:
-                if payment.next_action_at <= self.now():
-                    payment = await self._read_vrp(payment)
+                payment = await self._create_vrp(payment, owner)
+            due = payment.next_action_at
+            if payment.state == Payment.PENDING and due is not None and due <= self.now():
+                payment = await self._read_vrp(payment, owner)
             return payment
         except VersionConflictError:
             return await self.payment(payment.payment_id)
 
-    async def _recheck_parked(self, payment: VrpPayment) -> VrpPayment:
+    async def _recheck_parked(self, payment: VrpPayment, owner: str) -> VrpPayment:
         now = self.now()
 
         def recheck(tx: StoreTx) -> VrpPayment:
@@ -867,7 +844,7 @@ class VrpEngine:
                     current.payment_id,
                     expected_version=current.version,
                     now=now,
-                    owner=self.owner,
+                    owner=owner,
                     next_action_at=now + timedelta(seconds=self.settings.poll_max),
                 )
             return move_payment_tx(
@@ -876,7 +853,7 @@ class VrpEngine:
                 target,
                 status,
                 now=now,
-                owner=self.owner,
+                owner=owner,
                 consent_id=mandate.consent_id,
                 reason=reason,
                 next_action_at=now if target is Payment.SUBMITTED else None,
@@ -884,7 +861,7 @@ class VrpEngine:
 
         return await self._run(recheck)
 
-    async def _create_vrp(self, payment: VrpPayment) -> VrpPayment:
+    async def _create_vrp(self, payment: VrpPayment, owner: str) -> VrpPayment:
         """B2 with the consent's auth-code token (refreshed when due), recorded before and after."""
         payment_id = payment.payment_id
         mandate = await self.mandate(payment.mandate_id)
@@ -903,7 +880,7 @@ class VrpEngine:
                     payment_id,
                     expected_version=current.version,
                     now=now,
-                    owner=self.owner,
+                    owner=owner,
                     idempotency_key=effect.idempotency_key,
                 )
             return effect, current
@@ -943,7 +920,9 @@ class VrpEngine:
                     )
                     vrp = await create(await self.access_token(bank, consent_id, force=True))
         except TokenUnavailableError as error:
-            return await self._payment_refused(payment, mandate, Payment.FAILED, VrpStatus.PAYMENT_REJECTED, str(error))
+            return await self._payment_refused(
+                payment, mandate, Payment.FAILED, VrpStatus.PAYMENT_REJECTED, str(error), owner
+            )
         except bank_errors.BankError as error:
             if _semantic(error):
                 limit = isinstance(error, bank_errors.FailsControlParameters)
@@ -952,8 +931,8 @@ class VrpEngine:
                     where = f" ({error.errors[0].path})"
                 reason = f"the bank refused the payment: {_describe(error)}{where}"
                 status = VrpStatus.LIMIT_EXCEEDED if limit else VrpStatus.PAYMENT_REJECTED
-                return await self._payment_refused(payment, mandate, Payment.REJECTED, status, reason)
-            return await self._payment_retry_later(payment, error)
+                return await self._payment_refused(payment, mandate, Payment.REJECTED, status, reason, owner)
+            return await self._payment_retry_later(payment, error, owner)
         self.ctx.checkpoint("create_vrp:after", payment_id)
         now = self.now()
         target = payment_state_of_bank_status(vrp.status)
@@ -971,7 +950,7 @@ class VrpEngine:
                 target,
                 status,
                 now=now,
-                owner=self.owner,
+                owner=owner,
                 consent_id=consent_id,
                 domestic_vrp_id=vrp.domestic_vrp_id,
                 bank_status=vrp.status,
@@ -989,7 +968,7 @@ class VrpEngine:
         return moved
 
     async def _payment_refused(
-        self, payment: VrpPayment, mandate: VrpMandate, target: Payment, status: VrpStatus, reason: str
+        self, payment: VrpPayment, mandate: VrpMandate, target: Payment, status: VrpStatus, reason: str, owner: str
     ) -> VrpPayment:
         now = self.now()
 
@@ -1001,7 +980,7 @@ class VrpEngine:
                 target,
                 status,
                 now=now,
-                owner=self.owner,
+                owner=owner,
                 consent_id=mandate.consent_id,
                 reason=reason,
             )
@@ -1009,7 +988,7 @@ class VrpEngine:
         log.warning("VRP payment refused", payment_id=payment.payment_id, status=status.value, reason=reason)
         return await self._run(refuse)
 
-    async def _payment_retry_later(self, payment: VrpPayment, error: bank_errors.BankError) -> VrpPayment:
+    async def _payment_retry_later(self, payment: VrpPayment, error: bank_errors.BankError, owner: str) -> VrpPayment:
         now = self.now()
         reason = _describe(error)
 
@@ -1019,10 +998,10 @@ class VrpEngine:
                 payment.payment_id,
                 expected_version=payment.version,
                 now=now,
-                owner=self.owner,
+                owner=owner,
                 attempts=payment.attempts + 1,
                 last_error=reason,
-                next_action_at=self._retry_at(now, payment.attempts),
+                next_action_at=self.retry_at(now, payment.attempts),
             )
 
         log.warning(
@@ -1033,7 +1012,7 @@ class VrpEngine:
         )
         return await self._run(reschedule)
 
-    async def _read_vrp(self, payment: VrpPayment) -> VrpPayment:
+    async def _read_vrp(self, payment: VrpPayment, owner: str) -> VrpPayment:
         """Read the domestic VRP; COMPLETED or REJECTED when the bank says so, else read again later."""
         assert payment.domestic_vrp_id is not None
         mandate = await self.mandate(payment.mandate_id)
@@ -1049,10 +1028,10 @@ class VrpEngine:
                     payment.payment_id,
                     expected_version=payment.version,
                     now=now,
-                    owner=self.owner,
+                    owner=owner,
                     attempts=payment.attempts + 1,
                     last_error=reason,
-                    next_action_at=self._retry_at(now, payment.attempts),
+                    next_action_at=self.retry_at(now, payment.attempts),
                 )
             )
         target = payment_state_of_bank_status(vrp.status)
@@ -1063,7 +1042,7 @@ class VrpEngine:
                     payment.payment_id,
                     expected_version=payment.version,
                     now=now,
-                    owner=self.owner,
+                    owner=owner,
                     attempts=payment.attempts + 1,
                     bank_status=vrp.status,
                     next_action_at=now + wait,
@@ -1077,7 +1056,7 @@ class VrpEngine:
                 target,
                 status,
                 now=now,
-                owner=self.owner,
+                owner=owner,
                 consent_id=mandate.consent_id,
                 bank_status=vrp.status,
                 reason=f"the bank reports the payment {vrp.status}" if target is Payment.REJECTED else None,
@@ -1086,16 +1065,16 @@ class VrpEngine:
         log.info("VRP payment ended", payment_id=payment.payment_id, state=target.value, bank_status=vrp.status)
         return moved
 
-    async def follow_payment(self, payment_id: str, *, timeout: float | None = None) -> VrpPayment:
+    async def follow_payment(self, payment_id: str, *, max_seconds: float | None = None) -> VrpPayment:
         """Take the payment's steps as they come due until it ends; the payment then, or as it stands when
-        `timeout` seconds (of the engine's clock) have passed."""
+        `max_seconds` (of the engine's clock) have passed."""
         started = self.now()
         while True:
             payment = await self.advance_payment(payment_id)
             if payment_terminal(payment.state):
                 return payment
             now = self.now()
-            if timeout is not None and (now - started).total_seconds() >= timeout:
+            if max_seconds is not None and (now - started).total_seconds() >= max_seconds:
                 return payment
             wait = self.settings.idle_interval
             if payment.next_action_at is not None:
@@ -1107,100 +1086,177 @@ class VrpEngine:
     # -- tokens -------------------------------------------------------------------------------------------------
 
     async def access_token(self, bank: BankClient, consent_id: str, *, force: bool = False) -> str:
-        """The consent's access token, refreshed first when expired or within the refresh margin (or `force`).
-
-        The refreshed tokens replace the stored ones atomically; when another instance refreshed first, its
-        tokens are used. A refused refresh grant raises `TokenUnavailableError`.
-        """
-        now = self.now()
-        tokens = await self._run(lambda tx: tx.tokens.get(consent_id), write=False)
-        if tokens is None:
-            raise TokenUnavailableError(f"no authorization-code token is stored for consent {consent_id}")
-        margin = float(bank.integration.token_refresh_margin)
-        if not force and not tokens.expires_within(now, margin):
-            return tokens.access_token
-        if tokens.refresh_token is None:
-            raise TokenUnavailableError(
-                f"the access token of consent {consent_id} expired and there is no refresh token"
-            )
+        """The consent's access token, refreshed first when expired or within the integration's
+        `token_refresh_margin` (or `force`: the bank refused it). Shared with flow A:
+        `processor.authorization.consent_access_token` replaces the stored tokens atomically, and uses the
+        winner's when another instance refreshed first. No token, or a refused refresh grant, raises
+        `TokenUnavailableError`; a transient failure of the refresh raises the bank's error (retried later)."""
         try:
-            fresh = await bank.refresh(tokens.refresh_token)
+            token = await consent_access_token(
+                self.ctx.store,
+                bank,
+                consent_id,
+                clock=self.ctx.clock,
+                margin=float(bank.integration.token_refresh_margin),
+                force_refresh=force,
+            )
+        except MissingTokensError as error:
+            raise TokenUnavailableError(str(error)) from error
         except bank_errors.OAuthError as error:
             raise TokenUnavailableError(
                 f"the refresh grant for consent {consent_id} was refused ({_describe(error)}); "
                 "the mandate must be authorised again"
             ) from error
-        if fresh.consent_id is not None and fresh.consent_id != consent_id:
-            raise TokenUnavailableError(f"the refreshed token names consent {fresh.consent_id}, not {consent_id}")
-        stored_at = self.now()
-
-        def replace(tx: StoreTx) -> Any:
-            try:
-                return tx.tokens.replace(
-                    tokens,
-                    access_token=fresh.access_token,
-                    expires_at=fresh.expires_at,
-                    now=stored_at,
-                    refresh_token=fresh.refresh_token,
-                    scope=fresh.scope or None,
-                )
-            except VersionConflictError:
-                return tx.tokens.get(consent_id)  # another instance refreshed first: use what it stored
-
-        current = await self._run(replace)
-        log.info("access token refreshed", consent_id=consent_id, expires_at=iso_ms(fresh.expires_at))
-        if current is None:
-            raise TokenUnavailableError(f"the tokens of consent {consent_id} were removed")
-        return str(current.access_token)
+        return token
 
     # -- the worker's tick ----------------------------------------------------------------------------------
 
     async def run_due(self, *, limit: int = 50) -> int:
         """Claim the mandates and payments due now (up to `limit` of each) and take their steps, at most
-        `concurrency` at once. Returns how many were worked on."""
-        now = self.now()
-        lease = self.settings.lease_seconds
-        mandates = await self._run(
-            lambda tx: tx.mandates.claim_due(
-                now=now,
-                owner=self.owner,
-                limit=limit,
-                lease_seconds=lease,
-                states=[Mandate.RECEIVED.value, Mandate.AWAITING_AUTHORIZATION.value],
-            )
-        )
-        payments = await self._run(
-            lambda tx: tx.vrp_payments.claim_due(
-                now=now,
-                owner=self.owner,
-                limit=limit,
-                lease_seconds=lease,
-                states=[Payment.RECEIVED.value, Payment.SUBMITTED.value, Payment.PENDING.value],
-            )
-        )
+        `concurrency` at once; returns how many were worked on. (A `processor.engine.worker.Worker` given
+        `MandateWork(engine)` and `VrpPaymentWork(engine)` does the same continuously.)"""
         gate = asyncio.Semaphore(self.settings.concurrency)
+        total = 0
+        sources: tuple[_VrpWork, ...] = (MandateWork(self), VrpPaymentWork(self))
+        for source in sources:
+            items = await source.claim(owner=self.owner, limit=limit)
+            total += len(items)
 
-        async def mandate_step(m: VrpMandate) -> None:
-            async with gate:
-                await self._leased(
-                    self._step_mandate(m), lambda tx: tx.mandates.release(m.mandate_id, owner=self.owner)
-                )
+            async def one(item: Any, source: _VrpWork = source) -> None:
+                async with gate:
+                    await source.run(item, owner=self.owner)
 
-        async def payment_step(p: VrpPayment) -> None:
-            async with gate:
-                await self._leased(
-                    self._step_payment(p), lambda tx: tx.vrp_payments.release(p.payment_id, owner=self.owner)
-                )
+            await asyncio.gather(*(one(item) for item in items))
+        return total
 
-        results = await asyncio.gather(
-            *(mandate_step(m) for m in mandates), *(payment_step(p) for p in payments), return_exceptions=True
+
+class _VrpWork:
+    """Shared lease plumbing of the two VRP work sources (`processor.engine.worker.WorkSource`)."""
+
+    kind = ""
+    states: tuple[str, ...] = ()
+
+    def __init__(self, engine: VrpEngine) -> None:
+        self.engine = engine
+
+    def _repo(self, tx: StoreTx) -> Any:
+        raise NotImplementedError
+
+    async def _step(self, item: Any, owner: str) -> Any:
+        raise NotImplementedError
+
+    async def claim(self, *, owner: str, limit: int) -> list[Any]:
+        """Lease up to `limit` due items."""
+        now = self.engine.now()
+        lease = self.engine.settings.lease_seconds
+        states = list(self.states)
+        items: list[Any] = await self.engine.ctx.store.arun(
+            lambda tx: self._repo(tx).claim_due(now=now, owner=owner, limit=limit, lease_seconds=lease, states=states)
         )
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result
-            if isinstance(result, Exception):
-                log.error("VRP step failed", error=f"{type(result).__name__}: {result}")
-        return len(mandates) + len(payments)
+        return items
+
+    async def acquire(self, key: str, *, owner: str) -> Any | None:
+        """Lease one item if it exists, is due and is free; else None."""
+        now = self.engine.now()
+        lease = self.engine.settings.lease_seconds
+
+        def work(tx: StoreTx) -> Any | None:
+            repo = self._repo(tx)
+            current = repo.get(key)
+            if current is None or current.next_action_at is None or current.next_action_at > now:
+                return None
+            return repo.acquire(key, owner=owner, now=now, lease_seconds=lease)
+
+        return await self.engine.ctx.store.arun(work)
+
+    async def renew(self, key: str, *, owner: str) -> bool:
+        """Extend a held lease; False when it was lost."""
+        now = self.engine.now()
+        lease = self.engine.settings.lease_seconds
+        renewed = await self.engine.ctx.store.arun(
+            lambda tx: self._repo(tx).renew(key, owner=owner, now=now, lease_seconds=lease)
+        )
+        return bool(renewed)
+
+    async def release(self, key: str, *, owner: str) -> None:
+        """Give a lease back."""
+        await self.engine.ctx.store.arun(lambda tx: self._repo(tx).release(key, owner=owner))
+
+    async def run(self, item: Any, *, owner: str) -> Any:
+        """Advance a leased item as far as it goes now, then give the lease back. An unexpected error (a bug,
+        the database) is recorded as `last_error` and the item retried later. A crash (the process killed, or
+        a BaseException from a test's checkpoint) leaves the lease to run out."""
+        key = str(item.key)
+        try:
+            result = await self._step(item, owner)
+        except Exception as exc:
+            log.exception("VRP step crashed", kind=self.kind, key=key)
+            await self._after_crash(key, owner, exc)
+            return await self.engine.ctx.store.arun(lambda tx: self._repo(tx).require(key), write=False)
+        await self.release(key, owner=owner)
+        return result
+
+    async def _after_crash(self, key: str, owner: str, exc: Exception) -> None:
+        now = self.engine.now()
+        reason = f"internal error: {type(exc).__name__}: {exc}"[:2000]
+
+        def reschedule(tx: StoreTx) -> None:
+            repo = self._repo(tx)
+            current = repo.get(key)
+            if current is None or current.lease_owner != owner:
+                return
+            repo.update(
+                key,
+                expected_version=current.version,
+                now=now,
+                owner=owner,
+                release_lease=True,
+                attempts=current.attempts + 1,
+                last_error=reason,
+                next_action_at=self.engine.retry_at(now, current.attempts),
+            )
+
+        try:
+            await self.engine.ctx.store.arun(reschedule)
+        except Exception:
+            log.exception("could not reschedule after a crashed VRP step", kind=self.kind, key=key)
+
+
+class MandateWork(_VrpWork):
+    """VRP mandates as leased work: B1 for new ones, the authorization watch for waiting ones."""
+
+    kind = "vrp_mandate"
+    states = (Mandate.RECEIVED.value, Mandate.AWAITING_AUTHORIZATION.value)
+
+    def _repo(self, tx: StoreTx) -> Any:
+        return tx.mandates
+
+    async def _step(self, item: Any, owner: str) -> Any:
+        return await self.engine.step_mandate(item, owner)
+
+
+class VrpPaymentWork(_VrpWork):
+    """VRP payments as leased work: parked ones re-checked, submitted ones paid (B2), pending ones read."""
+
+    kind = "vrp_payment"
+    states = (Payment.RECEIVED.value, Payment.SUBMITTED.value, Payment.PENDING.value)
+
+    def _repo(self, tx: StoreTx) -> Any:
+        return tx.vrp_payments
+
+    async def _step(self, item: Any, owner: str) -> Any:
+        return await self.engine.step_payment(item, owner)
+
+
+def attach_vrp(engine: Engine, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> VrpEngine:
+    """Plug flow B into an assembled engine (`processor.engine.assembly.build_engine`): the "mandate" kind of
+    approval links and callbacks, and mandates and payments as work for its workers. Returns the VRP engine
+    (for `submit_mandate`, `submit_payment` and friends; `sleep` is what its waiting loops sleep with)."""
+    vrp = VrpEngine(engine.ctx, sleep=sleep, owner=f"vrp-{uuid.uuid4().hex[:12]}")
+    engine.kinds.register(KIND, MandateAuthorizationHooks())
+    engine.add_source(MandateWork(vrp))
+    engine.add_source(VrpPaymentWork(vrp))
+    return vrp
 
 
 __all__ = [
@@ -1208,10 +1264,13 @@ __all__ = [
     "MandateAuthorizationHooks",
     "MandateOutcome",
     "MandateStateError",
+    "MandateWork",
     "NotFoundError",
     "PaymentOutcome",
     "TokenUnavailableError",
     "VrpEngine",
+    "VrpPaymentWork",
+    "attach_vrp",
     "emit_payment_status",
     "mandate_request",
     "move_mandate_tx",

@@ -2,7 +2,7 @@
 
 - `parse_mandate` / `parse_payment` read a mandate request (`vrp.mandates`) or a payment instruction
   (`vrp.payments`), as a decoded Avro record (datetimes, Decimals) or as JSON (ISO 8601 strings, decimal
-  strings or numbers parsed as Decimal). Every problem is reported, not just the first (`InvalidRequest`).
+  strings or numbers parsed as Decimal). Every problem is reported, not just the first (`InvalidRequestError`).
 - `MandateRequest.document()` / `PaymentRequest.document()` give the normalised form the store keeps; parsing it
   again gives the same request, so a resumed flow rebuilds byte-identical bank bodies.
 - `consent_parts` (B1) and `payment_parts` (B2) build the bank's bodies; `limits_of` gives the client-side
@@ -44,7 +44,7 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 _SORT_CODE_ACCOUNT = re.compile(r"[0-9]{14}")
 
 
-class InvalidRequest(ValueError):
+class InvalidRequestError(ValueError):
     """A request that cannot be processed; `problems` lists every fault as `field: problem`.
 
     `mandate_id` / `payment_id` are set when they could be read, so the engine can still publish INVALID.
@@ -105,7 +105,7 @@ class _Reader:
         if value is None:
             self.fail(name, "is required")
             return None
-        if isinstance(value, bool) or isinstance(value, float):
+        if isinstance(value, bool | float):
             self.fail(name, "must be a decimal (a string or an exact number), never a float")
             return None
         if not isinstance(value, Decimal | int | str):
@@ -240,9 +240,9 @@ class MandateRequest:
 
 
 def parse_mandate(doc: Mapping[str, Any]) -> MandateRequest:
-    """Read and check a mandate request; `InvalidRequest` listing every problem."""
+    """Read and check a mandate request; `InvalidRequestError` listing every problem."""
     if not isinstance(doc, Mapping):
-        raise InvalidRequest([f"request: must be an object, not {type(doc).__name__}"])
+        raise InvalidRequestError([f"request: must be an object, not {type(doc).__name__}"])
     r = _Reader(doc)
     mandate_id = r.text(doc, "mandate_id", "mandate_id", max_len=MANDATE_ID_MAX)
     integration = r.text(doc, "integration", "integration", max_len=200)
@@ -301,7 +301,7 @@ def parse_mandate(doc: Mapping[str, Any]) -> MandateRequest:
     requested_at = r.instant(doc, "requested_at", "requested_at", optional=True)
     source = r.text(doc, "source", "source", max_len=200, optional=True)
     if r.problems:
-        raise InvalidRequest(r.problems, mandate_id=mandate_id or _id(doc, "mandate_id"))
+        raise InvalidRequestError(r.problems, mandate_id=mandate_id or _id(doc, "mandate_id"))
     assert mandate_id and integration and currency and creditor and maximum and reference
     assert valid_from is not None and valid_to is not None
     return MandateRequest(
@@ -412,9 +412,9 @@ class PaymentRequest:
 
 
 def parse_payment(doc: Mapping[str, Any]) -> PaymentRequest:
-    """Read and check a payment instruction; `InvalidRequest` listing every problem."""
+    """Read and check a payment instruction; `InvalidRequestError` listing every problem."""
     if not isinstance(doc, Mapping):
-        raise InvalidRequest([f"request: must be an object, not {type(doc).__name__}"])
+        raise InvalidRequestError([f"request: must be an object, not {type(doc).__name__}"])
     r = _Reader(doc)
     payment_id = r.text(doc, "payment_id", "payment_id", max_len=ID_MAX)
     mandate_id = r.text(doc, "mandate_id", "mandate_id", max_len=MANDATE_ID_MAX)
@@ -424,7 +424,7 @@ def parse_payment(doc: Mapping[str, Any]) -> PaymentRequest:
     remittance = r.text(doc, "remittance", "remittance", max_len=UNSTRUCTURED_MAX, optional=True)
     requested_at = r.instant(doc, "requested_at", "requested_at", optional=True)
     if r.problems:
-        raise InvalidRequest(
+        raise InvalidRequestError(
             r.problems,
             mandate_id=mandate_id or _id(doc, "mandate_id"),
             payment_id=payment_id or _id(doc, "payment_id"),

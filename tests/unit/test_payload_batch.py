@@ -213,3 +213,33 @@ def test_a_record_through_the_avro_contract_parses_unchanged() -> None:
     assert batch_from_dict(record) == batch_from_dict(data)
     amounts = [t.amount for t in batch_from_dict(record).transactions]
     assert amounts == [Decimal("1500.50"), Decimal("250.00")] and all(type(a) is Decimal for a in amounts)
+
+
+def test_the_fast_row_path_and_the_generic_reader_agree() -> None:
+    from types import MappingProxyType
+
+    variants: list[dict[str, Any]] = [
+        {"amount": 7},
+        {"amount": Decimal("0.10")},
+        {"amount": "12.50"},
+        {"employee_reference": None},
+        {"employee_reference": "E-9"},
+        {"account_type": None},
+        {"account_type": "MONETARY"},
+    ]
+    rows = []
+    for i, change in enumerate(variants):
+        dest = {"account_number": f"A{i}", "currency": "GTQ", "email": f"p{i}@example.com"}
+        row: dict[str, Any] = {"destination_account": dest, "amount": Decimal("1.00"), "concept": f"c{i}"}
+        if "account_type" in change:
+            dest["account_type"] = change.pop("account_type")
+        row.update(change)
+        rows.append(row)
+    fast = batch_from_dict(batch_dict(transactions=rows))
+    generic_rows = [
+        MappingProxyType({**r, "destination_account": MappingProxyType(r["destination_account"])}) for r in rows
+    ]
+    generic = batch_from_dict(batch_dict(transactions=generic_rows))
+    assert fast == generic
+    assert [t.amount for t in fast.transactions][:3] == [Decimal(7), Decimal("0.10"), Decimal("12.50")]
+    assert [t.account_type for t in fast.transactions][-2:] == ["SAVINGS", "MONETARY"]

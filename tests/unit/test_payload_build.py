@@ -217,3 +217,25 @@ def test_equal_amounts_written_differently_hash_the_same() -> None:
     rows = sample_batch().transactions
     other = sample_batch(transactions=(replace(rows[0], amount=Decimal("1500.5000")), *rows[1:]))
     assert prepare_file_payload(other).canonical == EXPECTED_CANONICAL
+
+
+@pytest.mark.parametrize("count", [4095, 4096, 4097, 10_001])
+def test_large_batches_across_render_slices(count: int) -> None:
+    concepts = ["Nómina", "plain", 'say "hi"', "tab\tend", "😀"]
+    transfers = tuple(
+        Transfer(
+            f"A{i}",
+            "SAVINGS" if i % 3 else "MONETARY",
+            "GTQ",
+            f"p{i}@example.com",
+            Decimal(i + 1) / 100,
+            f"{concepts[i % 5]} {i}",
+        )
+        for i in range(count)
+    )
+    payload = prepare_file_payload(sample_batch(transactions=transfers))
+    assert payload.canonical == canonicalize(payload.to_dict())
+    assert payload.upload_json(CONSENT_ID) == canonicalize(payload.upload_body(CONSENT_ID))
+    rows = json.loads(payload.canonical)["data"]["transaction"]
+    assert len(rows) == count and rows[-1]["destinationAccount"]["accountNumber"] == f"A{count - 1}"
+    assert payload.control_sum == Decimal(count * (count + 1) // 2) / 100

@@ -156,7 +156,7 @@ def json_spellings(draw: st.DrawFn, value: Any) -> str:
     return write(value)
 
 
-@PROPERTY
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_file_hash_is_stable_under_json_spelling(data: st.DataObject) -> None:
     value = data.draw(batch_dicts())

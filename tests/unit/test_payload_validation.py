@@ -71,7 +71,7 @@ def test_a_valid_batch_has_no_issues_and_a_proof() -> None:
     proof = validated(b)
     assert proof.batch is b
     assert proof.control_sum == Decimal("7502.50")
-    assert proof.amount_texts == ("1500.5",) * 5
+    assert list(proof.amount_texts) == ["1500.5"] * 5
 
 
 @pytest.mark.parametrize("amount", [Decimal(0), Decimal("0.00"), Decimal("-0.01"), Decimal(-100), Decimal("-0")])

@@ -1,0 +1,160 @@
+"""The `payroll.batches` consumer: each batch event is decoded and handed to the engine's intake, which stores it
+(RECEIVED, or INVALID with its status event in the same transaction); its offset moves only after that commit.
+
+    intake = EngineIntake(store, integrations=config.integrations)
+    consumer = batch_consumer(settings, intake)
+    consumer.run(stop)
+
+What happens to one message:
+
+- a new valid batch: flow RECEIVED (the worker takes it from there; the bank is never called here); the offset
+  moves after that commit;
+- a batch id already stored with the same content (a redelivery, a resubmission): nothing changes;
+- a new invalid batch: flow INVALID and an `INVALID` status event (outbox, same transaction), then a dead letter;
+  the offset moves after the dead letter's acknowledgement;
+- a batch id already stored as INVALID: a dead letter again (a crash may have lost the first one);
+- a batch id already stored with different content: nothing changes (never paid twice) and a dead letter says so
+  (never silently dropped);
+- undecodable bytes, a tombstone, no readable batch id: a dead letter only (no batch id to publish a status for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+import structlog
+from confluent_kafka import Message
+
+import schemas
+from consumers.loop import Accepted, AtLeastOnceConsumer, Rejected, consumer_config
+from processor.engine.intake import accept_batch, prepare_batch
+from processor.store import FlowState, Store
+from processor.validation import DEFAULT_LIMITS, ValidationLimits
+from producers.dlq import DeadLetterPublisher
+from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, producer_config
+
+log = structlog.get_logger("consumers.batches")
+
+Verdict = Literal["accepted", "duplicate", "invalid", "conflict"]
+
+
+@dataclass(frozen=True)
+class IntakeOutcome:
+    """What the intake did with one batch document."""
+
+    verdict: Verdict
+    batch_id: str | None
+    reason: str | None = None
+
+
+class BatchIntake(Protocol):
+    """Durably accepts a batch document (`processor.batch` shape) and says what became of it. Must not call the
+    bank; raises `StoreError` when the store cannot be reached (the message is then retried)."""
+
+    def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome: ...
+
+
+class Clock(Protocol):
+    """Anything that tells the current UTC time."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
+
+
+class _SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class EngineIntake:
+    """`BatchIntake` over the engine's `processor.engine.intake.accept_batch` (one event loop per instance, so it
+    can be called from the consumer's thread)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        integrations: Collection[str] | None = None,
+        limits: ValidationLimits = DEFAULT_LIMITS,
+        clock: Clock | None = None,
+    ) -> None:
+        self.store = store
+        self.integrations = None if integrations is None else frozenset(integrations)
+        self.limits = limits
+        self.clock: Clock = clock or _SystemClock()
+        self._runner = asyncio.Runner()
+
+    def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome:
+        """Store the batch (or recognise it) and classify the result."""
+        result = self._runner.run(
+            accept_batch(self.store, document, now=self.clock.now(), integrations=self.integrations, limits=self.limits)
+        )
+        batch_id = result.flow.batch_id if result.flow is not None else None
+        if result.flow is None or (result.created and result.status == FlowState.INVALID):
+            return IntakeOutcome("invalid", batch_id, result.reason)
+        if result.created:
+            return IntakeOutcome("accepted", batch_id)
+        if result.status == FlowState.INVALID:
+            # Stored as INVALID before: dead-letter again (the first dead letter may have been lost in a crash).
+            again = prepare_batch(document, integrations=self.integrations, limits=self.limits).reason
+            return IntakeOutcome("invalid", batch_id, again or f"batch {batch_id} was already refused as INVALID")
+        if not result.same_document:
+            return IntakeOutcome(
+                "conflict",
+                batch_id,
+                f"batch_id {batch_id} was already received with different content; this event changed nothing",
+            )
+        return IntakeOutcome("duplicate", batch_id)
+
+    def close(self) -> None:
+        """Close the event loop."""
+        self._runner.close()
+
+
+class BatchHandler:
+    """Decodes a `payroll.batches` message and hands it to the intake (see the module docstring)."""
+
+    def __init__(self, intake: BatchIntake) -> None:
+        self.intake = intake
+        self._codec = schemas.Codec(BATCHES_TOPIC)
+
+    def __call__(self, message: Message) -> Accepted | Rejected:
+        """Accept, or reject with the reason (the loop dead-letters it)."""
+        value = message.value()
+        if value is None:
+            return Rejected("tombstone: the message has no value")
+        try:
+            record = self._codec.decode(value)
+        except schemas.DecodeError as exc:
+            return Rejected(f"undecodable: {exc}")
+        outcome = self.intake(record)  # the decoded record is the engine's batch document
+        if outcome.verdict in ("invalid", "conflict"):
+            return Rejected(f"{outcome.verdict}: {outcome.reason}", outcome.batch_id)
+        key = message.key()
+        if key is not None and outcome.batch_id is not None and key != outcome.batch_id.encode("utf-8"):
+            log.warning("batch_key_mismatch", batch_id=outcome.batch_id)  # order per batch relies on the key
+        log.info("batch_consumed", batch_id=outcome.batch_id, outcome=outcome.verdict)
+        return Accepted(outcome.verdict)
+
+
+def batch_consumer(
+    settings: KafkaSettings,
+    intake: BatchIntake,
+    *,
+    dead_letters: DeadLetterPublisher | None = None,
+    **options: Any,
+) -> AtLeastOnceConsumer:
+    """A consumer of the deployment's `payroll.batches` topic that dead-letters to its `payroll.batches.dlq`."""
+    sink = dead_letters or DeadLetterPublisher(producer_config(settings, "dlq"), topic=settings.topic(DLQ_TOPIC))
+    return AtLeastOnceConsumer(
+        consumer_config(settings, "batches"),
+        [settings.topic(BATCHES_TOPIC)],
+        BatchHandler(intake),
+        sink,
+        **options,
+    )

@@ -1,0 +1,268 @@
+"""An at-least-once Kafka consumer loop: a message's offset is committed only after its handler durably accepted
+it, or after its dead letter was acknowledged. A poison message never stops the loop.
+
+    consumer = AtLeastOnceConsumer(consumer_config(settings, "batches"), [topic], handler, dead_letters)
+    stop = threading.Event()
+    install_sigterm(stop)        # SIGTERM / Ctrl-C: stop polling, commit, leave the group
+    consumer.run(stop)
+
+The handler gets each message in partition order and answers `Accepted` (done: the offset may move) or
+`Rejected(reason)` (dead-letter it first). It must be quick and must not wait on the bank: the engine's intake only
+writes to the store, so the time between two polls stays far below `max.poll.interval.ms` whatever the bank does.
+
+Failures:
+- the handler raises `StoreError` (the database is down or busy), or the dead letter is not acknowledged: the
+  message is retried in place (seek back, back off up to `max_backoff` seconds, poll again), never skipped;
+- the handler raises anything else (a bug that this message triggers): retried `poison_attempts` times, then
+  dead-lettered with the exception as the reason, so one message cannot stop its partition for good.
+
+Offsets are committed synchronously, explicitly (the offset after each handled message), after every polled
+batch; on a rebalance the partitions being revoked are committed first, and on shutdown everything handled is
+committed before `close()` leaves the group. A redelivered message (after a crash between acceptance and commit)
+reaches the handler again, which recognises it (a duplicate batch id changes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Protocol
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from prometheus_client import Counter, Gauge
+
+from processor.store import StoreError
+from producers.dlq import DeadLetterError
+from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
+
+log = structlog.get_logger("consumers")
+
+CONSUMED = Counter("dispersion_consumed_messages_total", "Messages handled by the consumers", ["topic", "outcome"])
+CONSUMER_LAG = Gauge("dispersion_consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The message is durably taken care of (or was a duplicate): its offset may move."""
+
+    outcome: str = "accepted"  # a label for logs and metrics: accepted, duplicate, ...
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The message cannot be accepted: dead-letter it with `reason`, then move its offset."""
+
+    reason: str
+    batch_id: str | None = None
+
+
+Handler = Callable[[Message], Accepted | Rejected]
+
+
+class DeadLetterSink(Protocol):
+    """Where rejected messages go (`producers.dlq.DeadLetterPublisher`); returns only once acknowledged."""
+
+    def publish(self, message: Any, reason: str, *, batch_id: str | None = None) -> None: ...
+
+
+def consumer_config(settings: KafkaSettings, name: str, **extra: Any) -> dict[str, Any]:
+    """Consumer properties: manual commits, earliest start for a new group, large messages allowed."""
+    return settings.config(
+        **{
+            "group.id": settings.group_id,
+            "client.id": f"dispersion-{name}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "max.poll.interval.ms": 300_000,
+            "max.partition.fetch.bytes": MAX_MESSAGE_BYTES,
+            "fetch.max.bytes": MAX_MESSAGE_BYTES,
+            "statistics.interval.ms": 15_000,
+            "logger": librdkafka_logger(name),
+            **extra,
+        }
+    )
+
+
+def install_sigterm(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stop` (main thread only): the loop finishes its batch, commits and leaves."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def _record_lag(stats_json: str) -> None:
+    try:
+        stats = json.loads(stats_json)
+        for topic, data in stats.get("topics", {}).items():
+            for partition, pdata in data.get("partitions", {}).items():
+                lag = pdata.get("consumer_lag", -1)
+                if partition != "-1" and isinstance(lag, int) and lag >= 0:
+                    CONSUMER_LAG.labels(topic, partition).set(lag)
+    except (ValueError, AttributeError):
+        pass  # statistics are best effort
+
+
+class AtLeastOnceConsumer:
+    """A consumer-group member that hands messages to a handler and commits only what is done."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        topics: Sequence[str],
+        handler: Handler,
+        dead_letters: DeadLetterSink,
+        *,
+        max_batch: int = 100,
+        poll_timeout: float = 0.5,
+        max_backoff: float = 10.0,
+        poison_attempts: int = 3,
+    ) -> None:
+        self.topics = list(topics)
+        self.handler = handler
+        self.dead_letters = dead_letters
+        self.max_batch = max_batch
+        self.poll_timeout = poll_timeout
+        self.max_backoff = max_backoff
+        self.poison_attempts = poison_attempts
+        self._consumer = Consumer({"stats_cb": _record_lag, **config})
+        self._done: dict[tuple[str, int], int] = {}  # handled, not yet committed: next offset per partition
+        self._failures: dict[tuple[str, int, int], int] = {}  # (topic, partition, offset) -> failed attempts
+        self._backoff = 0.0
+        self._subscribed = False
+        self._closed = False
+        self.handled = 0
+
+    # -- group membership ---------------------------------------------------------------------------------------
+
+    def _subscribe(self) -> None:
+        if not self._subscribed:
+            self._consumer.subscribe(
+                self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+            self._subscribed = True
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("partitions_assigned", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = {(p.topic, p.partition) for p in partitions}
+        self.commit(only=revoked)
+        log.info("partitions_revoked", partitions=sorted(f"{t}[{p}]" for t, p in revoked))
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Another member owns them now; what we handled is redelivered there and recognised as duplicates.
+        for p in partitions:
+            self._done.pop((p.topic, p.partition), None)
+        log.warning("partitions_lost", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+
+    # -- committing ---------------------------------------------------------------------------------------------
+
+    def commit(self, only: set[tuple[str, int]] | None = None) -> None:
+        """Commit the offsets of handled messages (synchronously); a failure is logged, never raised, since the
+        messages will be redelivered and recognised."""
+        slots = [slot for slot in self._done if only is None or slot in only]
+        if not slots:
+            return
+        offsets = [TopicPartition(topic, partition, self._done[(topic, partition)]) for topic, partition in slots]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("commit_failed", error=str(exc.args[0] if exc.args else exc))
+        for slot in slots:
+            self._done.pop(slot, None)
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+
+    def poll_once(self, timeout: float | None = None) -> int:
+        """Poll one batch, handle it in order, commit; returns how many messages were handled."""
+        self._subscribe()
+        messages = self._consumer.consume(self.max_batch, self.poll_timeout if timeout is None else timeout)
+        handled = 0
+        for index, message in enumerate(messages):
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaException(error)
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer_error", error=str(error))
+                continue
+            if not self._handle(message):
+                self._rewind(messages[index:])
+                break
+            handled += 1
+        self.commit()
+        self.handled += handled
+        return handled
+
+    def _handle(self, message: Message) -> bool:
+        """Handle one message; False when it must be retried (the caller rewinds)."""
+        topic, partition, offset = message.topic() or "", message.partition() or 0, message.offset() or 0
+        slot = (topic, partition, offset)
+        try:
+            try:
+                verdict = self.handler(message)
+            except (StoreError, DeadLetterError):
+                raise
+            except Exception as exc:
+                attempts = self._failures.get(slot, 0) + 1
+                self._failures[slot] = attempts
+                log.exception("handler_failed", topic=topic, partition=partition, offset=offset, attempt=attempts)
+                if attempts < self.poison_attempts:
+                    return False
+                verdict = Rejected(f"processing failed {attempts} times: {type(exc).__name__}: {exc}")
+            if isinstance(verdict, Rejected):
+                self.dead_letters.publish(message, verdict.reason, batch_id=verdict.batch_id)
+                CONSUMED.labels(topic, "dead_letter").inc()
+            else:
+                CONSUMED.labels(topic, verdict.outcome).inc()
+        except (StoreError, DeadLetterError) as exc:
+            log.warning("message_retry_later", topic=topic, partition=partition, offset=offset, error=str(exc))
+            return False
+        self._failures.pop(slot, None)
+        self._done[(topic, partition)] = offset + 1
+        self._backoff = 0.0
+        return True
+
+    def _rewind(self, remaining: Sequence[Message]) -> None:
+        """Seek every partition in `remaining` back to its first unhandled message, so nothing is skipped."""
+        first: dict[tuple[str, int], int] = {}
+        for message in remaining:
+            if message.error() is None:
+                key = (message.topic() or "", message.partition() or 0)
+                first.setdefault(key, message.offset() or 0)
+        for (topic, partition), offset in first.items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:  # the partition was revoked meanwhile: its new owner reads it
+                log.warning("seek_failed", topic=topic, partition=partition, error=str(exc))
+        self._backoff = min(self.max_backoff, max(0.2, self._backoff * 2))
+
+    def run(self, stop: threading.Event) -> None:
+        """Consume until `stop` is set; then commit and leave the group."""
+        log.info("consumer_started", topics=self.topics)
+        try:
+            while not stop.is_set():
+                self.poll_once()
+                if self._backoff:
+                    stop.wait(self._backoff)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Commit what was handled and leave the group (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.commit()
+        self._consumer.close()
+        log.info("consumer_stopped", topics=self.topics, handled=self.handled)

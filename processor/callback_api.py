@@ -1,0 +1,182 @@
+"""The callback API: the client's public API of the spec ("Events"), an ASGI app (Starlette).
+
+- `GET /approve/{kind}/{flow_id}?t=<token>`: 302 to the bank's consent page (a fresh PAR each time), or an
+  HTML page saying why not (unknown link 404, deadline passed 410, already authorised 409, bank down 502/503);
+- `GET {redirect path}?code&state&iss` (or `?error&state`): the approver's browser after the decision; a small
+  HTML page;
+- `POST {redirect path}` `{"redirect_url": "..."}`: the bank's delivery of the same redirect; 200
+  `{"status": "success", "message"}`, or `{"status": "error", "error", "message"}` with a 4xx/5xx;
+- `GET /healthz`: `{"status": "ok"}`.
+
+The redirect path is the path part of each integration's `redirect_uri`. Malformed input (missing or repeated
+parameters, a body that is not JSON, a URL that is not ours) gets a 400 with a clear message, never a 500.
+Pages carry `Cache-Control: no-store`, `Referrer-Policy: no-referrer` (the approval token and the code must not
+leak to other sites) and a CSP that allows no scripts.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from processor.authorization import Authorizer, Outcome
+
+log = structlog.get_logger("processor.callback_api")
+
+MAX_BODY = 64 * 1024
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+}
+_TITLES = {
+    "authorized": "Authorization received",
+    "rejected": "Rejection received",
+    "duplicate": "Already received",
+}
+
+
+class BadInputError(ValueError):
+    """A request we cannot read; the message says what is wrong."""
+
+
+def _page(title: str, message: str, status: int) -> HTMLResponse:
+    body = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;max-width:40em;margin:4em auto;padding:0 1em}</style></head>"
+        f"<body><h1 id='title'>{html.escape(title)}</h1><p id='message'>{html.escape(message)}</p></body></html>"
+    )
+    return HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _single_values(pairs: Mapping[str, list[str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, values in pairs.items():
+        if len(values) != 1:
+            raise BadInputError(f"parameter {key!r} is repeated")
+        out[key] = values[0]
+    return out
+
+
+def _query(request: Request) -> dict[str, str]:
+    pairs: dict[str, list[str]] = {}
+    for key, value in request.query_params.multi_items():
+        pairs.setdefault(key, []).append(value)
+    return _single_values(pairs)
+
+
+def parse_redirect_url(raw: object, paths: Collection[str]) -> dict[str, str]:
+    """The query parameters of a POSTed `redirect_url`, which must be an http(s) URL on one of our paths."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise BadInputError("redirect_url must be a non-empty string")
+    if len(raw) > 8192:
+        raise BadInputError("redirect_url is too long")
+    parts = urlsplit(raw.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise BadInputError("redirect_url must be an absolute http(s) URL")
+    if parts.path not in paths:
+        raise BadInputError("redirect_url does not point at this API's redirect address")
+    return _single_values(parse_qs(parts.query, keep_blank_values=True))
+
+
+def create_app(
+    authorizer: Authorizer,
+    *,
+    redirect_paths: Collection[str],
+    health: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
+) -> Starlette:
+    """The callback API over an `Authorizer`; `redirect_paths`: the path parts of the integrations' redirect URIs."""
+    paths = frozenset(p or "/" for p in redirect_paths)
+    if not paths:
+        raise ValueError("at least one redirect path is needed")
+
+    async def approve(request: Request) -> Response:
+        kind = request.path_params["kind"]
+        flow_id = request.path_params["flow_id"]
+        try:
+            token = _query(request).get("t", "")
+            outcome = await authorizer.open_link(kind, flow_id, token)
+        except BadInputError as exc:
+            return _page("Invalid link", str(exc), 400)
+        except Exception:
+            log.exception("approval link failed")
+            return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
+        if outcome.location is not None:
+            return RedirectResponse(outcome.location, status_code=302, headers=SECURITY_HEADERS)
+        return _page(_title(outcome), outcome.message, outcome.status)
+
+    async def redirect_get(request: Request) -> Response:
+        try:
+            outcome = await authorizer.complete(_query(request))
+        except BadInputError as exc:
+            return _page("Invalid request", str(exc), 400)
+        except Exception:
+            log.exception("redirect handling failed")
+            return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
+        return _page(_title(outcome), outcome.message, outcome.status)
+
+    async def redirect_post(request: Request) -> Response:
+        try:
+            params = parse_redirect_url(await _json_field(request, "redirect_url"), paths)
+            outcome = await authorizer.complete(params)
+        except BadInputError as exc:
+            return _json_error(400, "invalid_request", str(exc))
+        except Exception:
+            log.exception("redirect delivery failed")
+            return _json_error(503, "temporarily_unavailable", "Something went wrong on our side; try again.")
+        if outcome.ok:
+            return JSONResponse({"status": "success", "message": outcome.message}, headers=SECURITY_HEADERS)
+        return _json_error(outcome.status, outcome.code, outcome.message)
+
+    async def healthz(request: Request) -> Response:
+        details = dict(await health()) if health is not None else {}
+        return JSONResponse({"status": "ok", **details})
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/approve/{kind}/{flow_id:path}", approve, methods=["GET"]),
+    ]
+    for path in sorted(paths):
+        routes.append(Route(path, redirect_get, methods=["GET"]))
+        routes.append(Route(path, redirect_post, methods=["POST"]))
+    return Starlette(routes=routes)
+
+
+def _title(outcome: Outcome) -> str:
+    if outcome.code in _TITLES:
+        return _TITLES[outcome.code]
+    return "Authorization" if outcome.ok else "This did not work"
+
+
+def _json_error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"status": "error", "error": code, "message": message}, status_code=status)
+
+
+async def _json_field(request: Request, name: str) -> object:
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        raise BadInputError("the body must be JSON (Content-Type: application/json)")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise BadInputError("the body is too large")
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise BadInputError("the body is not valid JSON") from None
+    if not isinstance(document, dict) or name not in document:
+        raise BadInputError(f'the body must be a JSON object with "{name}"')
+    return document[name]

@@ -1,0 +1,205 @@
+"""`dispersion status`: print the status events of `dispersion.status` (or `vrp.status`), decoded.
+
+    dispersion status [--config C] [--bootstrap HOST:PORT] [--batch ID] [--follow] [--new] [--json]
+                      [--until-terminal] [--vrp] [--topic T]
+
+Without `--follow` it prints the events the topic holds now and exits; with `--follow` it keeps printing them as
+they arrive until Ctrl-C or SIGTERM (or, with `--until-terminal --batch ID`, until that batch reaches a final
+status: exit 0 for COMPLETED, 1 for INVALID, REJECTED, EXPIRED or FAILED). `--new` skips the history.
+
+It reads every partition directly (no consumer group, nothing committed), so it never disturbs the processor and
+any number of people can watch. An event published twice (the outbox relay delivers at least once) is printed
+once: events are deduplicated on `event_id`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from types import FrameType
+from typing import IO, Any, Final
+
+TERMINAL: Final = {"COMPLETED": 0, "INVALID": 1, "REJECTED": 1, "EXPIRED": 1, "FAILED": 1}
+VRP_TERMINAL: Final = {"AUTHORIZED": 0, "REJECTED": 1, "EXPIRED": 1, "INVALID": 1}
+
+
+def _iso(moment: datetime) -> str:
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, datetime):
+        return _iso(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def as_json(record: Mapping[str, Any]) -> str:
+    """One event as a JSON line (amounts as decimal strings, instants as ISO 8601 UTC with milliseconds)."""
+    return json.dumps(_plain(record), ensure_ascii=False, separators=(",", ":"))
+
+
+def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
+    """One event as a human line: time, key, status, then the fields that are set."""
+    key = record.get("batch_id") or record.get("mandate_id") or "?"
+    occurred = record.get("occurred_at")
+    when = _iso(occurred) if isinstance(occurred, datetime) else str(occurred)
+    parts = [when, str(key), str(record.get("status"))]
+    labels = (
+        ("payment_id", "payment"),
+        ("consent_id", "consent"),
+        ("file_payment_id", "file_payment"),
+        ("domestic_vrp_id", "vrp"),
+        ("bank_status", "bank_status"),
+        ("number_of_transactions", "transactions"),
+    )
+    parts.extend(f"{label}={record[name]}" for name, label in labels if record.get(name) is not None)
+    if record.get("control_sum") is not None:
+        parts.append(f"control_sum={record['control_sum']} {record.get('currency') or ''}".rstrip())
+    if record.get("amount") is not None:
+        parts.append(f"amount={record['amount']} {record.get('currency') or ''}".rstrip())
+    if record.get("authorization_url"):
+        parts.append(f"approve at {record['authorization_url']}")
+    if record.get("reason"):
+        parts.append(f"reason: {record['reason']}")
+    results = record.get("transaction_results")
+    lines = ["  ".join(parts)]
+    if results:
+        counts: dict[str, int] = {}
+        for item in results:
+            counts[item["status"]] = counts.get(item["status"], 0) + 1
+        lines[0] += "  results: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        if details:
+            for item in results:
+                reference = item.get("employee_reference") or "-"
+                why = f"  {item['reason']}" if item.get("reason") else ""
+                lines.append(f"    #{item['index']} {reference} {item['amount']} {item['status']}{why}")
+    return "\n".join(lines)
+
+
+class _Stop(BaseException):
+    """SIGTERM arrived."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+def parser() -> argparse.ArgumentParser:
+    """Arguments of `dispersion status`."""
+    p = argparse.ArgumentParser(
+        prog="dispersion status", description="Print status events (dispersion.status or vrp.status), decoded."
+    )
+    p.add_argument("--config", help="configuration file (its [kafka] table)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--topic", help="topic to read (default: dispersion.status, or vrp.status with --vrp)")
+    p.add_argument("--vrp", action="store_true", help="VRP mandates and payments (vrp.status)")
+    p.add_argument("--batch", "--mandate", dest="key", help="only this batch id (or mandate id with --vrp)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing events as they arrive")
+    p.add_argument("--new", action="store_true", help="skip the events already on the topic")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--details", action="store_true", help="per-transaction results too")
+    p.add_argument(
+        "--until-terminal", action="store_true", help="with --batch: stop at its final status (exit 1 unless success)"
+    )
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker's metadata")
+    return p
+
+
+def main(argv: list[str], out: IO[str] | None = None) -> int:
+    """`dispersion status`."""
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+
+    import schemas
+    from producers.kafka import STATUS_TOPIC, VRP_STATUS_TOPIC, KafkaSetupError, librdkafka_logger, settings_from_config
+
+    args = parser().parse_args(argv)
+    out = out or sys.stdout
+    if args.until_terminal and not args.key:
+        print("dispersion status: --until-terminal needs --batch", file=sys.stderr)
+        return 2
+    logical = VRP_STATUS_TOPIC if args.vrp else STATUS_TOPIC
+    try:
+        settings = settings_from_config(args.config, bootstrap=args.bootstrap)
+    except (KafkaSetupError, ValueError) as exc:
+        print(f"dispersion status: {exc}", file=sys.stderr)
+        return 2
+    topic = args.topic or settings.topic(logical)
+    codec = schemas.Codec(logical)
+    terminal = VRP_TERMINAL if args.vrp else TERMINAL
+    wanted = args.key.encode("utf-8") if args.key else None
+    consumer = Consumer(
+        settings.config(
+            **{
+                "group.id": f"dispersion-status-{uuid.uuid4().hex[:12]}",  # never joined: partitions are assigned
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "logger": librdkafka_logger("status"),
+            }
+        )
+    )
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_stop) if main_thread else None
+    seen: set[str] = set()
+    try:
+        metadata = consumer.list_topics(topic, timeout=args.timeout)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            print(f"dispersion status: topic {topic} not found", file=sys.stderr)
+            return 2
+        start = OFFSET_END if args.new else OFFSET_BEGINNING
+        consumer.assign([TopicPartition(topic, p, start) for p in info.partitions])
+        at_end: set[int] = set()
+        while True:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition() or 0)
+                    if not args.follow and len(at_end) == len(info.partitions):
+                        return 0
+                    continue
+                if error.fatal():
+                    raise KafkaException(error)
+                print(f"dispersion status: {error}", file=sys.stderr)
+                continue
+            at_end.discard(message.partition() or 0)
+            if wanted is not None and message.key() != wanted:
+                continue
+            value = message.value()
+            try:
+                record = codec.decode(value if value is not None else b"")
+            except schemas.DecodeError as exc:
+                print(f"dispersion status: skipped offset {message.offset()}: {exc}", file=sys.stderr)
+                continue
+            if record["event_id"] in seen:
+                continue
+            seen.add(record["event_id"])
+            out.write((as_json(record) if args.json else as_text(record, details=args.details)) + "\n")
+            out.flush()
+            if args.until_terminal and record["status"] in terminal and not record.get("payment_id"):
+                return terminal[record["status"]]
+    except (KeyboardInterrupt, _Stop):
+        return 0
+    except KafkaException as exc:
+        print(f"dispersion status: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        consumer.close()

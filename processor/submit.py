@@ -1,0 +1,571 @@
+"""`dispersion submit`: an ERP payroll export (CSV or JSON) becomes one `payroll.batches` event.
+
+    dispersion submit --config dispersion.toml export.csv [--origin-account 3001234567 --origin-currency GTQ]
+                      [--batch-id ID] [--integration NAME] [--file-reference REF] [--bootstrap HOST:PORT]
+                      [--topic T] [--delimiter ';'] [--dry-run] [--quiet]
+
+The export is read and checked completely before anything is sent: every unreadable or invalid row is reported
+(with its line in the file) and, if there is any, nothing is produced (exit 1). A valid batch is encoded as Avro
+(single-object encoding, `schemas/payroll_batches.v*.avsc`), keyed by its batch id, and produced with an
+idempotent producer (`acks=all`); the command returns once Kafka acknowledged it. The CSV layout is in
+docs/submit.md. Progress goes to standard error; the one result line to standard output.
+
+Exit codes: 0 produced (or valid, with `--dry-run`); 1 the export is invalid; 2 bad arguments or configuration;
+3 Kafka did not acknowledge the event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import os
+import re
+import sys
+import time
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any, Final
+
+from processor.batch import (
+    DEFAULT_DESTINATION_ACCOUNT_TYPE,
+    DEFAULT_ORIGIN_ACCOUNT_TYPE,
+    BatchParseError,
+    OriginAccount,
+    PayrollBatch,
+    Transfer,
+    batch_from_dict,
+    loads_exact,
+)
+from processor.validation import DEFAULT_LIMITS, ValidationLimits, validate
+
+SOURCE: Final = "dispersion-submit"
+EXIT_INVALID: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_KAFKA: Final = 3
+
+REQUIRED_COLUMNS: Final = ("account_number", "amount", "email", "concept")
+ROW_COLUMNS: Final = ("account_type", "currency", "employee_reference")
+BATCH_COLUMNS: Final = (
+    "batch_id",
+    "integration",
+    "file_reference",
+    "origin_account_number",
+    "origin_account_type",
+    "origin_currency",
+)
+# Digits, optionally '.' and decimals, optional leading minus (validation then refuses it with its own reason).
+_AMOUNT_TEXT: Final = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+class ExportError(Exception):
+    """The export cannot become a batch; `problems` lists everything found, by line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__(f"{len(problems)} problem(s) in the export")
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in the export; `line` is the 1-based line in the file (None: the file as a whole)."""
+
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line is not None else "export"
+        return f"{where}: {self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class BatchFields:
+    """Batch-level values: from the command line, else the file's batch columns (CSV) or fields (JSON), else
+    the defaults named in docs/submit.md."""
+
+    batch_id: str | None = None
+    integration: str | None = None
+    file_reference: str | None = None
+    origin_account_number: str | None = None
+    origin_account_type: str | None = None
+    origin_currency: str | None = None
+
+
+@dataclass(frozen=True)
+class Export:
+    """A parsed export: the batch, and for each transaction the file line it came from (CSV only)."""
+
+    batch: PayrollBatch
+    lines: tuple[int, ...] | None = None
+    ignored_columns: tuple[str, ...] = ()
+    size: int = 0
+    problems: tuple[Problem, ...] = ()  # row problems found while reading (validation adds its own)
+    unreadable_amounts: frozenset[int] = frozenset()  # transactions whose amount could not be read
+
+
+class Progress:
+    """Progress on standard error: one updating line on a terminal, a line every few seconds otherwise."""
+
+    def __init__(self, stream: IO[str] | None = None, *, enabled: bool = True) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+        self._pending = False
+
+    def update(self, text: str, *, force: bool = False) -> None:
+        """Show `text` if enough time passed since the last update (always with `force`)."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < (0.2 if self.tty else 3.0):
+            return
+        self._last = now
+        if self.tty:
+            self.stream.write(f"\r\x1b[K{text}")
+            self._pending = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def done(self, text: str) -> None:
+        """Finish the current line with `text`."""
+        if not self.enabled:
+            return
+        if self.tty and self._pending:
+            self.stream.write("\r\x1b[K")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+        self._pending = False
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts the bytes read from a binary file, so progress can be shown as a share of the file."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.raw.read(len(buffer))
+        buffer[: len(data)] = data
+        self.count += len(data)
+        return len(data)
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[\s\-]+", "_", name.strip().lower())
+
+
+def sniff_delimiter(header_line: str) -> str:
+    """The most frequent of `,`, `;` and tab in the header line (`,` when none appears)."""
+    counts = {delimiter: header_line.count(delimiter) for delimiter in (",", ";", "\t")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def default_batch_id(path: Path, digest: str) -> str:
+    """`<file name without extension>-<first 16 hex digits of its SHA-256>`: the same file submitted twice is the
+    same batch (the processor ignores the repeat), a changed file is a new one."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-") or "export"
+    return f"{stem[:60]}-{digest[:16]}"
+
+
+def read_csv(
+    rows: Iterator[list[str]],
+    fields: BatchFields,
+    *,
+    requested_at: datetime,
+    defaults: BatchFields,
+    on_row: Any = None,
+    line_of: Any = None,
+) -> Export:
+    """Build the batch from CSV rows (the first is the header). Reports every problem (`ExportError`).
+
+    `line_of()` gives the file line of the row just read (csv.reader's `line_num`, which counts quoted newlines);
+    `on_row(count)` is called after each row (progress).
+    """
+    problems: list[Problem] = []
+    try:
+        header = next(rows)
+    except StopIteration:
+        raise ExportError([Problem(None, "header", "the file is empty")]) from None
+    names = [_normalise(name) for name in header]
+    if names and names[0].startswith("\ufeff"):
+        names[0] = names[0][1:]
+    index = {name: position for position, name in reversed(list(enumerate(names)))}
+    for column in REQUIRED_COLUMNS:
+        if column not in index:
+            problems.append(Problem(1, column, "required column is missing (see docs/submit.md for the layout)"))
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    for column in repeated:
+        problems.append(Problem(1, column, "column appears more than once"))
+    if problems:
+        raise ExportError(problems)
+    known = set(REQUIRED_COLUMNS) | set(ROW_COLUMNS) | set(BATCH_COLUMNS)
+    ignored = tuple(name for name in names if name not in known)
+
+    batch_values: dict[str, tuple[str, int]] = {}  # batch column -> (value, first line)
+    transfers: list[Transfer] = []
+    lines: list[int] = []
+    unreadable: set[int] = set()
+    count = 0
+    for row in rows:
+        line = int(line_of()) if line_of is not None else count + 2
+        if not row or all(not cell.strip() for cell in row):
+            continue  # blank line
+        count += 1
+        if on_row is not None:
+            on_row(count)
+        if len(row) != len(names):
+            problems.append(Problem(line, "row", f"has {len(row)} fields, the header has {len(names)}"))
+            continue
+
+        def cell(column: str, row: list[str] = row) -> str | None:
+            position = index.get(column)
+            return None if position is None else row[position].strip()
+
+        for column in BATCH_COLUMNS:
+            value = cell(column)
+            if value is None or value == "":
+                continue
+            first = batch_values.setdefault(column, (value, line))
+            if first[0] != value:
+                problems.append(
+                    Problem(
+                        line, column, f"{value!r} differs from {first[0]!r} on line {first[1]} (one file, one batch)"
+                    )
+                )
+        amount_text = cell("amount") or ""
+        amount = Decimal(0)
+        if _AMOUNT_TEXT.fullmatch(amount_text):
+            amount = Decimal(amount_text)
+        else:
+            unreadable.add(len(transfers))
+            problems.append(
+                Problem(
+                    line,
+                    "amount",
+                    "expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)"
+                    if amount_text
+                    else "is empty",
+                )
+            )
+        transfers.append(
+            Transfer(
+                account_number=cell("account_number") or "",
+                account_type=cell("account_type") or DEFAULT_DESTINATION_ACCOUNT_TYPE,
+                currency=cell("currency") or "",  # filled with the origin's currency below when empty
+                email=cell("email") or "",
+                amount=amount,
+                concept=cell("concept") or "",
+                employee_reference=cell("employee_reference") or None,
+            )
+        )
+        lines.append(line)
+
+    def pick(name: str) -> str | None:
+        given = getattr(fields, name)
+        if given is not None:
+            return str(given)
+        if name in batch_values:
+            return batch_values[name][0]
+        default = getattr(defaults, name)
+        return None if default is None else str(default)
+
+    batch_id = pick("batch_id")
+    integration = pick("integration")
+    origin_number = pick("origin_account_number")
+    origin_currency = pick("origin_currency")
+    missing: list[Problem] = []
+    for name, value, hint in (
+        ("batch_id", batch_id, "--batch-id"),
+        ("integration", integration, "--integration or a configuration with exactly one integration"),
+        ("origin_account_number", origin_number, "--origin-account"),
+        ("origin_currency", origin_currency, "--origin-currency"),
+    ):
+        if not value:
+            missing.append(Problem(None, name, f"is required: give {hint}, or a {name} column"))
+    if missing:
+        raise ExportError(missing + problems)
+    assert batch_id and integration and origin_number and origin_currency
+    transfers = [t if t.currency else replace(t, currency=origin_currency) for t in transfers]
+    batch = PayrollBatch(
+        batch_id=batch_id,
+        integration=integration,
+        file_reference=pick("file_reference") or batch_id[:40],
+        origin=OriginAccount(
+            origin_number, pick("origin_account_type") or DEFAULT_ORIGIN_ACCOUNT_TYPE, origin_currency
+        ),
+        transactions=tuple(transfers),
+        requested_at=requested_at,
+        source=SOURCE,
+    )
+    return Export(batch, tuple(lines), ignored, problems=tuple(problems), unreadable_amounts=frozenset(unreadable))
+
+
+def read_json(data: bytes, fields: BatchFields, *, requested_at: datetime, defaults: BatchFields) -> Export:
+    """Build the batch from a JSON document in the `processor.batch` layout (the Avro record's field names);
+    command-line fields override the document's, defaults fill what it lacks."""
+    try:
+        document = loads_exact(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ExportError([Problem(None, "$", f"not valid JSON: {exc}")]) from None
+    if not isinstance(document, dict):
+        raise ExportError([Problem(None, "$", "expected a JSON object (one batch)")])
+    origin = document.get("origin_account")
+    if not isinstance(origin, dict):
+        origin = {}
+        document["origin_account"] = origin
+    top = {"batch_id": "batch_id", "integration": "integration", "file_reference": "file_reference"}
+    nested = {
+        "origin_account_number": "account_number",
+        "origin_account_type": "account_type",
+        "origin_currency": "currency",
+    }
+    for name, key in top.items():
+        if getattr(fields, name) is not None:
+            document[key] = getattr(fields, name)
+        elif document.get(key) in (None, "") and getattr(defaults, name) is not None:
+            document[key] = getattr(defaults, name)
+    for name, key in nested.items():
+        if getattr(fields, name) is not None:
+            origin[key] = getattr(fields, name)
+    document.setdefault("requested_at", requested_at)
+    document.setdefault("source", SOURCE)
+    if document.get("file_reference") in (None, "") and isinstance(document.get("batch_id"), str):
+        document["file_reference"] = document["batch_id"][:40]
+    try:
+        batch = batch_from_dict(document)
+    except BatchParseError as exc:
+        raise ExportError([Problem(None, p.path, p.message) for p in exc.problems]) from None
+    return Export(batch)
+
+
+def check(
+    export: Export, *, integrations: Collection[str] | None = None, limits: ValidationLimits = DEFAULT_LIMITS
+) -> list[Problem]:
+    """Business validation (`processor.validation`) with each bad row named by its line; empty when valid."""
+    problems: list[Problem] = list(export.problems)
+    batch = export.batch
+    if integrations is not None and batch.integration not in integrations:
+        known = ", ".join(sorted(integrations)) or "none"
+        problems.append(Problem(None, "integration", f"{batch.integration!r} is not configured (configured: {known})"))
+    for issue in validate(batch, limits).issues:
+        if issue.index is None:
+            problems.append(Problem(None, issue.field, f"{issue.reason.value}: {issue.message}"))
+            continue
+        if issue.index in export.unreadable_amounts and issue.field == "amount":
+            continue  # already reported as unreadable
+        line = export.lines[issue.index] if export.lines is not None else None
+        where = "" if line is not None else f"transactions[{issue.index}]."
+        problems.append(
+            Problem(line, f"{where}{issue.field}", f"{issue.reason.value}: {issue.message} (transaction {issue.index})")
+        )
+    problems.sort(key=lambda p: (p.line is not None, p.line or 0))  # the file as a whole first, then by line
+    return problems
+
+
+def control_sum(batch: PayrollBatch) -> Decimal:
+    """The exact total of the amounts."""
+    return sum((t.amount for t in batch.transactions), Decimal(0))
+
+
+# -- command line -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    integrations: Collection[str] | None = None
+    config_path: str | None = None
+    kafka_options: Mapping[str, Any] = field(default_factory=dict)
+    configured_bootstrap: str | None = None
+
+
+def parser() -> argparse.ArgumentParser:
+    """Arguments of `dispersion submit`."""
+    p = argparse.ArgumentParser(
+        prog="dispersion submit",
+        description="Turn an ERP payroll export (CSV or JSON) into a payroll.batches event; validated first.",
+        epilog="CSV layout: docs/submit.md. Nothing is produced when any row is invalid.",
+    )
+    p.add_argument("export", type=Path, help="the export file (.csv or .json)")
+    p.add_argument("--config", help="configuration file (default: $DISPERSION_CONFIG, or ./dispersion.toml if present)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--topic", help="topic to produce to (default: payroll.batches, or its [kafka.topics] name)")
+    p.add_argument("--format", choices=("csv", "json"), help="default: from the file extension")
+    p.add_argument("--delimiter", help="CSV delimiter (default: detected from the header: ',', ';' or tab)")
+    p.add_argument("--encoding", default="utf-8-sig", help="CSV text encoding (default UTF-8, BOM allowed)")
+    p.add_argument("--batch-id", help="default: the batch_id column, else <file name>-<SHA-256 prefix>")
+    p.add_argument("--integration", help="bank configuration (default: the column, or the only configured one)")
+    p.add_argument("--file-reference", help="FileReference (default: the column, else the batch id)")
+    p.add_argument("--origin-account", help="origin account number (default: the origin_account_number column)")
+    p.add_argument("--origin-account-type", help="default: the column, else MONETARY")
+    p.add_argument("--origin-currency", help="ISO 4217 code (default: the origin_currency column)")
+    p.add_argument("--dry-run", action="store_true", help="read and validate only; produce nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress on standard error")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for Kafka's acknowledgement")
+    return p
+
+
+def _context(args: argparse.Namespace) -> _Context:
+    from processor.config import default_config_path, load_config
+
+    path = args.config
+    if path is None and (os.environ.get("DISPERSION_CONFIG") or default_config_path().is_file()):
+        path = str(default_config_path())
+    if path is None:
+        return _Context()
+    config = load_config(path)
+    return _Context(
+        integrations=frozenset(config.integrations),
+        config_path=path,
+        kafka_options=config.kafka.options,
+        configured_bootstrap=config.kafka.bootstrap_servers,
+    )
+
+
+def _read(args: argparse.Namespace, fields: BatchFields, defaults: BatchFields, progress: Progress) -> Export:
+    fmt = args.format or ("json" if args.export.suffix.lower() == ".json" else "csv")
+    size = args.export.stat().st_size
+    now = datetime.now(UTC)
+    requested_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
+    if fmt == "json":
+        data = args.export.read_bytes()
+        progress.update(f"read {size:,} bytes", force=True)
+        return replace(read_json(data, fields, requested_at=requested_at, defaults=defaults), size=size)
+    with args.export.open("rb") as raw:
+        counter = _CountingReader(raw)
+        text = io.TextIOWrapper(io.BufferedReader(counter), encoding=args.encoding, newline="")
+        first = text.readline()
+        delimiter = args.delimiter or sniff_delimiter(first)
+        reader = csv.reader(_chain(first, text), delimiter=delimiter)
+
+        def on_row(count: int) -> None:
+            share = f"{100 * counter.count / size:.0f}%" if size else ""
+            progress.update(f"reading {args.export.name}: {count:,} rows {share}")
+
+        export = read_csv(
+            reader, fields, requested_at=requested_at, defaults=defaults, on_row=on_row, line_of=lambda: reader.line_num
+        )
+    return replace(export, size=size)
+
+
+def _chain(first: str, rest: IO[str]) -> Iterator[str]:
+    yield first
+    yield from rest
+
+
+def _report(problems: list[Problem], progress: Progress) -> None:
+    progress.done("")
+    for problem in problems:
+        print(str(problem), file=sys.stderr)
+    print(f"dispersion submit: {len(problems)} problem(s); nothing was produced", file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    """`dispersion submit`."""
+    args = parser().parse_args(argv)
+    progress = Progress(enabled=not args.quiet)
+    from processor.config import ConfigError
+
+    try:
+        context = _context(args)
+    except ConfigError as exc:
+        print(f"dispersion submit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        digest = hashlib.sha256(args.export.read_bytes()).hexdigest()
+    except OSError as exc:
+        print(f"dispersion submit: cannot read {args.export}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    only = sorted(context.integrations)[0] if context.integrations and len(context.integrations) == 1 else None
+    defaults = BatchFields(batch_id=default_batch_id(args.export, digest), integration=only)
+    fields = BatchFields(
+        batch_id=args.batch_id,
+        integration=args.integration,
+        file_reference=args.file_reference,
+        origin_account_number=args.origin_account,
+        origin_account_type=args.origin_account_type,
+        origin_currency=args.origin_currency,
+    )
+    started = time.monotonic()
+    try:
+        export = _read(args, fields, defaults, progress)
+    except ExportError as exc:
+        _report(exc.problems, progress)
+        return EXIT_INVALID
+    except (UnicodeDecodeError, csv.Error) as exc:
+        _report([Problem(None, "file", f"cannot be read as {args.encoding} CSV: {exc}")], progress)
+        return EXIT_INVALID
+    batch = export.batch
+    count = len(batch.transactions)
+    if export.ignored_columns:
+        print(f"note: ignored column(s): {', '.join(export.ignored_columns)}", file=sys.stderr)
+    progress.update(f"validating {count:,} transactions", force=True)
+    problems = check(export, integrations=context.integrations)
+    if problems:
+        _report(problems, progress)
+        return EXIT_INVALID
+    total = control_sum(batch)
+    summary = f"batch {batch.batch_id}: {count:,} transactions, control sum {total} {batch.origin.currency}"
+    if args.dry_run:
+        progress.done(f"valid ({time.monotonic() - started:.1f} s); --dry-run: nothing produced")
+        print(f"valid {summary}")
+        return 0
+    return _produce(args, context, batch, summary, progress, started)
+
+
+def _produce(
+    args: argparse.Namespace, context: _Context, batch: PayrollBatch, summary: str, progress: Progress, started: float
+) -> int:
+    from confluent_kafka import KafkaError, Message, Producer
+
+    import schemas
+    from consumers.records import batch_record
+    from producers.kafka import BATCHES_TOPIC, KafkaSetupError, producer_config, settings_from
+
+    try:
+        settings = settings_from(
+            context.kafka_options, bootstrap=args.bootstrap, configured=context.configured_bootstrap
+        )
+    except KafkaSetupError as exc:
+        print(f"dispersion submit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    topic = args.topic or settings.topic(BATCHES_TOPIC)
+    progress.update("encoding", force=True)
+    value = schemas.encode(BATCHES_TOPIC, batch_record(batch, source=SOURCE))
+    progress.update(f"producing {len(value):,} bytes to {topic}", force=True)
+    producer = Producer(
+        producer_config(
+            settings,
+            "submit",
+            **{"compression.type": "lz4", "message.timeout.ms": int(args.timeout * 1000)},
+        )
+    )
+    outcome: list[tuple[KafkaError | None, Message]] = []
+    producer.produce(
+        topic,
+        value=value,
+        key=batch.batch_id.encode("utf-8"),
+        headers=[("source", SOURCE.encode()), ("export_file", args.export.name.encode("utf-8"))],
+        on_delivery=lambda err, msg: outcome.append((err, msg)),
+    )
+    producer.flush(args.timeout + 5)
+    if not outcome or outcome[0][0] is not None:
+        why = outcome[0][0] if outcome else "no acknowledgement"
+        progress.done("")
+        print(f"dispersion submit: Kafka did not take the batch ({why}); it may be retried safely", file=sys.stderr)
+        return EXIT_KAFKA
+    message = outcome[0][1]
+    progress.done(f"done in {time.monotonic() - started:.1f} s")
+    print(f"submitted {summary} -> {topic} partition {message.partition()} offset {message.offset()}")
+    return 0

@@ -1,0 +1,353 @@
+"""`dispersion vrp ...`: flow B from the command line, without Kafka (docs/vrp.md).
+
+    dispersion vrp mandate --config C mandate.json   # B1 once per mandate_id; prints the approval link, serves
+                                                     # the callback API and waits for the approver's decision
+    dispersion vrp pay --config C payment.json       # checks the mandate's limits here, then B2, and follows the
+                                                     # payment to AcceptedSettlementCompleted
+    dispersion vrp status --config C MANDATE_ID      # the mandate, its payments and its status events
+
+The JSON files hold what a `vrp.mandates` / `vrp.payments` record holds (amounts as decimal strings or numbers,
+instants as ISO 8601 with an offset). State lives in the configured store (`[processor] store`), so a second
+run with the same file is a no-op and an interrupted run resumes; tokens and PKCE verifiers are encrypted with
+`DISPERSION_STORE_KEY` (see docs/store.md).
+
+Exit status: 0 done (mandate AUTHORIZED, payment COMPLETED); 1 refused or ended otherwise (REJECTED, EXPIRED,
+INVALID, LIMIT_EXCEEDED, ...); 2 bad usage or input; 3 still waiting when `--wait` ran out (run it again later:
+the state is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import structlog
+
+from processor.config import Config, ConfigError, default_config_path, load_config
+from processor.engine.assembly import Engine, build_engine
+from processor.engine.vrp_flow import VrpEngine, attach_vrp
+from processor.engine.vrp_requests import InvalidRequestError, iso_ms
+from processor.engine.vrp_states import Mandate, mandate_terminal, payment_terminal
+from processor.store import VRP_STATUS_TOPIC, NotFoundError, Store, StoreError, VrpMandate, VrpPayment, load_cipher
+
+DONE, ENDED, USAGE, WAITING = 0, 1, 2, 3
+
+
+class CliError(Exception):
+    """A problem with the command's input; printed, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of `dispersion vrp`."""
+    parser = argparse.ArgumentParser(prog="dispersion vrp", description="Variable recurring payments (flow B).")
+    parser.add_argument("--verbose", action="store_true", help="log the engine's steps to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--config", type=Path, help="configuration file (default: $DISPERSION_CONFIG or ./dispersion.toml)"
+        )
+
+    mandate = sub.add_parser("mandate", help="create a VRP mandate (consent) and wait for its authorization")
+    common(mandate)
+    mandate.add_argument("request", type=Path, help="mandate request JSON (the vrp.mandates fields); - reads stdin")
+    mandate.add_argument("--wait", type=float, default=3600.0, help="seconds to wait for the approver (default 3600)")
+    mandate.add_argument("--no-wait", action="store_true", help="print the approval link and return")
+    mandate.add_argument(
+        "--listen",
+        help="HOST:PORT to serve the callback API on while waiting (default: from [processor] public_url)",
+    )
+    mandate.add_argument(
+        "--no-serve",
+        action="store_true",
+        help="do not serve the callback API here (another `dispersion` process serves it on the same store)",
+    )
+
+    pay = sub.add_parser("pay", help="pay under an authorised mandate and follow the payment to its end")
+    common(pay)
+    pay.add_argument("instruction", type=Path, help="payment instruction JSON (the vrp.payments fields); - reads stdin")
+    pay.add_argument("--wait", type=float, default=600.0, help="seconds to follow the payment (default 600)")
+
+    status = sub.add_parser("status", help="show a mandate, its payments and its status events")
+    common(status)
+    status.add_argument("mandate_id")
+    status.add_argument("--json", action="store_true", help="print the status events as JSON lines")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run `dispersion vrp ...`."""
+    args = build_parser().parse_args(list(argv))
+    _configure_logging(args.verbose)
+    try:
+        return asyncio.run(_run(args))
+    except (CliError, ConfigError, StoreError, InvalidRequestError) as exc:
+        print(f"dispersion vrp: {exc}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        print("interrupted; the state is kept: run the same command again to resume", file=sys.stderr)
+        return WAITING
+
+
+def _configure_logging(verbose: bool) -> None:
+    # The command's own output goes to stdout; the engine's log lines to stderr, warnings only unless --verbose.
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO if verbose else logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+def read_document(path: Path, stdin: TextIO | None = None) -> dict[str, Any]:
+    """A JSON object from a file (or stdin for `-`), fractions as Decimal so amounts stay exact."""
+    try:
+        text = (stdin or sys.stdin).read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        document = json.loads(text, parse_float=Decimal)
+    except ValueError as exc:
+        raise CliError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise CliError(f"{path} must hold a JSON object")
+    return document
+
+
+@dataclass(frozen=True)
+class _Parts:
+    config: Config
+    store: Store
+    engine: Engine
+    vrp: VrpEngine
+
+
+@contextlib.asynccontextmanager
+async def _engine(config_path: Path | None) -> AsyncIterator[_Parts]:
+    config = load_config(config_path or default_config_path())
+    store = Store.open(config.processor.store, cipher=load_cipher())
+    try:
+        engine = build_engine(config, store)
+        vrp = attach_vrp(engine)
+        try:
+            yield _Parts(config, store, engine, vrp)
+        finally:
+            await engine.aclose()
+    finally:
+        store.close()
+
+
+async def _run(args: argparse.Namespace) -> int:
+    if args.command == "mandate":
+        return await mandate_command(args)
+    if args.command == "pay":
+        return await pay_command(args)
+    return await status_command(args)
+
+
+# -- mandate ----------------------------------------------------------------------------------------------------
+
+
+async def mandate_command(args: argparse.Namespace) -> int:
+    """Create the mandate's consent, print the approval link, wait for the approver."""
+    document = read_document(args.request)
+    async with _engine(args.config) as parts:
+        config, engine, vrp = parts.config, parts.engine, parts.vrp
+        _defaults(document, config, source="dispersion-vrp-cli")
+        outcome = await vrp.submit_mandate(document)
+        mandate = outcome.mandate
+        if outcome.problems:
+            print(f"mandate {mandate.mandate_id}: INVALID")
+            for problem in outcome.problems:
+                print(f"  {problem}")
+            return ENDED
+        if not outcome.created:
+            note = "" if outcome.same_document else " (the request differs from the stored one; the stored one counts)"
+            print(f"mandate {mandate.mandate_id} already exists: {mandate.state}{note}")
+        if args.no_wait or _settled(mandate):
+            return _report_mandate(vrp, mandate)
+        async with _callback_api(engine, config, args.listen, serve=not args.no_serve):
+            mandate = await _wait_for_mandate(vrp, mandate.mandate_id, args.wait)
+        return _report_mandate(vrp, mandate)
+
+
+def _defaults(document: dict[str, Any], config: Config, *, source: str) -> None:
+    if "integration" not in document and len(config.integrations) == 1:
+        document["integration"] = next(iter(config.integrations))
+    document.setdefault("requested_at", iso_ms(datetime.now(UTC)))
+    document.setdefault("source", source)
+
+
+def _settled(mandate: VrpMandate) -> bool:
+    return mandate.state == Mandate.AUTHORIZED or mandate_terminal(mandate.state)
+
+
+async def _wait_for_mandate(vrp: VrpEngine, mandate_id: str, seconds: float) -> VrpMandate:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    shown = False
+    while True:
+        mandate = await vrp.advance_mandate(mandate_id)
+        if mandate.state == Mandate.AWAITING_AUTHORIZATION and not shown:
+            print(f"mandate {mandate_id}: consent {mandate.consent_id} awaits authorization")
+            print(f"approval link: {vrp.approval_url(mandate)}")
+            if mandate.authorization_deadline is not None:
+                print(f"the link works until {iso_ms(mandate.authorization_deadline)}")
+            print("waiting for the approver...", flush=True)
+            shown = True
+        if _settled(mandate) or loop.time() >= deadline:
+            return mandate
+        await asyncio.sleep(0.5)
+
+
+def _report_mandate(vrp: VrpEngine, mandate: VrpMandate) -> int:
+    state = mandate.state
+    if state == Mandate.AUTHORIZED:
+        print(f"mandate {mandate.mandate_id}: AUTHORIZED (consent {mandate.consent_id})")
+        return DONE
+    if mandate_terminal(state):
+        reason = f": {mandate.last_error}" if mandate.last_error else ""
+        print(f"mandate {mandate.mandate_id}: {state}{reason}")
+        return ENDED
+    if state == Mandate.AWAITING_AUTHORIZATION:
+        print(f"mandate {mandate.mandate_id}: AWAITING_AUTHORIZATION (consent {mandate.consent_id})")
+        print(f"approval link: {vrp.approval_url(mandate)}")
+    else:
+        note = f" (last error: {mandate.last_error})" if mandate.last_error else ""
+        print(f"mandate {mandate.mandate_id}: {state}{note}; run the command again to continue")
+    return WAITING
+
+
+@contextlib.asynccontextmanager
+async def _callback_api(engine: Engine, config: Config, listen: str | None, *, serve: bool) -> AsyncIterator[None]:
+    """Serve the callback API (approval links and the redirect) while waiting, unless told not to or the
+    address is taken (then another process presumably serves it on the same store)."""
+    if not serve:
+        yield
+        return
+    import uvicorn
+
+    host, port = _listen_address(listen or config.processor.public_url)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        print(f"note: cannot serve the callback API on {host}:{port} ({exc.strerror}); expecting another process to")
+        yield
+        return
+    server = uvicorn.Server(uvicorn.Config(engine.app(), log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers no "started" event)
+            await asyncio.sleep(0.02)
+        if task.done():
+            task.result()
+        yield
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, timeout=10)
+        sock.close()
+
+
+def _listen_address(value: str) -> tuple[str, int]:
+    if "://" in value:
+        parts = urlsplit(value)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return host, port
+    name, sep, number = value.rpartition(":")
+    if not sep or not number.isdigit():
+        raise CliError(f"--listen must be HOST:PORT, got {value!r}")
+    return name.strip("[]") or "127.0.0.1", int(number)
+
+
+# -- pay --------------------------------------------------------------------------------------------------------
+
+
+async def pay_command(args: argparse.Namespace) -> int:
+    """Check the payment against its mandate here, pay it, follow it to its end."""
+    document = read_document(args.instruction)
+    document.setdefault("requested_at", iso_ms(datetime.now(UTC)))
+    async with _engine(args.config) as parts:
+        vrp = parts.vrp
+        outcome = await vrp.submit_payment(document)
+        payment = outcome.payment
+        if payment is None:
+            print(f"payment {document.get('payment_id')}: INVALID: {outcome.reason}")
+            return ENDED
+        if not outcome.created:
+            note = "" if outcome.same_document else " (the instruction differs from the stored one; nothing was paid)"
+            print(f"payment {payment.payment_id} already exists: {payment.state}{note}")
+        if not payment_terminal(payment.state):
+            payment = await vrp.follow_payment(payment.payment_id, max_seconds=args.wait)
+        return _report_payment(payment)
+
+
+def _report_payment(payment: VrpPayment) -> int:
+    parts = [f"payment {payment.payment_id}: {payment.state}", f"{payment.amount} {payment.currency}"]
+    if payment.domestic_vrp_id:
+        parts.append(f"domestic VRP {payment.domestic_vrp_id}")
+    if payment.bank_status:
+        parts.append(f"bank status {payment.bank_status}")
+    print(", ".join(parts))
+    if payment.last_error and payment.state != "COMPLETED":
+        print(f"  reason: {payment.last_error}")
+    if payment.state == "COMPLETED":
+        return DONE
+    return ENDED if payment_terminal(payment.state) else WAITING
+
+
+# -- status -----------------------------------------------------------------------------------------------------
+
+
+async def status_command(args: argparse.Namespace) -> int:
+    """Print a mandate, its payments and its status events."""
+    async with _engine(args.config) as parts:
+        store, vrp = parts.store, parts.vrp
+        try:
+            mandate = await vrp.mandate(args.mandate_id)
+        except NotFoundError:
+            print(f"mandate {args.mandate_id} is unknown", file=sys.stderr)
+            return ENDED
+        payments = await vrp.payments_of(mandate.mandate_id)
+        events = await store.arun(lambda tx: tx.outbox.events(VRP_STATUS_TOPIC, mandate.mandate_id), write=False)
+        if args.json:
+            for event in events:
+                print(json.dumps(event.payload, sort_keys=True))
+            return DONE
+        print(f"mandate {mandate.mandate_id}: {mandate.state} (integration {mandate.integration})")
+        if mandate.consent_id:
+            print(f"  consent: {mandate.consent_id} ({mandate.bank_status or 'status unknown'})")
+        if mandate.state == Mandate.AWAITING_AUTHORIZATION:
+            print(f"  approval link: {vrp.approval_url(mandate)}")
+        if mandate.last_error:
+            print(f"  last error: {mandate.last_error}")
+        print(f"payments: {len(payments)}")
+        for p in payments:
+            extra = f" {p.domestic_vrp_id}" if p.domestic_vrp_id else ""
+            print(f"  {p.payment_id}: {p.state} {p.amount} {p.currency}{extra}")
+        print(f"status events: {len(events)}")
+        for event in events:
+            payload = event.payload
+            about = f" {payload['payment_id']}" if payload.get("payment_id") else ""
+            reason = f": {payload['reason']}" if payload.get("reason") else ""
+            print(f"  {payload.get('occurred_at')} {payload.get('status')}{about}{reason}")
+        return DONE

@@ -1,0 +1,103 @@
+"""The VRP state machines: legal moves, what each publishes, terminal states."""
+
+from __future__ import annotations
+
+import pytest
+
+import schemas
+from processor.engine.vrp_states import (
+    COUNTED_PAYMENT_STATES,
+    MANDATE_MOVES,
+    MANDATE_STATUS_RANKS,
+    PAYMENT_MOVES,
+    IllegalMoveError,
+    Mandate,
+    Payment,
+    VrpStatus,
+    backoff,
+    enter_payment,
+    mandate_terminal,
+    move_mandate,
+    move_payment,
+    payment_state_of_bank_status,
+    payment_terminal,
+)
+
+
+def test_mandate_moves_publish_their_status() -> None:
+    assert move_mandate("RECEIVED", Mandate.AWAITING_AUTHORIZATION) is VrpStatus.AUTHORIZATION_REQUIRED
+    assert move_mandate("AWAITING_AUTHORIZATION", Mandate.AUTHORIZED) is VrpStatus.AUTHORIZED
+    assert move_mandate("AWAITING_AUTHORIZATION", Mandate.EXPIRED) is VrpStatus.EXPIRED
+    with pytest.raises(IllegalMoveError):
+        move_mandate("RECEIVED", Mandate.AUTHORIZED)  # never authorised without a consent
+    with pytest.raises(IllegalMoveError):
+        move_mandate("REJECTED", Mandate.AUTHORIZED)
+    assert [s for s in Mandate if mandate_terminal(s)] == [
+        Mandate.AUTHORIZED,
+        Mandate.REJECTED,
+        Mandate.EXPIRED,
+        Mandate.INVALID,
+    ]
+
+
+def test_mandate_statuses_only_move_forward() -> None:
+    for state, targets in MANDATE_MOVES.items():
+        for target in targets:
+            published = move_mandate(state, target)
+            assert published is not None
+            before = {
+                "RECEIVED": 0,
+                "AWAITING_AUTHORIZATION": MANDATE_STATUS_RANKS[VrpStatus.AUTHORIZATION_REQUIRED],
+            }[state.value]
+            assert MANDATE_STATUS_RANKS[published] > before
+
+
+def test_payment_moves_and_their_statuses() -> None:
+    move_payment("SUBMITTED", Payment.PENDING, VrpStatus.PAYMENT_PENDING)
+    move_payment("SUBMITTED", Payment.REJECTED, VrpStatus.LIMIT_EXCEEDED)  # the bank's FailsControlParameters
+    move_payment("PENDING", Payment.COMPLETED, VrpStatus.PAYMENT_COMPLETED)
+    move_payment("RECEIVED", Payment.SUBMITTED, None)
+    with pytest.raises(IllegalMoveError):
+        move_payment("PENDING", Payment.COMPLETED, None)  # entering COMPLETED must publish
+    with pytest.raises(IllegalMoveError):
+        move_payment("PENDING", Payment.COMPLETED, VrpStatus.PAYMENT_REJECTED)
+    with pytest.raises(IllegalMoveError):
+        move_payment("COMPLETED", Payment.REJECTED, VrpStatus.PAYMENT_REJECTED)
+    with pytest.raises(IllegalMoveError):
+        move_payment("REFUSED", Payment.SUBMITTED, None)  # a refused payment is never sent later
+    assert {s for s in Payment if payment_terminal(s)} == {
+        Payment.COMPLETED,
+        Payment.REFUSED,
+        Payment.REJECTED,
+        Payment.FAILED,
+        Payment.INVALID,
+    }
+    assert all(not PAYMENT_MOVES[s] for s in Payment if payment_terminal(s))
+
+
+def test_new_payments_enter_where_allowed() -> None:
+    enter_payment(Payment.SUBMITTED, None)
+    enter_payment(Payment.REFUSED, VrpStatus.LIMIT_EXCEEDED)
+    enter_payment(Payment.RECEIVED, None)
+    with pytest.raises(IllegalMoveError):
+        enter_payment(Payment.PENDING, VrpStatus.PAYMENT_PENDING)  # only after B2
+    with pytest.raises(IllegalMoveError):
+        enter_payment(Payment.REFUSED, None)
+
+
+def test_counted_payments_and_bank_statuses() -> None:
+    assert {Payment.SUBMITTED, Payment.PENDING, Payment.COMPLETED} == COUNTED_PAYMENT_STATES
+    assert payment_state_of_bank_status("AcceptedSettlementCompleted") is Payment.COMPLETED
+    assert payment_state_of_bank_status("Rejected") is Payment.REJECTED
+    assert payment_state_of_bank_status("Pending") is Payment.PENDING
+    assert payment_state_of_bank_status("AcceptedSettlementInProcess") is Payment.PENDING
+
+
+def test_published_statuses_exist_in_the_schema() -> None:
+    symbols = set(schemas.load_schema("vrp.status")["fields"][3]["type"]["symbols"])
+    assert {s.value for s in VrpStatus} == symbols
+
+
+def test_backoff_doubles_and_caps() -> None:
+    assert [backoff(n, 1.0, 10.0) for n in range(6)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert backoff(10_000, 1.0, 60.0) == 60.0
