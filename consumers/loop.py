@@ -64,6 +64,19 @@ class Rejected:
 Handler = Callable[[Message], Accepted | Rejected]
 
 
+def route(handlers: Mapping[str, Handler]) -> Handler:
+    """One handler over several topics: each message goes to its topic's handler (so one consumer, one group
+    member, serves every input topic of a processor)."""
+
+    def handle(message: Message) -> Accepted | Rejected:
+        handler = handlers.get(message.topic() or "")
+        if handler is None:
+            return Rejected(f"no handler for topic {message.topic()!r}")
+        return handler(message)
+
+    return handle
+
+
 class DeadLetterSink(Protocol):
     """Where rejected messages go (`producers.dlq.DeadLetterPublisher`); returns only once acknowledged."""
 

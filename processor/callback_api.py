@@ -141,8 +141,8 @@ def create_app(
         return _json_error(outcome.status, outcome.code, outcome.message)
 
     async def healthz(request: Request) -> Response:
-        details = dict(await health()) if health is not None else {}
-        return JSONResponse({"status": "ok", **details})
+        body = {"status": "ok", **(await health() if health is not None else {})}
+        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),

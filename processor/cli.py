@@ -12,6 +12,8 @@ commands:
   sandbox     run the sandbox bank (`dispersion sandbox init DIR` writes keys and config)
   demo        run the local demo with the embedded defaults
   dev kafka   start a local single-node Apache Kafka (KRaft) from the Maven Central jars
+  processor   run one processor instance: consumers, flow engine, outbox relay, callback API, metrics
+  pay-file    run flow A for one batch without Kafka: authorization URL, redirect, result per transfer
   submit      turn an ERP payroll export (CSV or JSON) into a payroll.batches event (validated first)
   status      print status events (`--follow` as they arrive, `--batch ID` for one batch)
   topics      create the project's Kafka topics (idempotent)
@@ -40,6 +42,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {"sandbox": _sandbox, "demo": 
 COMMANDS["submit"] = lambda argv: importlib.import_module("processor.submit").main(argv)
 COMMANDS["status"] = lambda argv: importlib.import_module("processor.statuscli").main(argv)
 COMMANDS["topics"] = lambda argv: importlib.import_module("producers.topics").main(argv)
+COMMANDS["processor"] = lambda argv: importlib.import_module("processor.service").main(argv)
+COMMANDS["pay-file"] = lambda argv: importlib.import_module("processor.payfile").main(argv)
 COMMANDS["vrp"] = lambda argv: importlib.import_module("processor.vrpcli").main(argv)
 
 

@@ -35,6 +35,7 @@ from processor.bank.auth import (
     Signer,
 )
 from processor.bank.clock import Clock, SystemClock
+from processor.bank.metrics import BANK_CALL_ERRORS, BANK_CALL_SECONDS, status_class
 from processor.bank.models import (
     Discovery,
     DomesticVrp,
@@ -236,6 +237,8 @@ class BankClient:
                 response = await self._http.request(method, url, headers=sent, content=content)
             except httpx.RequestError as exc:
                 error = _transport_error(exc, operation, interaction_id)
+                BANK_CALL_SECONDS.labels(operation, "transport").observe(self._monotonic() - started)
+                BANK_CALL_ERRORS.labels(operation, type(error).__name__).inc()
                 self._log.warning(
                     "bank call failed",
                     operation=operation,
@@ -248,7 +251,9 @@ class BankClient:
                     idempotency_key=idempotency_key,
                 )
                 raise error from exc
-            elapsed_ms = round((self._monotonic() - started) * 1000, 1)
+            elapsed = self._monotonic() - started
+            elapsed_ms = round(elapsed * 1000, 1)
+            BANK_CALL_SECONDS.labels(operation, status_class(response.status_code)).observe(elapsed)
             self._log.info(
                 "bank call",
                 operation=operation,
@@ -269,7 +274,7 @@ class BankClient:
                     operation=operation,
                     interaction_id=interaction_id,
                 )
-            raise errors.error_from_response(
+            failure = errors.error_from_response(
                 response.status_code,
                 response.headers,
                 response.content,
@@ -277,6 +282,8 @@ class BankClient:
                 interaction_id=interaction_id,
                 now=self.clock.now(),
             )
+            BANK_CALL_ERRORS.labels(operation, type(failure).__name__).inc()
+            raise failure
 
         def on_retry(error: errors.BankError, number: int, decision: RetryDecision) -> None:
             self._log.warning(

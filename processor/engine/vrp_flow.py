@@ -412,11 +412,13 @@ class VrpEngine:
 
     # -- mandates -----------------------------------------------------------------------------------------------
 
-    async def submit_mandate(self, request: Mapping[str, Any]) -> MandateOutcome:
+    async def submit_mandate(self, request: Mapping[str, Any], *, advance: bool = True) -> MandateOutcome:
         """Take a mandate request: stored once per mandate_id (a duplicate changes nothing), then B1.
 
         An invalid request with a readable mandate_id is stored as INVALID and publishes INVALID; without one,
-        `InvalidRequestError` is raised for the caller to dead-letter.
+        `InvalidRequestError` is raised for the caller to dead-letter. With `advance=False` (a Kafka consumer,
+        which must never wait on the bank) only the store is written; the stored mandate is due at once and a
+        worker takes B1.
         """
         now = self.now()
         try:
@@ -455,6 +457,8 @@ class VrpEngine:
             mandate: VrpMandate = created.row
             return MandateOutcome(mandate, False, created.same_document, self._link_if_awaiting(mandate))
         log.info("mandate received", mandate_id=req.mandate_id, integration=req.integration)
+        if not advance:
+            return MandateOutcome(created.row, True, True, None)
         mandate = await self.advance_mandate(req.mandate_id)
         return MandateOutcome(mandate, True, True, self._link_if_awaiting(mandate))
 
@@ -679,9 +683,10 @@ class VrpEngine:
 
     # -- payments -----------------------------------------------------------------------------------------------
 
-    async def submit_payment(self, request: Mapping[str, Any]) -> PaymentOutcome:
+    async def submit_payment(self, request: Mapping[str, Any], *, advance: bool = True) -> PaymentOutcome:
         """Take a payment instruction: stored once per payment_id (a duplicate changes nothing), checked against
-        its mandate in the same transaction, then paid (B2) when it fits."""
+        its mandate in the same transaction, then paid (B2) when it fits. With `advance=False` only the store is
+        written (B2 is then due work for a worker)."""
         now = self.now()
         try:
             req = parse_payment(request)
@@ -754,7 +759,7 @@ class VrpEngine:
             state=outcome.payment.state,
             reason=outcome.reason,
         )
-        if outcome.payment.state == Payment.SUBMITTED:
+        if advance and outcome.payment.state == Payment.SUBMITTED:
             return PaymentOutcome(await self.advance_payment(req.payment_id), True, True, None)
         return outcome
 

@@ -1,0 +1,126 @@
+"""The `vrp.mandates` and `vrp.payments` consumers: each record is decoded and stored by the VRP engine (never a
+bank call here: the stored mandate or payment is due work that a worker takes); its offset moves after that.
+
+    intake = VrpIntake(vrp)                      # vrp: processor.engine.vrp_flow.VrpEngine
+    consumer = vrp_consumer(settings, intake)
+    consumer.run(stop)
+
+What happens to one message:
+
+- a new mandate request or payment instruction: stored (a payment is checked against its mandate's limits in
+  the same transaction; a refusal is a `LIMIT_EXCEEDED` status event, a normal outcome, not a dead letter);
+- a mandate or payment id already stored: nothing changes;
+- an invalid request with a readable id: stored as INVALID with its `INVALID` status event, then dead-lettered;
+- undecodable bytes, a tombstone, an invalid request without a readable id, a payment for an unknown mandate:
+  dead-lettered (the unknown mandate also gets an `INVALID` event on `vrp.status`).
+
+Dead letters of both topics go to the deployment's dead-letter topic with the original topic named in them.
+The two topics are not ordered with each other: a producer sends payments once `vrp.status` said AUTHORIZED
+(a payment for a mandate still awaiting authorization is parked until it is authorised; one for a mandate never
+received is refused as INVALID).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from confluent_kafka import Message
+
+import schemas
+from consumers.loop import Accepted, AtLeastOnceConsumer, Handler, Rejected, consumer_config, route
+from processor.engine.vrp_flow import VrpEngine
+from processor.engine.vrp_requests import InvalidRequestError
+from processor.engine.vrp_states import Mandate, Payment
+from producers.dlq import DeadLetterPublisher
+from producers.kafka import DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC, KafkaSettings, producer_config
+
+log = structlog.get_logger("consumers.vrp")
+
+
+class VrpIntake:
+    """Stores VRP requests through the engine's store-only path, on an event loop of the consumer's thread.
+    `wake` is called after something became due (to wake the local worker; it must be thread-safe)."""
+
+    def __init__(self, vrp: VrpEngine, *, wake: Callable[[], None] = lambda: None) -> None:
+        self.vrp = vrp
+        self.wake = wake
+        self._runner = asyncio.Runner()
+
+    def mandate(self, record: Mapping[str, Any]) -> Accepted | Rejected:
+        """Store a mandate request; Rejected (to dead-letter) when it is invalid."""
+        try:
+            outcome = self._runner.run(self.vrp.submit_mandate(record, advance=False))
+        except InvalidRequestError as exc:
+            return Rejected(f"invalid: {exc}")
+        mandate = outcome.mandate
+        if mandate.state == Mandate.INVALID:
+            return Rejected(f"invalid: {'; '.join(outcome.problems) or mandate.last_error}", mandate.mandate_id)
+        if not outcome.created:
+            return Accepted("duplicate")
+        self.wake()
+        return Accepted()
+
+    def payment(self, record: Mapping[str, Any]) -> Accepted | Rejected:
+        """Store a payment instruction; Rejected (to dead-letter) when it is invalid or its mandate unknown."""
+        try:
+            outcome = self._runner.run(self.vrp.submit_payment(record, advance=False))
+        except InvalidRequestError as exc:
+            return Rejected(f"invalid: {exc}")
+        payment = outcome.payment
+        if payment is None:
+            return Rejected(f"invalid: {outcome.reason}", record.get("mandate_id"))
+        if payment.state == Payment.INVALID:
+            return Rejected(f"invalid: {outcome.reason or payment.last_error}", payment.mandate_id)
+        if not outcome.created:
+            return Accepted("duplicate")
+        self.wake()
+        return Accepted(str(payment.state).lower())
+
+    def close(self) -> None:
+        """Close the event loop."""
+        self._runner.close()
+
+
+class _RecordHandler:
+    """Decodes one topic's records with its schema and hands them to `take`."""
+
+    def __init__(self, logical_topic: str, take: Callable[[Mapping[str, Any]], Accepted | Rejected]) -> None:
+        self._codec = schemas.Codec(logical_topic)
+        self._take = take
+
+    def __call__(self, message: Message) -> Accepted | Rejected:
+        value = message.value()
+        if value is None:
+            return Rejected("tombstone: the message has no value")
+        try:
+            record = self._codec.decode(value)
+        except schemas.DecodeError as exc:
+            return Rejected(f"undecodable: {exc}")
+        verdict = self._take(record)
+        log.info("vrp_request_consumed", topic=message.topic(), outcome=getattr(verdict, "outcome", "dead_letter"))
+        return verdict
+
+
+def vrp_handlers(settings: KafkaSettings, intake: VrpIntake) -> dict[str, Handler]:
+    """Handlers of the deployment's `vrp.mandates` and `vrp.payments` topics, by physical topic name (for
+    `consumers.loop.route`)."""
+    return {
+        settings.topic(VRP_MANDATES_TOPIC): _RecordHandler(VRP_MANDATES_TOPIC, intake.mandate),
+        settings.topic(VRP_PAYMENTS_TOPIC): _RecordHandler(VRP_PAYMENTS_TOPIC, intake.payment),
+    }
+
+
+def vrp_consumer(
+    settings: KafkaSettings,
+    intake: VrpIntake,
+    *,
+    dead_letters: DeadLetterPublisher | None = None,
+    **options: Any,
+) -> AtLeastOnceConsumer:
+    """A consumer of the deployment's `vrp.mandates` and `vrp.payments` topics (dead letters to its DLQ)."""
+    sink = dead_letters or DeadLetterPublisher(producer_config(settings, "vrp-dlq"), topic=settings.topic(DLQ_TOPIC))
+    handlers = vrp_handlers(settings, intake)
+    return AtLeastOnceConsumer(consumer_config(settings, "vrp"), list(handlers), route(handlers), sink, **options)

@@ -1,0 +1,315 @@
+"""`dispersion processor`: one processor instance, a member of the deployment's consumer group.
+
+    dispersion processor --config dispersion.toml [--bootstrap HOST:PORT] [--listen HOST:PORT]
+                         [--role all|api] [--instance NAME] [--log-format json|console]
+
+With `--role all` (the default) the instance runs, over the configured store:
+
+- one Kafka consumer (thread) for `payroll.batches`, `vrp.mandates` and `vrp.payments`: each message is stored by
+  the engine's intake (never a bank call), then its offset is committed; bad input is dead-lettered;
+- the engine's worker (asyncio): claims due flows, mandates and payments with leases (`FOR UPDATE SKIP LOCKED`
+  on PostgreSQL), so any number of instances share the work and a dead instance's work is taken over;
+- the outbox relay (thread): status events to `dispersion.status` and `vrp.status`, in order per key, each once;
+- the HTTP server (uvicorn): the callback API (approval links, the bank's redirect), `/healthz` and `/metrics`.
+
+`--role api` serves only the HTTP part (for a separate, public callback API deployment): the redirect is checked
+and the code exchanged there; the payment is then due work for any processor's worker.
+
+SIGTERM or Ctrl-C: the consumer stops taking messages, commits what it handled and leaves the group; the worker
+stops claiming and lets in-flight steps finish (`--grace` seconds, then cancels them: each step is safe to
+resume); the relay delivers what it handed to Kafka; the HTTP server closes. Exit status 0.
+
+The first line on standard output is `processor ready: api=http://HOST:PORT instance=NAME` once everything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+import uvicorn
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+
+from consumers.batches import BatchHandler, EngineIntake
+from consumers.loop import AtLeastOnceConsumer, Handler, consumer_config, route
+from consumers.vrp import VrpIntake, vrp_handlers
+from processor.callback_api import create_app
+from processor.config import Config, ConfigError, default_config_path, load_config
+from processor.engine.assembly import Engine, build_engine
+from processor.engine.vrp_flow import attach_vrp
+from processor.logs import configure_logging
+from processor.metrics import StoreCollector
+from processor.store import Store, StoreError, load_cipher
+from producers.dlq import DeadLetterPublisher
+from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, KafkaSetupError, producer_config, settings_from
+from producers.relay import OutboxRelay
+
+log = structlog.get_logger("processor.service")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+ROLES = ("all", "api")
+
+
+def parser() -> argparse.ArgumentParser:
+    """Arguments of `dispersion processor`."""
+    p = argparse.ArgumentParser(prog="dispersion processor", description="Run one processor instance.")
+    p.add_argument("--config", help="configuration file (default: $DISPERSION_CONFIG or ./dispersion.toml)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--listen", help="HOST:PORT of the HTTP server (default: the host and port of public_url)")
+    p.add_argument("--role", choices=ROLES, default="all", help="all (default) or api (HTTP only)")
+    p.add_argument("--instance", help="name in logs, lease owners and client ids (default: host-pid)")
+    p.add_argument("--log-format", choices=("json", "console"), default="json")
+    p.add_argument("--log-level", choices=("debug", "info", "warning"), default="info")
+    p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight steps may take at shutdown")
+    return p
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """(host, port) from `HOST:PORT` or a URL (its default port when none is given)."""
+    if "://" in value:
+        parts = urlsplit(value)
+        return parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"--listen must be HOST:PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the processor's handler stops every part, in order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class _Thread:
+    """A component running in its own thread; `error` holds what killed it, if anything did."""
+
+    name: str
+    target: Callable[[], None]
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+    def start(self) -> None:
+        def run() -> None:
+            try:
+                self.target()
+            except BaseException as exc:
+                self.error = exc
+                log.exception("component_failed", component=self.name)
+
+        self.thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self.thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def join(self, timeout: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+
+@dataclass
+class Processor:
+    """One instance's parts, started by `run` and stopped by `stop` (or a signal)."""
+
+    config: Config
+    kafka: KafkaSettings | None
+    store: Store
+    role: str = "all"
+    instance: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    grace: float = 30.0
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    threads: list[_Thread] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.engine: Engine = build_engine(self.config, self.store)
+        self.vrp = attach_vrp(self.engine)
+        self._stopped = asyncio.Event()
+        self._relay_stop = threading.Event()  # set after the worker stopped, so its last events go out too
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (idempotent; safe from a signal handler on the loop)."""
+        if not self.stop_event.is_set():
+            log.info("processor_stopping", instance=self.instance)
+        self.stop_event.set()
+        self._stopped.set()
+
+    async def health(self) -> Mapping[str, Any]:
+        """The instance's health: its threads alive and the store readable."""
+        components = {t.name: "ok" if t.alive else f"down: {t.error!r}" for t in self.threads}
+        try:
+            await self.store.arun(lambda tx: tx.outbox.backlog(), write=False)
+            components["store"] = "ok"
+        except StoreError as exc:
+            components["store"] = f"down: {exc}"
+        ok = all(v == "ok" for v in components.values()) and not self.stop_event.is_set()
+        return {"status": "ok" if ok else "unavailable", "instance": self.instance, "role": self.role, **components}
+
+    def http_app(self) -> Starlette:
+        """The callback API with `/healthz`, plus `/metrics`."""
+        callback = create_app(self.engine.authorizer, redirect_paths=self.engine.redirect_paths(), health=self.health)
+
+        shared = CollectorRegistry(auto_describe=True)  # read from the store at scrape time, not process-global
+        shared.register(StoreCollector(self.store))
+
+        def scrape() -> bytes:
+            return generate_latest(REGISTRY) + generate_latest(shared)
+
+        async def metrics(request: Request) -> Response:
+            return Response(await asyncio.to_thread(scrape), media_type=CONTENT_TYPE_LATEST)
+
+        return Starlette(routes=[Route("/metrics", metrics, methods=["GET"]), Mount("/", app=callback)])
+
+    def _consumer(self, loop: asyncio.AbstractEventLoop) -> AtLeastOnceConsumer:
+        assert self.kafka is not None
+
+        def wake() -> None:  # the intakes run in the consumer's thread; the worker lives on the loop
+            loop.call_soon_threadsafe(self.engine.wake)
+
+        batch_intake = EngineIntake(self.store, integrations=self.config.integrations)
+        handlers: dict[str, Handler] = {
+            self.kafka.topic(BATCHES_TOPIC): BatchHandler(batch_intake),
+            **vrp_handlers(self.kafka, VrpIntake(self.vrp, wake=wake)),
+        }
+        dead_letters = DeadLetterPublisher(
+            producer_config(self.kafka, f"dlq-{self.instance}"), topic=self.kafka.topic(DLQ_TOPIC)
+        )
+        config = consumer_config(self.kafka, "processor", **{"client.id": f"dispersion-processor-{self.instance}"})
+        return AtLeastOnceConsumer(config, list(handlers), route(handlers), dead_letters)
+
+    def _start_threads(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self.kafka is not None
+        consumer = self._consumer(loop)
+        relay = OutboxRelay(
+            self.store,
+            producer_config(self.kafka, f"relay-{self.instance}"),
+            owner=f"relay-{self.instance}-{uuid.uuid4().hex[:6]}",
+            topic_name=self.kafka.topic,
+        )
+        self.threads = [
+            _Thread("consumer", lambda: consumer.run(self.stop_event)),
+            _Thread("relay", lambda: relay.run(self._relay_stop)),
+        ]
+        for component in self.threads:
+            component.start()
+
+    async def _watch_threads(self) -> None:
+        """A component thread that died stops the instance (its supervisor restarts it)."""
+        while not self._stopped.is_set():
+            if any(t.error is not None for t in self.threads):
+                log.error("processor_component_died", instance=self.instance)
+                self.stop()
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), timeout=0.5)
+
+    async def run(self, sock: socket.socket, *, ready: Callable[[], None] = lambda: None) -> int:
+        """Run until `stop()`; the exit status."""
+        loop = asyncio.get_running_loop()
+        server = _Server(uvicorn.Config(self.http_app(), log_level="warning", lifespan="off"))
+        http = asyncio.create_task(server.serve(sockets=[sock]), name="http")
+        worker_task: asyncio.Task[None] | None = None
+        worker = None
+        if self.role == "all":
+            self._start_threads(loop)
+            worker = self.engine.worker(owner=f"worker-{self.instance}-{uuid.uuid4().hex[:6]}")
+            worker_task = asyncio.create_task(worker.run(), name="worker")
+        watch = asyncio.create_task(self._watch_threads(), name="watch")
+        while not server.started and not http.done():  # noqa: ASYNC110 (uvicorn offers no "started" event)
+            await asyncio.sleep(0.02)
+        failed = http.done()
+        if not failed:
+            ready()
+            await self._stopped.wait()
+        # Shutdown: stop taking input first, then let in-flight steps finish, then deliver events, then HTTP.
+        self.stop()
+        for component in self.threads:
+            if component.name == "consumer":
+                await asyncio.to_thread(component.join, self.grace)
+        if worker is not None and worker_task is not None:
+            await worker.stop(self.grace)
+            await asyncio.gather(worker_task, return_exceptions=True)
+        self._relay_stop.set()
+        for component in self.threads:
+            await asyncio.to_thread(component.join, self.grace)
+        server.should_exit = True
+        await asyncio.gather(http, watch, return_exceptions=True)
+        await self.engine.aclose()
+        died = [t.name for t in self.threads if t.error is not None]
+        if failed or died:
+            log.error("processor_stopped_after_failure", instance=self.instance, components=died or ["http"])
+            return EXIT_FAILED
+        log.info("processor_stopped", instance=self.instance)
+        return EXIT_OK
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (bound before anything starts, so a taken port fails fast and clearly)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    return sock
+
+
+async def _serve(processor: Processor, sock: socket.socket) -> int:
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, processor.stop)
+    host, port = sock.getsockname()[:2]
+
+    def ready() -> None:
+        print(f"processor ready: api=http://{host}:{port} instance={processor.instance}", flush=True)
+
+    return await processor.run(sock, ready=ready)
+
+
+def main(argv: list[str]) -> int:
+    """Run `dispersion processor`."""
+    args = parser().parse_args(argv)
+    instance = args.instance or f"{socket.gethostname()}-{os.getpid()}"
+    configure_logging(args.log_format, level=getattr(logging, args.log_level.upper()), instance=instance)
+    try:
+        config = load_config(args.config or default_config_path())
+        kafka = None
+        if args.role == "all":
+            kafka = settings_from(
+                config.kafka.options, bootstrap=args.bootstrap, configured=config.kafka.bootstrap_servers
+            )
+        sock = bind(*listen_address(args.listen or config.processor.public_url))
+        store = Store.open(config.processor.store, cipher=load_cipher(), pool_size=8)
+    except (ConfigError, KafkaSetupError, StoreError) as exc:
+        print(f"dispersion processor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        processor = Processor(config, kafka, store, role=args.role, instance=instance, grace=args.grace)
+        return asyncio.run(_serve(processor, sock))
+    finally:
+        sock.close()
+        store.close()
