@@ -1,0 +1,64 @@
+"""The log processors that keep secrets and account numbers out of the processor's logs (pure callables, checked
+with structlog's own capture and with the JSON renderer the service uses)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from structlog.testing import capture_logs
+
+from processor.logs import REDACTED, add_fields, mask_account, mask_accounts, redact_secrets
+
+
+def test_secret_named_fields_are_redacted_and_the_rest_kept() -> None:
+    event: dict[str, Any] = {
+        "event": "token exchanged",
+        "access_token": "at-123",
+        "refresh_token": "rt-456",
+        "code_verifier": "v" * 43,
+        "client_assertion": "eyJhbGciOiJQUzI1NiJ9.x.y",
+        "client_secret": "shh",
+        "approval_token": "tok",
+        "state": "AUTHORIZED",  # a flow state, not the OAuth state: kept
+        "code": "UK.OBIE.Field.Invalid",  # an error code: kept
+        "batch_id": "B-1",
+    }
+    out = redact_secrets(None, "info", dict(event))
+    for key in ("access_token", "refresh_token", "code_verifier", "client_assertion", "client_secret", "approval_token"):
+        assert out[key] == REDACTED, key
+    assert out["state"] == "AUTHORIZED" and out["code"] == "UK.OBIE.Field.Invalid" and out["batch_id"] == "B-1"
+
+
+def test_a_missing_secret_stays_none() -> None:
+    assert redact_secrets(None, "info", {"event": "x", "refresh_token": None})["refresh_token"] is None
+
+
+def test_account_numbers_keep_their_last_four_characters() -> None:
+    assert mask_account("200100300") == "*****0300"
+    assert mask_account("123") == "123"
+    out = mask_accounts(None, "info", {"event": "x", "account_number": "3001234567", "amount": "10.00"})
+    assert out == {"event": "x", "account_number": "******4567", "amount": "10.00"}
+
+
+def test_a_configured_logger_writes_no_secret() -> None:
+    lines: list[str] = []
+    structlog.configure(
+        processors=[add_fields(instance="p-1"), redact_secrets, mask_accounts, structlog.processors.JSONRenderer()],
+        logger_factory=structlog.ReturnLoggerFactory(),
+    )
+    try:
+        logger = structlog.get_logger("t")
+        lines.append(logger.info("exchange", access_token="at-secret-value", account_number="200100399"))
+    finally:
+        structlog.reset_defaults()
+    record = json.loads(lines[0])
+    assert record == {"event": "exchange", "access_token": REDACTED, "account_number": "*****0399", "instance": "p-1"}
+    assert "at-secret-value" not in lines[0]
+
+
+def test_capture_logs_sees_the_fields_call_sites_bind() -> None:
+    with capture_logs(processors=[redact_secrets]) as logs:
+        structlog.get_logger("t").warning("refresh failed", mandate_id="M-1", refresh_token="rt")
+    assert logs == [{"event": "refresh failed", "mandate_id": "M-1", "refresh_token": REDACTED, "log_level": "warning"}]
