@@ -26,7 +26,14 @@ def test_secret_named_fields_are_redacted_and_the_rest_kept() -> None:
         "batch_id": "B-1",
     }
     out = redact_secrets(None, "info", dict(event))
-    for key in ("access_token", "refresh_token", "code_verifier", "client_assertion", "client_secret", "approval_token"):
+    for key in (
+        "access_token",
+        "refresh_token",
+        "code_verifier",
+        "client_assertion",
+        "client_secret",
+        "approval_token",
+    ):
         assert out[key] == REDACTED, key
     assert out["state"] == "AUTHORIZED" and out["code"] == "UK.OBIE.Field.Invalid" and out["batch_id"] == "B-1"
 
