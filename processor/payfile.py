@@ -1,0 +1,325 @@
+"""`dispersion pay-file`: flow A (a file payment) for one payroll batch, from the command line, without Kafka.
+
+    dispersion pay-file --config dispersion.toml batch.json [--wait SECONDS]
+
+The JSON file holds what a `payroll.batches` record holds (docs/payload.md). The command validates it (every bad
+row is listed, exit status 2), stores it in the configured store (`[processor] store`), creates the consent and
+uploads the file, prints the approval link, serves the callback API on the address of `[processor] public_url`
+while it waits for the approver, then creates the file payment, follows it to its end and prints the result of
+every transaction (the destination account masked to its last four characters).
+
+The state lives in the store, so the command can be stopped and run again: a batch id already stored is never
+paid twice; the run resumes where the last one stopped, or just prints the result when the payment has ended.
+Tokens and PKCE verifiers are encrypted with `DISPERSION_STORE_KEY` (docs/store.md).
+
+Exit status: 0 COMPLETED; 1 ended otherwise (REJECTED, EXPIRED, FAILED, INVALID); 2 bad usage or input;
+3 still running when `--wait` ran out or the command was interrupted (run it again to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from processor.authorization import approval_link
+from processor.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
+from processor.config import Config, ConfigError, default_config_path, load_config
+from processor.engine.assembly import Engine, build_engine
+from processor.engine.file_flow import KIND, results_of
+from processor.engine.intake import accept_batch, readable_batch_id
+from processor.store import STATUS_TOPIC, Flow, FlowState, Store, StoreError, iso_ms, load_cipher
+from processor.store.values import sha256_hex
+from processor.validation import validate
+from processor.vrpcli import DONE, ENDED, USAGE, WAITING, CliError, _callback_api, _configure_logging
+
+POLL_SECONDS = 0.25  # how often the command looks at the flow while the worker runs it
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of `dispersion pay-file`."""
+    parser = argparse.ArgumentParser(
+        prog="dispersion pay-file",
+        description="Pay one payroll batch as an Open Banking file payment (flow A), without Kafka.",
+    )
+    parser.add_argument("batch", type=Path, help="the batch JSON (the payroll.batches fields); - reads stdin")
+    parser.add_argument(
+        "--config", type=Path, help="configuration file (default: $DISPERSION_CONFIG or ./dispersion.toml)"
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give up waiting after this many seconds (exit status 3; run again to resume). Default: until the "
+        "payment ends or the authorization deadline passes",
+    )
+    parser.add_argument(
+        "--listen", help="HOST:PORT to serve the callback API on while waiting (default: from [processor] public_url)"
+    )
+    parser.add_argument(
+        "--no-serve",
+        action="store_true",
+        help="do not serve the callback API here (another `dispersion` process serves it on the same store)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="log the engine's steps to stderr")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run `dispersion pay-file`; returns the exit status."""
+    args = build_parser().parse_args(list(argv))
+    if args.wait is not None and args.wait < 0:
+        print("dispersion pay-file: --wait must not be negative", file=sys.stderr)
+        return USAGE
+    _configure_logging(args.verbose)
+    try:
+        return asyncio.run(pay_file(args))
+    except (CliError, ConfigError, StoreError) as exc:
+        print(f"dispersion pay-file: {exc}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        print("interrupted; the state is kept: run the same command again to resume", file=sys.stderr)
+        return WAITING
+
+
+# -- reading and checking the batch -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchInput:
+    """The batch file as read: its text (stored verbatim), the parsed document and its id."""
+
+    text: str
+    document: dict[str, Any]
+    batch_id: str
+
+
+def read_batch(path: Path) -> BatchInput:
+    """Read the batch file (or stdin for `-`); `CliError` when it is not a JSON object with a `batch_id`."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CliError(f"cannot read {path}: {reason}") from None
+    try:
+        document = loads_exact(text)
+    except ValueError as exc:
+        raise CliError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise CliError(f"{path} must hold a JSON object (a payroll batch)")
+    batch_id = readable_batch_id(document)
+    if batch_id is None:
+        raise CliError(f"{path}: batch_id is missing or not a non-empty string")
+    return BatchInput(text, document, batch_id)
+
+
+def batch_problems(document: Mapping[str, Any], integrations: Sequence[str]) -> list[str]:
+    """Every problem of a batch document, one line each (shape problems with their path, then each bad row's
+    rules); empty when the batch can be paid."""
+    try:
+        batch = batch_from_dict(document)
+    except BatchParseError as exc:
+        return [str(problem) for problem in exc.problems]
+    problems: list[str] = []
+    if batch.integration not in integrations:
+        known = ", ".join(sorted(integrations)) or "none"
+        problems.append(f"integration: {batch.integration!r} is not configured (configured: {known})")
+    problems.extend(str(issue) for issue in validate(batch).issues)
+    return problems
+
+
+# -- the command ------------------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _engine(config_path: Path | None) -> AsyncIterator[tuple[Config, Store, Engine]]:
+    config = load_config(config_path or default_config_path())
+    store = Store.open(config.processor.store, cipher=load_cipher())
+    try:
+        engine = build_engine(config, store)
+        try:
+            yield config, store, engine
+        finally:
+            await engine.aclose()
+    finally:
+        store.close()
+
+
+async def pay_file(args: argparse.Namespace) -> int:
+    """Accept the batch (or find it stored), drive its flow, print the outcome; returns the exit status."""
+    given = read_batch(args.batch)
+    async with _engine(args.config) as (config, store, engine):
+        batch_id = given.batch_id
+        existing = await store.arun(lambda tx: tx.flows.get(batch_id), write=False)
+        if existing is None:
+            problems = batch_problems(given.document, list(config.integrations))
+            if problems:
+                print(f"batch {batch_id}: INVALID, nothing was stored or sent to the bank:")
+                for problem in problems:
+                    print(f"  {problem}")
+                return USAGE
+            result = await accept_batch(
+                store, given.text, now=engine.ctx.clock.now(), integrations=set(config.integrations)
+            )
+            if result.flow is None or result.invalid:
+                print(f"batch {batch_id}: INVALID: {result.reason}")
+                return USAGE
+            flow = result.flow
+            print(
+                f"batch {batch_id}: {flow.number_of_transactions} transactions, control sum "
+                f"{_amount(flow.control_sum)} {_currency(given.document)}, integration {flow.integration}"
+            )
+        else:
+            flow = existing
+            same = existing.payload_sha256 == sha256_hex(given.text)
+            note = "" if same else " (the file differs from the stored batch; the stored batch counts)"
+            print(f"batch {batch_id} already exists: {flow.state}{note}")
+        if not flow.terminal:
+            flow = await follow(engine, config, flow, wait=args.wait, listen=args.listen, serve=not args.no_serve)
+        return await report(store, engine, flow)
+
+
+def _currency(document: Mapping[str, Any]) -> str:
+    origin = document.get("origin_account")
+    value = origin.get("currency") if isinstance(origin, Mapping) else None
+    return value if isinstance(value, str) else ""
+
+
+def _amount(value: Decimal | str | None) -> str:
+    if value is None:
+        return "?"
+    return format(value if isinstance(value, Decimal) else Decimal(value), "f")
+
+
+async def follow(
+    engine: Engine, config: Config, flow: Flow, *, wait: float | None, listen: str | None, serve: bool
+) -> Flow:
+    """Run the flow with a single-flow worker, serving the callback API, until it ends or `wait` runs out;
+    prints each step as it happens. Returns the flow as last read."""
+    batch_id = flow.batch_id
+    store = engine.ctx.store
+    worker = engine.worker(keys=[batch_id])
+    task = asyncio.create_task(worker.run(), name=f"pay-file:{batch_id}")
+    loop = asyncio.get_running_loop()
+    deadline = None if wait is None else loop.time() + wait
+    seen: str | None = None
+    try:
+        async with _callback_api(engine, config, listen, serve=serve):
+            while True:
+                flow = await store.arun(lambda tx: tx.flows.require(batch_id), write=False)
+                if flow.state != seen:
+                    _announce(engine, flow)
+                    seen = flow.state
+                if flow.terminal or (deadline is not None and loop.time() >= deadline):
+                    return flow
+                if task.done():
+                    task.result()  # the worker loop never ends by itself: surface its error
+                    return flow
+                await asyncio.sleep(POLL_SECONDS)
+    finally:
+        await worker.stop(grace=10)
+        with contextlib.suppress(Exception):
+            await task
+
+
+def _announce(engine: Engine, flow: Flow) -> None:
+    state = flow.state
+    if state == FlowState.CONSENT_CREATED:
+        print(f"consent {flow.consent_id} created; uploading the file")
+    elif state == FlowState.AWAITING_AUTHORIZATION:
+        print(f"file uploaded; consent {flow.consent_id} awaits authorization")
+        print(f"approval link: {approval_link(engine.ctx.public_url, KIND, flow.batch_id, flow.approval_token)}")
+        if flow.authorization_deadline is not None:
+            print(f"the link works until {iso_ms(flow.authorization_deadline)}")
+        print("waiting for the approver...", flush=True)
+    elif state == FlowState.AUTHORIZED:
+        print("authorized; creating the file payment", flush=True)
+    elif state == FlowState.INITIATED:
+        print(f"file payment {flow.file_payment_id} initiated; following it", flush=True)
+    sys.stdout.flush()
+
+
+# -- the result -------------------------------------------------------------------------------------------------
+
+
+def mask_account(number: str | None) -> str:
+    """An account number shown by its last four characters only (`****0301`)."""
+    if not number:
+        return "?"
+    return "****" + number[-4:]
+
+
+def result_lines(batch: PayrollBatch | None, results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The per-transaction table: index, masked destination account, amount, status, reason."""
+    rows = [("#", "account", "amount", "status", "reason")]
+    transfers = batch.transactions if batch is not None else ()
+    for result in results:
+        index = result.get("index")
+        transfer = transfers[index] if isinstance(index, int) and 0 <= index < len(transfers) else None
+        account = transfer.account_number if transfer is not None else None
+        amount = result.get("amount")
+        rows.append(
+            (
+                str(index),
+                mask_account(account),
+                _amount(amount) if amount is not None else "?",
+                str(result.get("status") or "?"),
+                str(result.get("reason") or ""),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for row in rows:
+        index, account, amount, status, reason = row
+        text = f"  {index:>{widths[0]}}  {account:<{widths[1]}}  {amount:>{widths[2]}}  {status:<{widths[3]}}  {reason}"
+        lines.append(text.rstrip())
+    return lines
+
+
+async def report(store: Store, engine: Engine, flow: Flow) -> int:
+    """Print the flow's outcome (per transaction when the bank reported them) and return the exit status."""
+    batch_id = flow.batch_id
+    if not flow.terminal:
+        print(f"batch {batch_id}: {flow.state}, still running; run the same command again to resume")
+        if flow.state == FlowState.AWAITING_AUTHORIZATION:
+            print(f"approval link: {approval_link(engine.ctx.public_url, KIND, batch_id, flow.approval_token)}")
+        if flow.last_error:
+            print(f"  last error: {flow.last_error}")
+        return WAITING
+    stored = await store.arun(lambda tx: (tx.flows.report(batch_id), tx.flows.payload(batch_id)), write=False)
+    stored_report, text = stored
+    results = results_of(stored_report)
+    batch = None
+    if results and text is not None:
+        with contextlib.suppress(ValueError):
+            batch = batch_from_json(text)
+    if results:
+        for line in result_lines(batch, results):
+            print(line)
+    events = await store.arun(lambda tx: tx.outbox.events(STATUS_TOPIC, batch_id), write=False)
+    reason = next((e.payload.get("reason") for e in reversed(events) if e.status == flow.state), None)
+    reason = reason or flow.last_error
+    parts = [f"batch {batch_id}: {flow.state}"]
+    if flow.file_payment_id:
+        parts.append(f"file payment {flow.file_payment_id}")
+    if flow.bank_status:
+        parts.append(f"bank status {flow.bank_status}")
+    if flow.number_of_transactions is not None and flow.control_sum is not None:
+        parts.append(f"{flow.number_of_transactions} transactions, control sum {_amount(flow.control_sum)}")
+    print(", ".join(parts))
+    if results:
+        settled = sum(1 for r in results if r.get("status") == "COMPLETED")
+        rejected = sum(1 for r in results if r.get("status") == "FAILED")
+        pending = len(results) - settled - rejected
+        summary = f"summary: {settled} settled, {rejected} rejected"
+        print(summary + (f", {pending} pending" if pending else ""))
+    if reason:
+        print(f"  reason: {reason}")
+    return DONE if flow.state == FlowState.COMPLETED else ENDED

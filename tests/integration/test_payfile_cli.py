@@ -1,0 +1,203 @@
+"""`dispersion pay-file` as a process against the sandbox bank process (SQLite and PostgreSQL stores): the
+approver follows the printed approval link to the consent page and back to the callback API the command serves
+while it waits; the command prints every transaction's result. Also: rejection (exit 1), an invalid batch (exit
+2, every bad row listed, nothing stored or sent), `--wait` running out (exit 3) and a rerun that resumes, and a
+rerun after the end that only prints (no new bank resource)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from engine_support import batch
+from file_flow_support import browser_decide, write_batch
+from sandbox_process import SandboxProcess, free_port, running_sandbox
+from store_fixtures import postgres_dsn_or_skip
+
+from processor.store import generate_key
+
+
+@pytest.fixture(scope="module")
+def cli_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    """A sandbox whose registered redirect URI points at a free port, where the command serves the callback
+    API; file payments complete at once (the per-transaction outcome comes from the accounts' last digits)."""
+    directory = tmp_path_factory.mktemp("payfile-cli")
+    redirect = f"http://127.0.0.1:{free_port()}/callback"
+    with running_sandbox(
+        directory, "--admin", "--file-payment-delay", "0", init_args=("--redirect-uri", redirect)
+    ) as sandbox:
+        yield sandbox
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The store the command is configured with: a SQLite file, or a fresh PostgreSQL database (the command
+    reads a plain URL, so a schema of the shared test database would not do)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'payfile.sqlite'}"
+        return
+    dsn = postgres_dsn_or_skip()
+    name = f"dispersion_payfile_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield dsn.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def config(cli_sandbox: SandboxProcess, store_url: str, tmp_path: Path) -> str:
+    """The configuration `sandbox init` wrote, with the test's store."""
+    text = (cli_sandbox.directory / "dispersion.toml").read_text()
+    lines = [f'store = "{store_url}"' if line.startswith("store = ") else line for line in text.splitlines()]
+    path = tmp_path / "dispersion.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    return {**os.environ, "DISPERSION_STORE_KEY": generate_key(), "PYTHONUNBUFFERED": "1"}
+
+
+async def start(*args: str, env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "processor.cli",
+        "pay-file",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+
+
+async def run(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    proc = await start(*args, env=env)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def link_of(proc: asyncio.subprocess.Process) -> tuple[str, list[str]]:
+    """Read the command's output up to the approval link."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    while True:
+        line = (await asyncio.wait_for(proc.stdout.readline(), timeout=60)).decode()
+        if not line:
+            err = (await proc.stderr.read()).decode() if proc.stderr else ""
+            raise AssertionError(f"the command ended early: {seen} {err}")
+        seen.append(line)
+        if line.startswith("approval link: "):
+            return line.removeprefix("approval link: ").strip(), seen
+
+
+async def counts(sandbox: SandboxProcess) -> dict[str, int]:
+    async with httpx.AsyncClient(base_url=sandbox.base_url) as admin:
+        return {k: int(v) for k, v in (await admin.get("/__sandbox/counts")).json().items()}
+
+
+async def test_pay_file_prints_every_transaction_and_pays_once(
+    cli_sandbox: SandboxProcess, config: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    document = batch()
+    batch_id = document["batch_id"]
+    path = str(write_batch(tmp_path / "batch.json", document))
+    before = await counts(cli_sandbox)
+
+    # --wait runs out while the approver has not acted: status 3, the link is printed, the state is kept.
+    code, out, err = await run("--config", config, path, "--wait", "1", env=env)
+    assert code == 3, err
+    assert f"batch {batch_id}: 3 transactions, control sum 4250.75 GTQ, integration sandbox" in out
+    assert f"/approve/file/{batch_id}?t=" in out and "AWAITING_AUTHORIZATION, still running" in out
+
+    # The rerun resumes (no second consent), serves the callback API and waits for the approver.
+    proc = await start("--config", config, path, env=env)
+    link, seen = await link_of(proc)
+    assert f"batch {batch_id} already exists: AWAITING_AUTHORIZATION\n" in seen
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = await browser_decide(http, link)
+        assert answer.status_code == 200 and "Authorization received" in answer.text
+    out_bytes, err_bytes = await asyncio.wait_for(proc.communicate(), timeout=60)
+    out = "".join(seen) + out_bytes.decode()
+    assert proc.returncode == 0, err_bytes.decode()
+    rows = [line.split() for line in out.splitlines() if line.startswith("  ") and "****" in line]
+    assert rows == [
+        ["0", "****0300", "1500.50", "COMPLETED"],
+        ["1", "****0301", "2000.00", "COMPLETED"],
+        ["2", "****9902", "750.25", "FAILED", *rows[2][4:]],
+    ]
+    assert rows[2][4] == "AC04"
+    assert "200100300" not in out  # account numbers are masked
+    assert f"batch {batch_id}: COMPLETED, file payment fp-" in out and "bank status InitiationCompleted" in out
+    assert "summary: 2 settled, 1 rejected" in out
+    assert "2 of 3 transfers settled; 1 rejected (AC04)" in out
+    after = await counts(cli_sandbox)
+    assert after["file_consent"] - before["file_consent"] == 1
+    assert after["file_payment"] - before["file_payment"] == 1
+
+    # After the end a rerun only prints the result: nothing new at the bank.
+    code, out, err = await run("--config", config, path, env=env)
+    assert code == 0, err
+    assert f"batch {batch_id} already exists: COMPLETED" in out and "****9902" in out
+    assert await counts(cli_sandbox) == after
+
+
+async def test_rejected_approval_exits_1(
+    cli_sandbox: SandboxProcess, config: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    document = batch()
+    path = str(write_batch(tmp_path / "batch.json", document))
+    before = await counts(cli_sandbox)
+    proc = await start("--config", config, path, env=env)
+    link, _ = await link_of(proc)
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = await browser_decide(http, link, approve=False)
+        assert answer.status_code == 200
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 1, err.decode()
+    text = out.decode()
+    assert f"batch {document['batch_id']}: REJECTED" in text
+    assert "reason: the approver rejected the authorization" in text
+    assert (await counts(cli_sandbox))["file_payment"] == before["file_payment"]
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_invalid_batch_exits_2_listing_every_bad_row(
+    cli_sandbox: SandboxProcess, config: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    document = batch(transfers=[("200100300", "-5"), ("200100301", "10.001"), ("200100302", "7"), ("2001-3", "1")])
+    document["transactions"][2]["destination_account"]["email"] = "not-an-email"
+    path = str(write_batch(tmp_path / "bad.json", document))
+    before = await counts(cli_sandbox)
+    code, out, _ = await run("--config", config, path, env=env)
+    assert code == 2
+    assert "INVALID, nothing was stored or sent to the bank" in out
+    for index, reason in (
+        (0, "non_positive_amount"),
+        (1, "too_many_decimals"),
+        (2, "malformed_email"),
+        (3, "malformed_account_number"),
+    ):
+        assert any(f"transaction {index}" in line and reason in line for line in out.splitlines()), (index, out)
+    assert await counts(cli_sandbox) == before
+
+    shapeless = dict(document, transactions=[{"amount": 1.5}], origin_account="x")
+    code, out, _ = await run("--config", config, str(write_batch(tmp_path / "shape.json", shapeless)), env=env)
+    assert code == 2 and "origin_account" in out and "transactions[0]" in out
+
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    code, _, err = await run("--config", config, str(broken), env=env)
+    assert code == 2 and "not valid JSON" in err
