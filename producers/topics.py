@@ -95,7 +95,7 @@ def project_topics(
 
     return [
         spec(BATCHES_TOPIC, retention_hours, big),
-        spec(STATUS_TOPIC, status_retention_hours),
+        spec(STATUS_TOPIC, status_retention_hours, big),  # COMPLETED carries every transaction's result
         spec(DLQ_TOPIC, dlq_retention_hours, dlq_big),
         spec(VRP_MANDATES_TOPIC, retention_hours),
         spec(VRP_PAYMENTS_TOPIC, retention_hours),
