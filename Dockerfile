@@ -1,0 +1,29 @@
+# The one image of every deployable: `dispersion processor` (role all or api), `dispersion sandbox`, and the CLI
+# (`topics`, `submit`, `status`, `sandbox init`). Used by docker-compose.yml; see docs/operations.md.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY processor ./processor
+COPY sandbox ./sandbox
+COPY consumers ./consumers
+COPY producers ./producers
+COPY schemas ./schemas
+RUN pip install . && rm -rf /src
+
+COPY deploy/entrypoint.sh /usr/local/bin/dispersion-entrypoint
+RUN chmod 0755 /usr/local/bin/dispersion-entrypoint \
+    && useradd --system --uid 10001 --home-dir /var/lib/dispersion --shell /usr/sbin/nologin dispersion \
+    && mkdir -p /var/lib/dispersion/bank /etc/dispersion \
+    && chown -R dispersion:dispersion /var/lib/dispersion
+
+USER dispersion
+WORKDIR /var/lib/dispersion
+EXPOSE 8600 8700
+ENTRYPOINT ["/usr/local/bin/dispersion-entrypoint"]
+CMD ["dispersion", "--help"]

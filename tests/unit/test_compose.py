@@ -1,0 +1,205 @@
+"""docker-compose.yml, Dockerfile and deploy/compose.toml checked without a Docker engine: the services a deployment
+needs exist and are wired as documented, every `dispersion ...` command they run names a real subcommand with
+options its argparse parser accepts, and the processors' configuration loads with the environment compose gives."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from processor.cli import COMMANDS
+from processor.config import load_config
+from processor.engine.settings import engine_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+BUILT = ("bank-init", "sandbox", "topics", "processor-1", "processor-2", "api", "cli")
+CONFIG_IN_CONTAINER = "/etc/dispersion/dispersion.toml"
+
+
+def _parser(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The argparse parser of a `dispersion` command line and the arguments it parses."""
+    sub, rest = words[0], words[1:]
+    assert sub in COMMANDS, f"`dispersion {sub}` is not a subcommand (known: {sorted(COMMANDS)})"
+    factories: dict[str, Callable[[], argparse.ArgumentParser]] = {}
+    if sub == "processor":
+        from processor.service import parser as processor_parser
+
+        factories[sub] = processor_parser
+    elif sub == "sandbox" and rest[:1] == ["init"]:
+        from sandbox.init import build_parser as init_parser
+
+        return init_parser(), rest[1:]
+    elif sub == "sandbox":
+        from sandbox.cli import build_parser as sandbox_parser
+
+        factories[sub] = sandbox_parser
+    elif sub == "topics":
+        from producers.topics import parser as topics_parser
+
+        factories[sub] = topics_parser
+    elif sub == "submit":
+        from processor.submit import parser as submit_parser
+
+        factories[sub] = submit_parser
+    elif sub == "status":
+        from processor.statuscli import parser as status_parser
+
+        factories[sub] = status_parser
+    elif sub == "demo":
+        from processor.demo import parser as demo_parser
+
+        factories[sub] = demo_parser
+    else:
+        raise AssertionError(f"no parser known to this test for `dispersion {sub}`: add it")
+    return factories[sub](), rest
+
+
+def parse(words: list[str]) -> argparse.Namespace:
+    """Parse a `dispersion` command line (without the program name) strictly: no abbreviated options."""
+    p, rest = _parser(words)
+    p.allow_abbrev = False
+    p.exit_on_error = False
+    try:
+        return p.parse_args(rest)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise AssertionError(f"`dispersion {shlex.join(words)}` is refused by its parser: {exc}") from None
+
+
+def dispersion_commands(service: dict[str, Any]) -> list[list[str]]:
+    """Every `dispersion ...` command line a service runs (without the word `dispersion`), shell scripts included."""
+    command = service.get("command") or []
+    command = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+    entrypoint = service.get("entrypoint") or []
+    entrypoint = shlex.split(entrypoint) if isinstance(entrypoint, str) else [str(w) for w in entrypoint]
+    if entrypoint and entrypoint[-1] == "dispersion":
+        return [command]
+    if command[:2] == ["sh", "-c"]:
+        found: list[list[str]] = []
+        for segment in re.split(r"\|\||&&|;", command[2]):
+            words = shlex.split(segment)
+            if words[:1] == ["exec"]:
+                words = words[1:]
+            if words[:1] == ["dispersion"]:
+                found.append(words[1:])
+        return found
+    return [command[1:]] if command[:1] == ["dispersion"] else []
+
+
+def test_every_service_of_the_deployment_exists() -> None:
+    assert set(SERVICES) == {"kafka", "postgres", *BUILT}
+    assert SERVICES["kafka"]["image"].startswith("apache/kafka:")
+    assert SERVICES["postgres"]["image"].startswith("postgres:")
+    for name in BUILT:
+        assert SERVICES[name]["build"] == ".", name
+        assert SERVICES[name]["image"] == "dispersion:local", name
+    declared = set(COMPOSE["volumes"])
+    for name, service in SERVICES.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            assert source.startswith(".") or source in declared, (name, volume)
+
+
+def test_kafka_runs_kraft_with_single_node_settings() -> None:
+    env = SERVICES["kafka"]["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # topics come from `dispersion topics`
+    assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 1
+    assert "healthcheck" in SERVICES["kafka"]
+
+
+def test_every_dispersion_command_is_a_real_subcommand_with_accepted_options() -> None:
+    checked = {}
+    for name in BUILT:
+        commands = dispersion_commands(SERVICES[name])
+        assert commands, f"{name} runs no dispersion command"
+        for words in commands:
+            checked[name] = (words, parse(words))
+    assert len(checked) == len(BUILT)
+
+
+def test_the_processors_form_one_group_and_the_api_serves_http_only() -> None:
+    roles = {}
+    for name in ("processor-1", "processor-2", "api"):
+        (words,) = dispersion_commands(SERVICES[name])
+        args = parse(words)
+        assert words[0] == "processor"
+        assert args.listen == "0.0.0.0:8600"
+        roles[name] = (args.role, args.instance)
+        env = SERVICES[name]["environment"]
+        assert env["DISPERSION_CONFIG"] == CONFIG_IN_CONTAINER
+        assert env["DISPERSION_STORE_URL"].startswith("postgresql://dispersion:")
+        assert "DISPERSION_STORE_ALLOW_DEV_KEY" not in env  # a real key, the same for every instance
+        assert env["DISPERSION_STORE_KEY"].startswith("${DISPERSION_STORE_KEY:?")
+        assert SERVICES[name]["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+        assert SERVICES[name]["depends_on"]["bank-init"]["condition"] == "service_completed_successfully"
+        assert "healthcheck" in SERVICES[name]
+    assert roles == {
+        "processor-1": ("all", "processor-1"),
+        "processor-2": ("all", "processor-2"),
+        "api": ("api", "api"),
+    }
+    assert "127.0.0.1:8600:8600" in SERVICES["api"]["ports"]
+
+
+def _private_pem() -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+def test_the_compose_configuration_loads_and_matches_the_services(monkeypatch: pytest.MonkeyPatch) -> None:
+    config_path = ROOT / "deploy" / "compose.toml"
+    text = config_path.read_text()
+    needed = set(re.findall(r'_env = "([A-Z0-9_]+)"', text))
+    entrypoint = (ROOT / "deploy" / "entrypoint.sh").read_text()
+    environment = SERVICES["processor-1"]["environment"]
+    for variable in needed:  # each comes from compose's environment or the entrypoint
+        assert variable in environment or f"export {variable}" in entrypoint, variable
+    monkeypatch.setenv("DISPERSION_STORE_URL", "postgresql://dispersion:pw@postgres:5432/dispersion")
+    monkeypatch.setenv("DISPERSION_SANDBOX_CLIENT_SECRET", "not-a-real-secret")
+    monkeypatch.setenv("DISPERSION_SANDBOX_KID", "kid-1")
+    monkeypatch.setenv("DISPERSION_SANDBOX_SIGNING_KEY", _private_pem())
+    config = load_config(config_path)
+    engine_settings(config)  # the [engine] table is valid
+    assert config.processor.store.startswith("postgresql://")
+    assert config.kafka.bootstrap_servers == "kafka:9092"
+    integration = config.integrations["sandbox"]
+
+    (init,) = dispersion_commands(SERVICES["bank-init"])
+    init_args = parse(init)
+    (sandbox,) = dispersion_commands(SERVICES["sandbox"])
+    sandbox_args = parse(sandbox)
+    assert integration.client_id == init_args.client_id
+    assert integration.redirect_uri == init_args.redirect_uri == f"{config.processor.public_url}/callback"
+    assert integration.issuer == integration.resource_server == init_args.sandbox_url == sandbox_args.base_url
+    assert sandbox_args.clients == "/var/lib/dispersion/bank/clients.json"
+    assert "sandbox.localhost" in SERVICES["sandbox"]["networks"]["default"]["aliases"]
+    for name in ("processor-1", "processor-2", "api", "cli"):
+        mounts = SERVICES[name]["volumes"]
+        assert f"./deploy/compose.toml:{CONFIG_IN_CONTAINER}:ro" in mounts, name
+        assert "bank:/var/lib/dispersion/bank:ro" in mounts, name
+
+
+def test_the_dockerfile_builds_the_distribution_on_python_311_slim() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
+    assert "pip install ." in dockerfile
+    assert "COPY deploy/entrypoint.sh /usr/local/bin/dispersion-entrypoint" in dockerfile
+    assert SERVICES["cli"]["entrypoint"][0] == "/usr/local/bin/dispersion-entrypoint"
+    for package in ("processor", "sandbox", "consumers", "producers", "schemas"):
+        assert f"COPY {package} ./{package}" in dockerfile
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert not {"processor", "sandbox", "schemas", "pyproject.toml", "README.md", "deploy"} & set(ignored)
