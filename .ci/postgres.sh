@@ -9,10 +9,11 @@ fi
 ver=$(pg_lsclusters -h | awk 'NR==1{print $1}')
 if [ -z "$ver" ]; then
   ver=$(ls /usr/lib/postgresql | sort -n | tail -1)
-  pg_createcluster "$ver" main >/dev/null
+  pg_createcluster "$ver" main >&2
 fi
 if ! pg_lsclusters -h | awk '$2=="main"{print $4}' | grep -q online; then
-  pg_ctlcluster "$ver" main start
+  # pg_ctlcluster may print notes (e.g. "Removed stale pid file.") on stdout; stdout carries only the DSN.
+  pg_ctlcluster "$ver" main start >&2
 fi
 for _ in $(seq 1 50); do
   runuser -u postgres -- pg_isready -q -h 127.0.0.1 && break
