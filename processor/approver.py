@@ -110,6 +110,33 @@ class _FormParser(HTMLParser):
             self._in_form = False
 
 
+class _TextParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("script", "style", "title", "head"):
+            self._skip += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style", "title", "head") and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.parts.append(data)
+
+
+def page_text(html: str) -> str:
+    """The visible text of an HTML page (no head, scripts or styles), whitespace collapsed."""
+    parser = _TextParser()
+    parser.feed(html)
+    parser.close()
+    return " ".join(" ".join(parser.parts).split())
+
+
 def parse_forms(html: str) -> list[Form]:
     """Every form of an HTML page, in document order."""
     parser = _FormParser()
@@ -220,7 +247,7 @@ def approve(
             redirect=redirect,
             callback_url=_safe(redirect),
             callback_status=delivered.status_code,
-            callback_text=" ".join(delivered.text.split())[:200],
+            callback_text=page_text(delivered.text)[:200],
             outcome=outcome,
         )
     finally:

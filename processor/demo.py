@@ -1,271 +1,663 @@
-"""`dispersion demo`: the whole system on one machine, with the embedded defaults, in one command.
+"""`dispersion demo`: the whole system on one machine, end to end, in one command.
 
     dispersion demo [--dir ./demo-run] [--timeout 180] [--no-approve] [--bootstrap HOST:PORT]
 
-It starts a real local Kafka broker (unless `--bootstrap` or `KAFKA_BOOTSTRAP_SERVERS` names one), writes a
-sandbox bank configuration into the work directory (`dispersion sandbox init`, on free loopback ports), starts
-the sandbox bank and one processor as child processes, creates the topics, submits an embedded sample payroll
-export through `dispersion submit`, and prints the batch's status events from `dispersion.status`. When
-`AUTHORIZATION_REQUIRED` arrives it opens the approval link and presses Approve on the bank's consent page, as
-the approver's browser would (`--no-approve` leaves that to you: open the printed link). It ends at the batch's
-terminal status, printing the result of each transfer (one is refused by the bank on purpose), stops
-everything it started and exits 0 on COMPLETED, 1 otherwise. Logs of the children stay in the work directory.
+(`--timeout` defaults to 180 s, or 900 s with `--no-approve`.)
+
+Steps, each printed as it happens:
+
+1. Kafka: a local single-node KRaft broker from the Maven Central jars (`processor.kafka_local`, the broker of
+   `dispersion dev kafka`), unless a broker is given (`--bootstrap` or `KAFKA_BOOTSTRAP_SERVERS`). On a given
+   broker the demo uses topics and a consumer group of its own (`demo.<run>.payroll.batches`, ...), so it never
+   mixes with what else that broker carries.
+2. `dispersion sandbox init` into the work directory, on free loopback ports (not the fixed 8600/8700), then the
+   processor configuration is rewritten: SQLite store in the work directory, the broker, quick engine timings.
+3. The sandbox bank (`dispersion sandbox`, file payments settle after 1 s) and one processor
+   (`dispersion processor`, with `DISPERSION_STORE_ALLOW_DEV_KEY=1`) as child processes; the topics are created
+   (`dispersion topics`' code).
+4. An embedded payroll export (5 employees; one account ends in 9902, which the sandbox bank rejects as a closed
+   account) is written to `payroll-export.csv` and submitted through `dispersion submit`'s code.
+5. `dispersion.status` is followed; on AUTHORIZATION_REQUIRED the approval link is printed and approved on the
+   bank's consent page as a browser would (`processor.approver`), unless `--no-approve` (then open the link
+   yourself). Every status event is printed until the batch's final status, with the per-transaction results.
+6. Everything the demo started is stopped (SIGTERM by pid, SIGKILL if ignored), also on failure or Ctrl-C.
+
+Exit status: 0 the batch COMPLETED; 1 a step failed, the batch ended otherwise or the timeout passed (the message
+says which, and where the logs are); 2 bad arguments; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from types import FrameType
+from typing import Any, Final
 
 import httpx
-from confluent_kafka import Consumer, KafkaError
 
-import schemas
-from processor.approver import ApprovalError, approve
-from processor.kafka_local import KafkaLocalError, LocalKafka
-from processor.statuscli import as_text
-from producers.kafka import BOOTSTRAP_ENV, STATUS_TOPIC
+DEFAULT_DIR: Final = "demo-run"
+DEFAULT_TIMEOUT: Final = 180.0
+MANUAL_TIMEOUT: Final = 900.0  # with --no-approve a person has to open the link
+MARKER: Final = ".dispersion-demo"  # a work directory holding it was made by the demo and may be emptied
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+ORIGIN_ACCOUNT: Final = "3001234567"
+ORIGIN_CURRENCY: Final = "GTQ"
+INTEGRATION: Final = "sandbox"
+FINAL_STATUSES: Final = frozenset({"COMPLETED", "FAILED", "REJECTED", "EXPIRED", "INVALID"})
 
-MARKER = ".dispersion-demo"
-TERMINAL = {"COMPLETED", "FAILED", "REJECTED", "EXPIRED", "INVALID"}
-SAMPLE_EXPORT = """\
-account_number,amount,email,concept,employee_reference
-200100300,1500.25,ana.lopez@example.com,Salary November 2026,E-0001
-200100301,2000.00,luis.perez@example.com,Salary November 2026,E-0002
-200100302,1250.75,maria.garcia@example.com,Salary November 2026,E-0003
-200100303,980.10,jorge.ruiz@example.com,Salary November 2026,E-0004
-200109902,750.50,eva.santos@example.com,Salary November 2026,E-0005
+# The ERP's export: one row per employee. The account ending in 9902 is refused by the sandbox bank (AC04, closed
+# account; docs/sandbox.md, "Deterministic failures"), to show a per-transaction failure in a completed payment.
+SAMPLE_EXPORT: Final = """\
+employee_reference,account_number,account_type,amount,currency,email,concept
+E-1001,2001002001,SAVINGS,8500.00,GTQ,ana.lopez@example.com,Payroll November
+E-1002,2001002002,SAVINGS,7250.50,GTQ,bruno.diaz@example.com,Payroll November
+E-1003,2001002003,MONETARY,12000.00,GTQ,carla.mendez@example.com,Payroll November
+E-1004,2001009902,SAVINGS,6100.25,GTQ,diego.ruiz@example.com,Payroll November
+E-1005,2001002005,SAVINGS,9375.75,GTQ,elena.soto@example.com,Payroll November
 """
-ORIGIN_ACCOUNT = "3001234567"
+
+# Quick engine timings, so the demo does not wait on production back-offs (docs/engine.md, `[engine]`).
+DEMO_ENGINE: Final[Mapping[str, float]] = {
+    "idle_interval": 0.2,
+    "poll_first": 0.5,
+    "poll_max": 2.0,
+    "retry_first": 0.5,
+    "retry_max": 5.0,
+}
+SANDBOX_DELAYS: Final = ("--file-payment-delay", "1", "--vrp-delay", "1")
 
 
-class DemoError(RuntimeError):
-    """A step of the demo failed; the message says which and where its log is."""
+class DemoError(Exception):
+    """A step of the demo failed; the message says which and what to look at."""
+
+
+class _Interrupted(BaseException):
+    """Ctrl-C or SIGTERM: unwind so that every child is stopped on the way out."""
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise _Interrupted
 
 
 def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion demo`."""
-    p = argparse.ArgumentParser(prog="dispersion demo", description="Run the whole system locally on a sample.")
-    p.add_argument("--dir", type=Path, default=Path("demo-run"), help="work directory (default ./demo-run)")
-    p.add_argument("--timeout", type=float, default=180.0, help="seconds for the whole run (default 180)")
-    p.add_argument("--no-approve", action="store_true", help="print the approval link and wait for you to approve")
-    p.add_argument("--bootstrap", help=f"an existing Kafka (default: ${BOOTSTRAP_ENV}, else a local broker)")
+    p = argparse.ArgumentParser(
+        prog="dispersion demo",
+        description="Run Kafka, the sandbox bank and a processor locally, submit a sample payroll export, approve "
+        "it on the bank's consent page and print every status event until the batch completes.",
+    )
+    p.add_argument("--dir", type=Path, default=Path(DEFAULT_DIR), help=f"work directory (default ./{DEFAULT_DIR})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds for the whole run (default {DEFAULT_TIMEOUT:.0f}; {MANUAL_TIMEOUT:.0f} with --no-approve)",
+    )
+    p.add_argument("--no-approve", action="store_true", help="print the approval link and wait for you to open it")
+    p.add_argument("--bootstrap", help="use this Kafka broker (default: $KAFKA_BOOTSTRAP_SERVERS, else start one)")
     return p
 
 
-def free_port() -> int:
-    """A free TCP port on loopback."""
+# -- small helpers ------------------------------------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free on `host` a moment ago."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "processor.cli", *args]
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
-class Children:
-    """The child processes of the demo, stopped (SIGTERM, then SIGKILL) in reverse order of start."""
+def toml_document(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    """A TOML document from `{"table.name": {key: value}}`; nested mappings become sub-tables."""
+    lines: list[str] = []
 
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
-        self.workdir = workdir
-        self.env = env
-        self.started: list[tuple[str, subprocess.Popen[str], IO[str]]] = []
+    def table(name: str, values: Mapping[str, Any]) -> None:
+        lines.append(f"[{name}]")
+        nested: list[tuple[str, Mapping[str, Any]]] = []
+        for key, value in values.items():
+            if isinstance(value, Mapping):
+                nested.append((f"{name}.{json.dumps(key)}", value))
+            else:
+                lines.append(f"{json.dumps(key)} = {_toml_value(value)}")
+        lines.append("")
+        for sub, sub_values in nested:
+            table(sub, sub_values)
 
-    def start(self, name: str, args: list[str]) -> subprocess.Popen[str]:
-        """Start a child with its output in `<workdir>/<name>.log`."""
-        log = (self.workdir / f"{name}.log").open("w", encoding="utf-8")
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True, env=self.env)
-        self.started.append((name, process, log))
-        return process
-
-    def log_of(self, name: str) -> Path:
-        """Where a child's output goes."""
-        return self.workdir / f"{name}.log"
-
-    def stop_all(self) -> None:
-        """Stop every child this demo started."""
-        for _, process, _ in reversed(self.started):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for _, process, log in reversed(self.started):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-            log.close()
+    for name, values in tables.items():
+        table(name, values)
+    return "\n".join(lines)
 
 
-def _prepare_workdir(workdir: Path) -> None:
-    if workdir.exists():
-        if not (workdir / MARKER).exists() and any(workdir.iterdir()):
-            raise DemoError(f"{workdir} exists and is not a demo directory; choose another with --dir")
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    (workdir / MARKER).write_text("created by `dispersion demo`; removed by the next run\n", encoding="utf-8")
-
-
-def _configure(workdir: Path, env: dict[str, str], sandbox_port: int, api_port: int) -> Path:
-    """`dispersion sandbox init`, moved to the chosen ports; the processor configuration's path."""
-    bank = workdir / "bank"
-    done = subprocess.run(_cli("sandbox", "init", str(bank)), capture_output=True, text=True, env=env, check=False)
-    if done.returncode != 0:
-        raise DemoError(f"`dispersion sandbox init` failed: {done.stderr.strip()}")
-    config = bank / "dispersion.toml"
-    text = config.read_text(encoding="utf-8")
-    text = text.replace("127.0.0.1:8700", f"127.0.0.1:{sandbox_port}").replace(
-        "127.0.0.1:8600", f"127.0.0.1:{api_port}"
-    )
-    config.write_text(text, encoding="utf-8")
-    clients_file = bank / "clients.json"
-    clients = json.loads(clients_file.read_text(encoding="utf-8"))
-    for client in clients["clients"]:
-        client["redirect_uris"] = [
-            u.replace("127.0.0.1:8600", f"127.0.0.1:{api_port}") for u in client["redirect_uris"]
-        ]
-    clients_file.write_text(json.dumps(clients, indent=2), encoding="utf-8")
-    return config
-
-
-def _wait_http(url: str, process: subprocess.Popen[str], log: Path, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DemoError(f"{url} never answered: the process exited with {process.returncode}; see {log}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
-        time.sleep(0.2)
-    raise DemoError(f"{url} did not answer in time; see {log}")
-
-
-def _run_step(what: str, args: list[str], env: dict[str, str]) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
-    if done.returncode != 0:
-        raise DemoError(f"{what} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-800:]}")
-    return done.stdout.strip()
-
-
-def _status_events(bootstrap: str, batch_id: str, deadline: float) -> Iterator[dict[str, Any]]:
-    """The batch's status events, decoded, as they arrive (until the deadline)."""
-    consumer = Consumer(
+def demo_config(
+    generated: Mapping[str, Any],
+    *,
+    directory: Path,
+    public_url: str,
+    bootstrap: str,
+    topics: Mapping[str, str],
+    group_id: str,
+) -> str:
+    """The processor configuration for the demo: `sandbox init`'s, with the demo's store, broker and timings."""
+    integrations = generated.get("integrations")
+    if not isinstance(integrations, Mapping) or INTEGRATION not in integrations:
+        raise DemoError(f"`dispersion sandbox init` wrote no [integrations.{INTEGRATION}] table")
+    kafka: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": group_id}
+    if topics:
+        kafka["topics"] = dict(topics)
+    return toml_document(
         {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dispersion-demo-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
+            "processor": {
+                "store": f"sqlite:///{(directory / 'dispersion.sqlite').resolve()}",
+                "public_url": public_url,
+            },
+            "kafka": kafka,
+            "engine": dict(DEMO_ENGINE),
+            f"integrations.{INTEGRATION}": dict(integrations[INTEGRATION]),
         }
     )
-    consumer.subscribe([STATUS_TOPIC])
-    try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    print(f"  (kafka: {error})", file=sys.stderr)
-                continue
-            if message.key() != batch_id.encode():
-                continue
-            yield schemas.decode(STATUS_TOPIC, message.value() or b"")
-    finally:
-        consumer.close()
 
 
-def _print_results(record: dict[str, Any]) -> None:
-    for result in record.get("transaction_results") or []:
-        reason = f"  {result['reason']}" if result.get("reason") else ""
-        who = result.get("employee_reference") or "-"
-        print(f"    #{result.get('index')}  {who}  {result.get('amount')}  {result.get('status')}{reason}")
+def prepare_directory(directory: Path) -> Path:
+    """Create the work directory, or empty one a previous demo made; refuse a foreign non-empty directory."""
+    directory = directory.resolve()
+    if directory.exists():
+        if not directory.is_dir():
+            raise DemoError(f"{directory} exists and is not a directory")
+        if any(directory.iterdir()):
+            if not (directory / MARKER).is_file():
+                raise DemoError(f"{directory} is not empty and was not made by `dispersion demo`; pick another --dir")
+            shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("made by `dispersion demo`; emptied by the next run\n")
+    (directory / "logs").mkdir()
+    return directory
 
 
-def run(args: argparse.Namespace) -> int:
-    """The demo; the exit status."""
-    deadline = time.monotonic() + args.timeout
-    workdir = args.dir.resolve()
-    _prepare_workdir(workdir)
-    env = {**os.environ, "DISPERSION_STORE_ALLOW_DEV_KEY": "1", "PYTHONUNBUFFERED": "1"}
-    bootstrap = args.bootstrap or os.environ.get(BOOTSTRAP_ENV, "").strip()
-    children = Children(workdir, env)
-    kafka: LocalKafka | None = None
-    try:
-        if not bootstrap:
-            print("starting a local Kafka broker (the first run fetches the jars with Maven)...", flush=True)
-            kafka = LocalKafka(directory=workdir / "kafka")
-            bootstrap = kafka.start()
-        print(f"kafka: {bootstrap}")
-        env[BOOTSTRAP_ENV] = bootstrap
-        sandbox_port, api_port = free_port(), free_port()
-        config = _configure(workdir, env, sandbox_port, api_port)
-        clients = str(config.parent / "clients.json")
-        sandbox_args = ["--host", "127.0.0.1", "--port", str(sandbox_port), "--clients", clients]
-        bank = children.start("sandbox", _cli("sandbox", *sandbox_args, "--file-payment-delay", "1"))
-        discovery = f"http://127.0.0.1:{sandbox_port}/.well-known/openid-configuration"
-        _wait_http(discovery, bank, children.log_of("sandbox"), deadline)
-        print(f"sandbox bank: http://127.0.0.1:{sandbox_port}  (log {children.log_of('sandbox')})")
-        _run_step("creating the topics", _cli("topics", "--config", str(config), "--partitions", "3"), env)
-        processor = children.start("processor", _cli("processor", "--config", str(config), "--log-format", "console"))
-        _wait_http(f"http://127.0.0.1:{api_port}/healthz", processor, children.log_of("processor"), deadline)
-        print(f"processor: http://127.0.0.1:{api_port}  (log {children.log_of('processor')}, metrics at /metrics)")
-        export = workdir / "payroll-export.csv"
-        export.write_text(SAMPLE_EXPORT, encoding="utf-8")
-        batch_id = f"DEMO-{time.strftime('%Y%m%d-%H%M%S')}"
-        submit_args = ["--config", str(config), str(export), "--origin-account", ORIGIN_ACCOUNT]
-        submit_args += ["--origin-currency", "GTQ", "--batch-id", batch_id, "--quiet"]
-        submitted = _run_step("submitting the export", _cli("submit", *submit_args), env)
-        print(submitted)
-        print(f"\nstatus events of {batch_id}:")
-        for record in _status_events(bootstrap, batch_id, deadline):
-            status = str(record.get("status"))
-            print("  " + as_text(record), flush=True)
-            if status == "AUTHORIZATION_REQUIRED":
-                link = str(record.get("authorization_url"))
-                if args.no_approve:
-                    print(f"\n  open this link and approve on the bank's page:\n  {link}\n", flush=True)
+def _die_with_parent() -> Callable[[], None] | None:
+    from processor.kafka_local import _die_with_parent as tie
+
+    return tie()
+
+
+def _log_tail(path: Path, lines: int = 25) -> str:
+    if not path.is_file():
+        return "(no output)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class Child:
+    """A child process of the demo, with its output in a log file."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        """Its process id."""
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        """Still running."""
+        return self.process.poll() is None
+
+    def check(self) -> None:
+        """Raise `DemoError` (with the tail of its log) when it exited."""
+        if not self.alive:
+            raise DemoError(
+                f"the {self.name} exited with status {self.process.returncode}; last lines of {self.log_path}:\n"
+                + _log_tail(self.log_path)
+            )
+
+    def stop(self, timeout: float) -> int:
+        """SIGTERM, wait up to `timeout`, then SIGKILL; the exit status."""
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.kill()
+        return self.process.wait(10)
+
+
+def spawn(name: str, args: list[str], log_path: Path, env: Mapping[str, str], cwd: Path) -> Child:
+    """Start `python -m processor.cli ARGS` in its own session (Ctrl-C reaches only the demo, which stops it)."""
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "processor.cli", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(),  # SIGTERM if the demo itself is killed
+        )
+    return Child(name, process, log_path)
+
+
+@contextlib.contextmanager
+def _captured() -> Iterator[io.StringIO]:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        yield buffer
+
+
+# -- the run ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Demo:
+    """One run of the demo: what it started, so that `close` stops exactly that."""
+
+    directory: Path
+    timeout: float
+    approve: bool = True
+    bootstrap: str | None = None
+    out: Any = field(default_factory=lambda: sys.stdout)
+    started: float = field(default_factory=time.monotonic)
+    children: list[Child] = field(default_factory=list)
+    kafka: Any = None  # processor.kafka_local.LocalKafka when the demo started the broker
+    approved: bool = False
+
+    @property
+    def deadline(self) -> float:
+        """When the run's time is up (monotonic clock)."""
+        return self.started + self.timeout
+
+    @property
+    def logs(self) -> Path:
+        """Where the child processes write."""
+        return self.directory / "logs"
+
+    def say(self, text: str) -> None:
+        """One progress line, with the time since the start."""
+        elapsed = time.monotonic() - self.started
+        for i, line in enumerate(text.splitlines() or [""]):
+            prefix = f"[{elapsed:5.1f}s] " if i == 0 else " " * 9
+            print(prefix + line, file=self.out, flush=True)
+
+    def remaining(self, what: str) -> float:
+        """Seconds left; `DemoError` when none."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise DemoError(f"timed out after {self.timeout:.0f} s {what} (--timeout); logs in {self.logs}")
+        return left
+
+    def _rel(self, path: Path) -> str:
+        with contextlib.suppress(ValueError):
+            return str(path.relative_to(Path.cwd()))
+        return str(path)
+
+    # -- steps --
+
+    def start_kafka(self) -> str:
+        """The broker's bootstrap address: the given one, or a local broker started now."""
+        if self.bootstrap:
+            self.say(f"Kafka: using the broker at {self.bootstrap} (topics and consumer group of this run only)")
+            return self.bootstrap
+        from processor.kafka_local import KafkaLocalError, LocalKafka, cache_home, jars_ready, kafka_version
+
+        version = kafka_version()
+        if not jars_ready(cache_home(version)):
+            self.say(f"Kafka: fetching the Apache Kafka {version} jars with Maven (first run only)")
+        self.say("Kafka: starting a local single-node broker (KRaft)")
+        self.kafka = LocalKafka(
+            self.directory / "kafka", startup_timeout=min(120.0, self.remaining("starting Kafka")), say=self.say
+        )
+        try:
+            bootstrap = str(self.kafka.start())
+        except (KafkaLocalError, OSError) as exc:
+            raise DemoError(f"Kafka did not start: {exc}") from exc
+        self.say(f"Kafka: {bootstrap} (pid {self.kafka.pid}, log {self._rel(self.kafka.log_file)})")
+        return bootstrap
+
+    def write_config(self, bootstrap: str, api_port: int, sandbox_port: int) -> Path:
+        """`dispersion sandbox init` on the chosen ports, then the processor configuration rewritten for the demo."""
+        from sandbox.init import main as sandbox_init
+
+        public_url = f"http://127.0.0.1:{api_port}"
+        sandbox_dir = (
+            self.directory / "sandbox-bank"
+        )  # not "sandbox": the children run here, and a folder of that name would shadow the package
+        with _captured() as output:
+            code = sandbox_init(
+                [
+                    str(sandbox_dir),
+                    "--redirect-uri",
+                    f"{public_url}/callback",
+                    "--sandbox-url",
+                    f"http://127.0.0.1:{sandbox_port}",
+                ]
+            )
+        if code != 0:
+            raise DemoError(f"`dispersion sandbox init` failed ({code}): {output.getvalue()}")
+        generated = tomllib.loads((sandbox_dir / "dispersion.toml").read_text())
+        run = secrets.token_hex(3)
+        topics: dict[str, str] = {}
+        group_id = "dispersion-processor"
+        if self.kafka is None:  # a broker the demo did not start: keep to topics and a group of this run
+            from producers.kafka import ALL_TOPICS
+
+            topics = {logical: f"demo.{run}.{logical}" for logical in ALL_TOPICS}
+            group_id = f"dispersion-demo-{run}"
+        config = self.directory / "dispersion.toml"
+        config.write_text(
+            "# Written by `dispersion demo` from `dispersion sandbox init`'s file (sandbox-bank/dispersion.toml).\n"
+            + demo_config(
+                generated,
+                directory=self.directory,
+                public_url=public_url,
+                bootstrap=bootstrap,
+                topics=topics,
+                group_id=group_id,
+            )
+        )
+        config.chmod(0o600)  # it holds the client secret
+        self.say(
+            f"config: {self._rel(config)} (bank client registered at the sandbox, callback API {public_url}, "
+            f"store {self._rel(self.directory / 'dispersion.sqlite')})"
+        )
+        return config
+
+    def child_env(self) -> dict[str, str]:
+        """The environment of the sandbox and the processor."""
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["DISPERSION_STORE_ALLOW_DEV_KEY"] = "1"  # a development key for the store's secrets: demo only
+        return env
+
+    def start_sandbox(self, port: int) -> tuple[Child, str]:
+        """The sandbox bank as a child process (not yet waited for)."""
+        clients = self.directory / "sandbox-bank" / "clients.json"
+        args = ["sandbox", "--host", "127.0.0.1", "--port", str(port), "--clients", str(clients), *SANDBOX_DELAYS]
+        child = spawn("sandbox bank", args, self.logs / "sandbox.log", self.child_env(), self.directory)
+        self.children.append(child)
+        return child, f"http://127.0.0.1:{port}"
+
+    def wait_http(self, child: Child, url: str) -> None:
+        """Until `url` answers (any status below 500)."""
+        with httpx.Client(timeout=2.0) as http:
+            while True:
+                child.check()
+                self.remaining(f"waiting for the {child.name} at {url}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get(url).status_code < 500:
+                        return
+                time.sleep(0.2)
+
+    def create_topics(self, config: Path) -> None:
+        """The project's topics (`dispersion topics`' code), 3 partitions each."""
+        from producers.topics import main as topics_main
+
+        with _captured() as output:
+            code = topics_main(["--config", str(config), "--partitions", "3", "--timeout", "30"])
+        if code != 0:
+            raise DemoError(f"`dispersion topics` failed ({code}): {output.getvalue().strip()}")
+        names = [line.split(":", 1)[0] for line in output.getvalue().splitlines() if ":" in line]
+        self.say(f"topics: {', '.join(names)}")
+
+    def start_processor(self, config: Path, bootstrap: str, port: int) -> Child:
+        """One `dispersion processor` (role all) as a child process (not yet waited for)."""
+        args = [
+            "processor",
+            "--config",
+            str(config),
+            "--bootstrap",
+            bootstrap,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--instance",
+            "demo-1",
+            "--log-format",
+            "console",
+            "--grace",
+            "5",
+        ]
+        child = spawn("processor", args, self.logs / "processor.log", self.child_env(), self.directory)
+        self.children.append(child)
+        return child
+
+    def wait_ready(self, child: Child) -> str:
+        """Until the processor prints its ready line; that line."""
+        while True:
+            child.check()
+            for line in child.log_path.read_text(errors="replace").splitlines():
+                if line.startswith("processor ready:"):
+                    return line
+            self.remaining("waiting for the processor to start")
+            time.sleep(0.2)
+
+    def submit(self, config: Path, batch_id: str) -> Path:
+        """Write the sample export and submit it (`dispersion submit`'s code)."""
+        from processor.submit import main as submit_main
+
+        export = self.directory / "payroll-export.csv"
+        export.write_text(SAMPLE_EXPORT)
+        rows = len(SAMPLE_EXPORT.strip().splitlines()) - 1
+        self.say(
+            f"export: {self._rel(export)} ({rows} employees; account 2001009902 is closed at the bank, "
+            "so that transfer will fail)"
+        )
+        argv = [
+            "--config",
+            str(config),
+            str(export),
+            "--origin-account",
+            ORIGIN_ACCOUNT,
+            "--origin-currency",
+            ORIGIN_CURRENCY,
+            "--batch-id",
+            batch_id,
+            "--quiet",
+        ]
+        with _captured() as output:
+            code = submit_main(argv)
+        if code != 0:
+            raise DemoError(f"`dispersion submit` failed ({code}); see the problems above")
+        self.say(output.getvalue().strip())
+        return export
+
+    def follow(self, config: Path, batch_id: str) -> dict[str, Any]:
+        """Print the batch's status events until its final status (approving it on the way); that event."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        import schemas
+        from processor.statuscli import as_text
+        from producers.kafka import STATUS_TOPIC, librdkafka_logger, settings_from_config
+
+        settings = settings_from_config(str(config))
+        topic = settings.topic(STATUS_TOPIC)
+        codec = schemas.Codec(STATUS_TOPIC)
+        consumer = Consumer(
+            settings.config(
+                **{
+                    "group.id": f"dispersion-demo-status-{secrets.token_hex(4)}",  # assigned, never joined
+                    "enable.auto.commit": False,
+                    "logger": librdkafka_logger("demo-status"),
+                }
+            )
+        )
+        seen: set[str] = set()
+        wanted = batch_id.encode()
+        try:
+            metadata = consumer.list_topics(topic, timeout=min(30.0, self.remaining("reading topic metadata")))
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                raise DemoError(f"topic {topic} not found")
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in info.partitions])
+            self.say(f"following {topic} for batch {batch_id}")
+            while True:
+                for child in self.children:
+                    child.check()
+                self.remaining(f"waiting for the status of batch {batch_id}")
+                message = consumer.poll(0.5)
+                if message is None:
                     continue
-                outcome = approve(link)
-                print(
-                    f"  approver: pressed Approve on the bank's page {outcome.consent_page}; "
-                    f"our callback API answered HTTP {outcome.callback_status}",
-                    flush=True,
-                )
-            if status in TERMINAL:
-                _print_results(record)
-                print(f"\n{batch_id}: {status}")
-                return 0 if status == "COMPLETED" else 1
-        raise DemoError(f"no terminal status within {args.timeout:.0f} s; see {children.log_of('processor')}")
-    finally:
-        children.stop_all()
-        if kafka is not None:
-            kafka.stop()
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise DemoError(f"reading {topic}: {error}")
+                    continue
+                if message.key() != wanted:
+                    continue
+                record = codec.decode(message.value() or b"")
+                if record["event_id"] in seen:
+                    continue
+                seen.add(record["event_id"])
+                status = str(record["status"])
+                self.say("status: " + as_text(record, details=True))
+                if status == "AUTHORIZATION_REQUIRED" and record.get("authorization_url"):
+                    self.on_authorization(str(record["authorization_url"]))
+                if status in FINAL_STATUSES:
+                    return record
+        finally:
+            consumer.close()
+
+    def on_authorization(self, link: str) -> None:
+        """Approve on the bank's consent page, or ask the user to."""
+        if not self.approve:
+            left = self.deadline - time.monotonic()
+            self.say(
+                f"approval link: {link}\n"
+                f"open it in a browser and press Approve (or Reject) on the bank's consent page; "
+                f"waiting up to {left:.0f} s (--timeout)"
+            )
+            return
+        if self.approved:
+            return
+        from processor.approver import ApprovalError, approve
+
+        self.say(f"approver: opening {link}")
+        try:
+            result = approve(link, decision="approve", timeout=min(30.0, self.remaining("approving")))
+        except ApprovalError as exc:
+            raise DemoError(f"approving on the consent page failed: {exc}") from exc
+        self.approved = True
+        self.say(
+            f"approver: pressed Approve on the bank's consent page {result.consent_page}; the bank redirected to "
+            f"{result.callback_url}, which answered {result.callback_status} ({result.callback_text[:60]})"
+        )
+
+    def run(self) -> int:
+        """Every step; the exit status."""
+        self.say(f"work directory {self.directory}; logs in {self.logs}")
+        bootstrap = self.start_kafka()
+        api_port, sandbox_port = free_port(), free_port()
+        while sandbox_port == api_port:
+            sandbox_port = free_port()
+        config = self.write_config(bootstrap, api_port, sandbox_port)
+        sandbox, sandbox_url = self.start_sandbox(sandbox_port)
+        self.create_topics(config)
+        processor = self.start_processor(config, bootstrap, api_port)
+        self.wait_http(sandbox, f"{sandbox_url}/.well-known/openid-configuration")
+        self.say(f"sandbox bank: {sandbox_url} (pid {sandbox.pid}, log {self._rel(sandbox.log_path)})")
+        ready = self.wait_ready(processor)
+        self.say(
+            f"processor: {ready.removeprefix('processor ready: ')} (pid {processor.pid}, log "
+            f"{self._rel(processor.log_path)})"
+        )
+        batch_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        self.submit(config, batch_id)
+        final = self.follow(config, batch_id)
+        status = str(final["status"])
+        if status != "COMPLETED":
+            reason = f" ({final['reason']})" if final.get("reason") else ""
+            raise DemoError(f"batch {batch_id} ended {status}{reason}")
+        results = final.get("transaction_results") or []
+        paid = sum(1 for r in results if r.get("status") == "COMPLETED")
+        self.say(
+            f"batch {batch_id} COMPLETED: {paid} of {len(results)} transfers paid, {len(results) - paid} failed "
+            f"(see the results above); control sum {final.get('control_sum')} {final.get('currency') or ''}".rstrip()
+        )
+        return EXIT_OK
+
+    def close(self) -> None:
+        """Stop every child (processor first, then the bank, then Kafka), by pid; never raises."""
+        for child in reversed(self.children):
+            if child.alive:
+                code = child.stop(timeout=30.0 if child.name == "processor" else 10.0)
+                how = f"exit status {code}" if code >= 0 else f"ended by signal {-code}"
+                self.say(f"stopped the {child.name} (pid {child.pid}, {how})")
+        if self.kafka is not None:
+            pid = self.kafka.pid
+            try:
+                code = self.kafka.stop()
+            except Exception as exc:  # cleanup must go on; say what happened
+                self.say(f"stopping Kafka (pid {pid}) failed: {exc}")
+            else:
+                if pid is not None:
+                    self.say(f"stopped Kafka (pid {pid}, exit status {code})")
+        self.say(f"logs: {self.logs}")
 
 
 def main(argv: list[str]) -> int:
-    """Run `dispersion demo`."""
+    """`dispersion demo`."""
     args = parser().parse_args(argv)
+    if args.timeout is None:
+        args.timeout = MANUAL_TIMEOUT if args.no_approve else DEFAULT_TIMEOUT
+    if args.timeout <= 0:
+        print("dispersion demo: --timeout must be positive", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        return run(args)
-    except (DemoError, ApprovalError, KafkaLocalError) as exc:
+        directory = prepare_directory(args.dir)
+    except (DemoError, OSError) as exc:
         print(f"dispersion demo: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("dispersion demo: interrupted; everything it started was stopped", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+        return EXIT_USAGE
+    bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None
+    demo = Demo(directory, args.timeout, approve=not args.no_approve, bootstrap=bootstrap)
+    handled = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in handled}
+    try:
+        try:
+            return demo.run()
+        except DemoError as exc:
+            demo.say(f"FAILED: {exc}")
+            print(f"dispersion demo: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return EXIT_FAILED
+        except _Interrupted:
+            demo.say("interrupted; stopping what the demo started")
+            return EXIT_INTERRUPTED
+        except Exception as exc:  # anything unforeseen still ends with every child stopped and a clear message
+            demo.say(f"FAILED: unexpected {type(exc).__name__}: {exc}; logs in {demo.logs}")
+            print(f"dispersion demo: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        finally:
+            # a second Ctrl-C must not cut the clean-up short
+            for sig in handled:
+                signal.signal(sig, signal.SIG_IGN)
+            demo.close()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -14,7 +14,6 @@ the bank's consent page the way a browser does.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -39,6 +38,7 @@ from engine_support import _Forms
 from sandbox_process import SandboxProcess, free_port, running_sandbox
 
 import schemas
+from processor.demo import toml_document
 from processor.store import generate_key
 from producers.kafka import (
     ALL_TOPICS,
@@ -500,24 +500,9 @@ class ProcessorProcess:
         return int(self.process.returncode)
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
 def write_config(path: Path, tables: Mapping[str, Mapping[str, Any]]) -> None:
-    """A TOML file from `{"table.name": {key: scalar}}` (no nested values)."""
-    lines: list[str] = []
-    for name, table in tables.items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{json.dumps(key)} = {_toml(value)}" for key, value in table.items())
-        lines.append("")
-    path.write_text("\n".join(lines))
+    """A TOML file from `{"table.name": {key: value}}` (the demo's writer)."""
+    path.write_text(toml_document(tables))
 
 
 @dataclass

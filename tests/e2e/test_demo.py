@@ -1,6 +1,6 @@
-"""`dispersion demo`, the README's first command, as a user runs it: its own Kafka broker, the sandbox bank and a
-processor as child processes, the sample export submitted, approved on the consent page, followed to COMPLETED;
-and nothing it started is left running afterwards."""
+"""`dispersion demo` as a user runs it: one command, a real subprocess, against the test session's Kafka broker
+(`KAFKA_BOOTSTRAP_SERVERS`, so it does not start a second one). It must print the batch's statuses in order with the
+per-transaction results, exit 0, and leave no process behind."""
 
 from __future__ import annotations
 
@@ -8,67 +8,121 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+STATUS_LINE = re.compile(r"status: \S+\s+(demo-\S+)\s+([A-Z_]+)")
+RESULT_LINE = re.compile(r"^\s+#(\d+) (E-\d{4}) ([0-9.]+) (COMPLETED|FAILED)(.*)$", re.MULTILINE)
+PID = re.compile(r"\(pid (\d+)")
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _processes_mentioning(text: str) -> list[str]:
-    found = []
+    """Command lines of running processes that mention `text` (the demo's work directory)."""
+    found: list[str] = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if text in cmdline:
-            found.append(f"{entry.name}: {cmdline[:200]}")
+        if text in cmdline and _running(int(entry.name)):
+            found.append(f"{entry.name}: {cmdline}")
     return found
 
 
-def test_demo_runs_a_batch_to_completed_and_cleans_up(tmp_path: Path) -> None:
-    workdir = tmp_path / "demo-run"
-    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}  # the demo starts its own
-    done = subprocess.run(
-        [sys.executable, "-m", "processor.cli", "demo", "--dir", str(workdir), "--timeout", "200"],
+def _run_demo(work: Path, env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "processor.cli", "demo", "--dir", str(work), *args],
         capture_output=True,
         text=True,
+        timeout=timeout,
         env=env,
-        timeout=280,
-        check=False,
+        cwd=work.parent,
     )
-    output = done.stdout
-    assert done.returncode == 0, f"stdout:\n{output}\nstderr:\n{done.stderr}"
-    statuses = re.findall(r"^  \S+Z  DEMO-\S+  ([A-Z_]+)", output, flags=re.MULTILINE)
-    assert statuses == ["AUTHORIZATION_REQUIRED", "AUTHORIZED", "INITIATED", "COMPLETED"], output
-    assert "our callback API answered HTTP 200" in output
-    results = re.findall(r"^    #(\d)  (E-\d{4})  ([\d.]+)  (COMPLETED|FAILED)", output, flags=re.MULTILINE)
-    assert results == [
-        ("0", "E-0001", "1500.25", "COMPLETED"),
-        ("1", "E-0002", "2000.00", "COMPLETED"),
-        ("2", "E-0003", "1250.75", "COMPLETED"),
-        ("3", "E-0004", "980.10", "COMPLETED"),
-        ("4", "E-0005", "750.50", "FAILED"),
-    ], output
-    assert re.search(r"^DEMO-\S+: COMPLETED$", output, flags=re.MULTILINE)
-    assert (workdir / "processor.log").exists() and (workdir / "sandbox.log").exists()
-    assert _processes_mentioning(str(workdir)) == []
 
 
-def test_demo_refuses_a_directory_it_did_not_create(tmp_path: Path) -> None:
-    precious = tmp_path / "precious"
-    precious.mkdir()
-    (precious / "notes.txt").write_text("keep me", encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "processor.cli", "demo", "--dir", str(precious)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 1
-    assert "is not a demo directory" in done.stderr
-    assert (precious / "notes.txt").read_text(encoding="utf-8") == "keep me"
+@pytest.mark.kafka
+def test_demo_runs_the_whole_flow_and_cleans_up(kafka_bootstrap: str, tmp_path: Path) -> None:
+    work = tmp_path / "demo-run"
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    done = _run_demo(work, env, "--timeout", "90")
+    elapsed = time.monotonic() - started
+    out = done.stdout
+    assert done.returncode == 0, f"exit {done.returncode}\n{out}\n{done.stderr}"
+
+    assert f"Kafka: using the broker at {kafka_bootstrap}" in out  # no second broker
+    statuses = STATUS_LINE.findall(out)
+    assert len({batch for batch, _ in statuses}) == 1, statuses
+    assert [status for _, status in statuses] == ["AUTHORIZATION_REQUIRED", "AUTHORIZED", "INITIATED", "COMPLETED"]
+    assert re.search(r"approve at http://127\.0\.0\.1:\d+/approve/file/demo-\S+\?t=", out)
+    assert re.search(r"approver: pressed Approve on the bank's consent page .* which answered 200", out)
+
+    results = RESULT_LINE.findall(out)
+    assert [(index, ref, status) for index, ref, _, status, _ in results] == [
+        ("0", "E-1001", "COMPLETED"),
+        ("1", "E-1002", "COMPLETED"),
+        ("2", "E-1003", "COMPLETED"),
+        ("3", "E-1004", "FAILED"),
+        ("4", "E-1005", "COMPLETED"),
+    ]
+    assert "AC04" in results[3][4]
+    assert "COMPLETED: 4 of 5 transfers paid, 1 failed" in out
+
+    # What it wrote, and where the logs are.
+    assert (work / "payroll-export.csv").read_text().count("\n") == 6
+    assert (work / "logs" / "processor.log").is_file()
+    assert (work / "logs" / "sandbox.log").is_file()
+    assert f"logs: {work.resolve() / 'logs'}" in out
+
+    # Nothing left running: the children it reported, and anything else started on its work directory.
+    pids = {int(pid) for pid in PID.findall(out)}
+    assert len(pids) >= 2, out  # the sandbox bank and the processor
+    assert [pid for pid in pids if _running(pid)] == []
+    assert _processes_mentioning(str(work.resolve())) == []
+    assert re.search(r"stopped the processor \(pid \d+, exit status 0\)", out)
+    print(f"demo took {elapsed:.1f} s")
+
+
+@pytest.mark.kafka
+def test_demo_starts_and_stops_its_own_broker(tmp_path: Path) -> None:
+    """Without KAFKA_BOOTSTRAP_SERVERS the demo runs a local broker (the Maven jars, cached by `.ci/setup`) in its
+    work directory and stops it at the end."""
+    from processor.kafka_local import cache_home, jars_ready
+
+    if not jars_ready(cache_home()):
+        pytest.skip("the Kafka jar cache is cold (`dispersion dev kafka fetch`)")
+    work = tmp_path / "demo-run"
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
+    done = _run_demo(work, {**env, "PYTHONUNBUFFERED": "1"}, "--timeout", "120", timeout=180)
+    out = done.stdout
+    assert done.returncode == 0, f"exit {done.returncode}\n{out}\n{done.stderr}"
+    assert "Kafka: starting a local single-node broker" in out
+    kafka_pid = re.search(r"Kafka: 127\.0\.0\.1:\d+ \(pid (\d+)", out)
+    assert kafka_pid is not None, out
+    assert re.search(rf"stopped Kafka \(pid {kafka_pid.group(1)}", out)
+    assert [status for _, status in STATUS_LINE.findall(out)][-1] == "COMPLETED"
+    assert [pid for pid in map(int, PID.findall(out)) if _running(pid)] == []
+    assert _processes_mentioning(str(work.resolve())) == []
+
+
+def test_demo_refuses_a_foreign_non_empty_directory(tmp_path: Path) -> None:
+    work = tmp_path / "mine"
+    work.mkdir()
+    (work / "notes.txt").write_text("keep me")
+    done = _run_demo(work, dict(os.environ), timeout=60)
+    assert done.returncode == 2
+    assert "not made by `dispersion demo`" in done.stderr
+    assert (work / "notes.txt").read_text() == "keep me"
