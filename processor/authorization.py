@@ -24,6 +24,15 @@ Sequence (see docs/engine.md):
       -> the flow must still await authorization of the attempt's consent (else no exchange)
       -> E6 code exchange -> tokens stored encrypted + hooks.on_authorized(...) in one transaction
       -> error=access_denied -> hooks.on_rejected(...)
+
+A lost answer to E6 (the bank committed the exchange, then the answer never reached us: an instance killed
+between E6 and storing the tokens, a reset or a 5xx after the commit) leaves the consent `Authorised` at the bank
+with no tokens here. The code is spent and the bank refuses a new PAR for an authorised consent, so that consent
+can never be paid. When the exchange fails, or when the approval link is opened again and the PAR is refused,
+the consent's status is read (client-credentials token); `Authorised` with no tokens stored and no exchange of
+another attempt under way means *stranded*: `hooks.on_stranded(...)` sends the flow back for a new consent behind
+the same approval link, and the approver approves once more. Nothing can be paid twice: only the new consent's
+tokens ever reach the store.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import hmac
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Protocol, runtime_checkable
 from urllib.parse import quote
 
@@ -48,6 +58,24 @@ log = structlog.get_logger("processor.authorization")
 
 # The store's `auth_attempts.flow_kind` column knows two values; registry kinds map onto them.
 _STORE_FLOW_KIND = {"file": "file", "mandate": "vrp", "vrp": "vrp"}
+
+# The bank's consent status once the approver authorised it (file and VRP consents alike).
+CONSENT_AUTHORISED = "Authorised"
+
+
+async def _consent_status(bank: BankClient, kind: str, consent_id: str) -> str:
+    """The consent's status at the bank (A: file-payment consent, B: VRP consent), client-credentials token."""
+    if store_flow_kind(kind) == "file":
+        return (await bank.get_file_consent(consent_id)).status
+    return (await bank.get_vrp_consent(consent_id)).status
+
+
+class Stranded(Enum):
+    """What a look at a consent whose authorization may have been lost found."""
+
+    NO = "no"  # not authorised at the bank (or not readable): the approver can try again as usual
+    REPLACED = "replaced"  # authorised with no tokens here: the flow went back for a new consent
+    BUSY = "busy"  # authorised, and another attempt's exchange is under way: its tokens may still arrive
 
 
 @dataclass(frozen=True)
@@ -92,6 +120,13 @@ class AuthorizationHooks(Protocol):
         """The approver refused (`error=access_denied` or another OAuth error on the redirect; `reason` says
         which). End the flow (e.g. REJECTED, publishing its status event). Called only while it awaits
         authorization."""
+        ...
+
+    def on_stranded(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
+        """`consent_id` is authorised at the bank but its tokens never reached us (the answer to the code
+        exchange was lost), so it can never be used. Send the flow back to create a new consent, without
+        publishing a second AUTHORIZATION_REQUIRED (the approval link stays the same), and make it due. It must
+        raise when the flow no longer awaits `consent_id` (everything then rolls back)."""
         ...
 
 
@@ -294,6 +329,18 @@ class Authorizer:
             url = await bank.authorization_url(consent_id, par.request_uri)
         except BankError as exc:
             log.warning("approval link: PAR failed", kind=kind, flow_id=flow_id, error=type(exc).__name__)
+            found = Stranded.NO
+            if not exc.retry_safe:  # refused: perhaps because the consent is already authorised
+                found = await self._replace_if_stranded(kind, bank, flow_id, consent_id, own_state=state)
+            if found is Stranded.REPLACED:
+                return _preparing_again(where)
+            if found is Stranded.BUSY:
+                return Outcome(
+                    409,
+                    "confirming",
+                    "The bank is confirming an approval of this payment. Open the link again in a minute.",
+                    **where,
+                )
             return Outcome(
                 502, "bank_refused", "The bank could not start the authorization. Try the link again shortly.", **where
             )
@@ -377,12 +424,19 @@ class Authorizer:
         ):
             log.warning("redirect for a flow that no longer awaits it; no exchange", flow_id=attempt.flow_id)
             return Outcome(409, "not_awaiting", "This payment no longer awaits authorization.", **where)
+        bank: BankClient | None = None
         try:
             bank = await self.banks.get(attempt.integration)
             self.exchanges += 1
             token = await bank.exchange_code(code, attempt.code_verifier, expected_consent_id=attempt.consent_id)
         except (BankError, UnknownIntegrationError) as exc:
             log.warning("code exchange failed", flow_id=attempt.flow_id, error=type(exc).__name__)
+            if bank is not None and isinstance(exc, BankError):
+                found = await self._replace_if_stranded(
+                    where["kind"], bank, attempt.flow_id, attempt.consent_id, own_state=attempt.state
+                )
+                if found is Stranded.REPLACED:
+                    return _preparing_again(where)
             return Outcome(
                 502,
                 "exchange_failed",
@@ -451,6 +505,56 @@ class Authorizer:
             **where,
         )
 
+    async def _replace_if_stranded(
+        self, kind: str, bank: BankClient, flow_id: str, consent_id: str, *, own_state: str
+    ) -> Stranded:
+        """After a failed exchange or a refused PAR: if the bank holds `consent_id` authorised while no tokens
+        are stored for it, and no other attempt's exchange may still deliver them, send the flow back for a new
+        consent (`hooks.on_stranded`). Reading the status is the only bank call; a failure to read changes
+        nothing."""
+        try:
+            status = await _consent_status(bank, kind, consent_id)
+        except BankError as exc:
+            log.warning("could not read the consent's status", flow_id=flow_id, error=type(exc).__name__)
+            return Stranded.NO
+        if status != CONSENT_AUTHORISED:
+            return Stranded.NO
+        hooks = self.kinds.hooks(kind)
+        now = self.clock.now()
+        grace = timedelta(seconds=self.settings.exchange_recovery_after)
+
+        def replace(tx: StoreTx) -> Stranded:
+            if tx.tokens.get(consent_id) is not None:
+                return Stranded.NO
+            pending = hooks.consent_for(tx, flow_id)
+            if pending is None or not pending.awaiting or pending.consent_id != consent_id:
+                return Stranded.NO
+            for other in tx.auth.for_flow(store_flow_kind(kind), flow_id):
+                if (
+                    other.state != own_state
+                    and other.consent_id == consent_id
+                    and other.used_at is not None
+                    and now - other.used_at < grace
+                ):
+                    return Stranded.BUSY  # that exchange may still store the tokens
+            hooks.on_stranded(tx, flow_id, consent_id, now=now)
+            return Stranded.REPLACED
+
+        try:
+            found = await self.store.arun(replace)
+        except Exception as exc:  # the flow moved meanwhile (e.g. authorised by the other exchange)
+            log.info("consent not replaced; the flow moved", flow_id=flow_id, error=type(exc).__name__)
+            return Stranded.NO
+        if found is Stranded.REPLACED:
+            log.warning(
+                "consent authorised at the bank but its tokens were lost; a new consent will be created",
+                kind=kind,
+                flow_id=flow_id,
+                consent_id=consent_id,
+            )
+            self.notify()
+        return found
+
     async def _recover(
         self,
         hooks: AuthorizationHooks,
@@ -467,6 +571,16 @@ class Authorizer:
             return None
         log.warning("repeating a code exchange that left no tokens", flow_id=attempt.flow_id)
         return await self._exchange(hooks, attempt, code, where)
+
+
+def _preparing_again(where: dict[str, str]) -> Outcome:
+    return Outcome(
+        409,
+        "authorize_again",
+        "The bank's confirmation of your approval did not reach us, so nothing will be paid under it. A new"
+        " authorization is being prepared: open the approval link again in a moment and approve once more.",
+        **where,
+    )
 
 
 def _not_awaiting(pending: PendingAuthorization, where: dict[str, str]) -> Outcome:

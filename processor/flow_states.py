@@ -11,8 +11,11 @@ File payment (flow A), one per batch. The states are the store's `FlowState` (on
 (`FlowState.UPLOADED` and `FlowState.PAYMENT_CREATED` exist in the store's list but the engine does not use them:
 the upload and the payment are recorded in the same transaction as the move they cause.)
 
-VRP mandate (flow B consent): REQUESTED ──▶ AWAITING_AUTHORIZATION ──▶ AUTHORIZED | REJECTED | EXPIRED
-VRP payment: RECEIVED ──▶ SUBMITTED ──▶ COMPLETED | REJECTED, or RECEIVED ──▶ LIMIT_EXCEEDED | INVALID
+One move goes back: AWAITING_AUTHORIZATION ──▶ RECEIVED when the bank holds the consent authorised but its
+tokens never reached us (the answer to the code exchange was lost): the flow creates a fresh consent behind the
+same approval link, and publishes nothing for it (AUTHORIZATION_REQUIRED went out once already).
+
+The VRP state machines are in `processor.engine.vrp_states`.
 
 Entering some states publishes a status event (DESIGN.md "Contracts"); statuses only move forward and each
 is published once per batch, which the store enforces as well.
@@ -59,7 +62,9 @@ class Step(StrEnum):
 FILE_MOVES: dict[FlowState, frozenset[FlowState]] = {
     FlowState.RECEIVED: frozenset({FlowState.CONSENT_CREATED, FlowState.INVALID, FlowState.FAILED}),
     FlowState.CONSENT_CREATED: frozenset({FlowState.AWAITING_AUTHORIZATION, FlowState.FAILED}),
-    FlowState.AWAITING_AUTHORIZATION: frozenset({FlowState.AUTHORIZED, FlowState.REJECTED, FlowState.EXPIRED}),
+    FlowState.AWAITING_AUTHORIZATION: frozenset(
+        {FlowState.AUTHORIZED, FlowState.REJECTED, FlowState.EXPIRED, FlowState.RECEIVED}
+    ),
     FlowState.AUTHORIZED: frozenset({FlowState.INITIATED, FlowState.FAILED}),
     FlowState.INITIATED: frozenset({FlowState.COMPLETED, FlowState.FAILED}),
     FlowState.UPLOADED: frozenset(),
@@ -108,11 +113,16 @@ def is_terminal(state: FlowState | str) -> bool:
     return FlowState(state) in TERMINAL_FLOW_STATES
 
 
-def move(current: FlowState | str, target: FlowState | str) -> BatchStatus | None:
-    """Check a move and return the status it publishes (None when it publishes nothing)."""
+def move(current: FlowState | str, target: FlowState | str, *, replacing: bool = False) -> BatchStatus | None:
+    """Check a move and return the status it publishes (None when it publishes nothing).
+
+    `replacing`: the flow is on a replacement consent (it went back from AWAITING_AUTHORIZATION to RECEIVED),
+    so reaching AWAITING_AUTHORIZATION again publishes nothing: the approval link already went out."""
     current, target = FlowState(current), FlowState(target)
     if target not in FILE_MOVES[current]:
         raise IllegalTransitionError(f"{current.value} -> {target.value} is not a legal move")
+    if replacing and target == FlowState.AWAITING_AUTHORIZATION:
+        return None
     return FILE_PUBLISHES.get(target)
 
 
@@ -133,61 +143,3 @@ def outcome_of_bank_status(status: str) -> FlowState | None:
 def poll_delay(attempt: int, first: float = 1.0, cap: float = 60.0) -> float:
     """Seconds to wait before polling a pending payment again: doubling from `first`, capped."""
     return float(min(cap, first * (2 ** max(0, attempt))))
-
-
-class MandateState(StrEnum):
-    """States of a VRP mandate (the consent)."""
-
-    REQUESTED = "REQUESTED"
-    AWAITING_AUTHORIZATION = "AWAITING_AUTHORIZATION"
-    AUTHORIZED = "AUTHORIZED"
-    REJECTED = "REJECTED"
-    EXPIRED = "EXPIRED"
-    INVALID = "INVALID"
-
-
-MANDATE_MOVES: dict[MandateState, frozenset[MandateState]] = {
-    MandateState.REQUESTED: frozenset({MandateState.AWAITING_AUTHORIZATION, MandateState.INVALID}),
-    MandateState.AWAITING_AUTHORIZATION: frozenset(
-        {MandateState.AUTHORIZED, MandateState.REJECTED, MandateState.EXPIRED}
-    ),
-    MandateState.AUTHORIZED: frozenset(),
-    MandateState.REJECTED: frozenset(),
-    MandateState.EXPIRED: frozenset(),
-    MandateState.INVALID: frozenset(),
-}
-
-
-class VrpPaymentState(StrEnum):
-    """States of one payment under a mandate."""
-
-    RECEIVED = "RECEIVED"
-    SUBMITTED = "SUBMITTED"
-    COMPLETED = "COMPLETED"
-    REJECTED = "REJECTED"
-    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
-    INVALID = "INVALID"
-
-
-VRP_PAYMENT_MOVES: dict[VrpPaymentState, frozenset[VrpPaymentState]] = {
-    VrpPaymentState.RECEIVED: frozenset(
-        {VrpPaymentState.SUBMITTED, VrpPaymentState.LIMIT_EXCEEDED, VrpPaymentState.INVALID, VrpPaymentState.REJECTED}
-    ),
-    VrpPaymentState.SUBMITTED: frozenset({VrpPaymentState.COMPLETED, VrpPaymentState.REJECTED}),
-    VrpPaymentState.COMPLETED: frozenset(),
-    VrpPaymentState.REJECTED: frozenset(),
-    VrpPaymentState.LIMIT_EXCEEDED: frozenset(),
-    VrpPaymentState.INVALID: frozenset(),
-}
-
-
-def move_mandate(current: MandateState, target: MandateState) -> None:
-    """Check a mandate move."""
-    if target not in MANDATE_MOVES[current]:
-        raise IllegalTransitionError(f"mandate {current.value} -> {target.value} is not a legal move")
-
-
-def move_vrp_payment(current: VrpPaymentState, target: VrpPaymentState) -> None:
-    """Check a VRP payment move."""
-    if target not in VRP_PAYMENT_MOVES[current]:
-        raise IllegalTransitionError(f"VRP payment {current.value} -> {target.value} is not a legal move")

@@ -106,10 +106,17 @@ def status_payload(
 
 
 def status_event(
-    flow: Flow, target: FlowState, now: datetime, *, currency: str | None = None, **overrides: Any
+    flow: Flow,
+    target: FlowState,
+    now: datetime,
+    *,
+    currency: str | None = None,
+    replacing: bool = False,
+    **overrides: Any,
 ) -> StatusEvent | None:
-    """The event a move of `flow` to `target` publishes (None when it publishes nothing); checks the move."""
-    status = move(flow.state, target)
+    """The event a move of `flow` to `target` publishes (None when it publishes nothing); checks the move.
+    `replacing`: the flow is on a replacement consent (see `flow_states.move`)."""
+    status = move(flow.state, target, replacing=replacing)
     if status is None:
         return None
     return StatusEvent(status.value, status_payload(flow, status, now, currency=currency, **overrides))
@@ -350,10 +357,17 @@ class FileFlow:
     async def _uploaded(self, flow: Flow, owner: str, prepared: _Prepared) -> Flow:
         assert flow.consent_id is not None
         now = self.ctx.clock.now()
-        deadline = now + timedelta(seconds=self.ctx.settings.authorization_deadline)
+        # A replacement consent (the first one's tokens were lost) keeps the deadline and the published link.
+        replacing = flow.authorization_deadline is not None
+        deadline = flow.authorization_deadline or now + timedelta(seconds=self.ctx.settings.authorization_deadline)
         link = approval_link(self.ctx.public_url, KIND, flow.batch_id, flow.approval_token)
         event = status_event(
-            flow, FlowState.AWAITING_AUTHORIZATION, now, currency=prepared.currency, authorization_url=link
+            flow,
+            FlowState.AWAITING_AUTHORIZATION,
+            now,
+            currency=prepared.currency,
+            replacing=replacing,
+            authorization_url=link,
         )
 
         def work(tx: StoreTx) -> Flow:
@@ -748,6 +762,29 @@ class FileAuthorizationHooks(AuthorizationHooks):
         flow = self._awaiting(tx, flow_id, None)
         event = status_event(flow, FlowState.REJECTED, now, currency=_currency_in_tx(tx, flow), reason=reason)
         tx.flows.transition(flow, FlowState.REJECTED, now=now, event=event, next_action_at=None, last_error=None)
+
+    def on_stranded(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
+        """Back to RECEIVED for a new consent and upload (new idempotency keys; the old records are kept under
+        `{batch_id}/replaced/{consent_id}`), due now. Nothing is published: the approval link stays the same."""
+        flow = self._awaiting(tx, flow_id, consent_id)
+        tx.side_effects.retire(
+            flow.batch_id, (Operation.CREATE_CONSENT, Operation.UPLOAD), into=replaced_scope(flow.batch_id, consent_id)
+        )
+        move(flow.state, FlowState.RECEIVED)
+        tx.flows.transition(
+            flow,
+            FlowState.RECEIVED,
+            now=now,
+            consent_id=None,
+            next_action_at=now,
+            attempts=0,
+            last_error=f"consent {consent_id} is authorised at the bank but its tokens were lost; replacing it",
+        )
+
+
+def replaced_scope(scope_id: str, consent_id: str) -> str:
+    """Where the side-effect records of an abandoned consent are kept."""
+    return f"{scope_id}/replaced/{consent_id}"
 
 
 def _currency_in_tx(tx: StoreTx, flow: Flow) -> str | None:

@@ -11,7 +11,7 @@
     retry_max = 300.0                 # longest wait between two tries
     attempt_ttl = 600                 # seconds an authorization attempt (`state`) stays usable
     duplicate_wait = 10.0             # a repeated redirect waits this long for the first one to finish
-    exchange_recovery_after = 120     # a used `state` whose code exchange left no tokens may be retried after this
+    exchange_recovery_after = 30      # a used `state` whose code exchange left no tokens may be retried after this
 
 Unknown keys and out-of-range values are refused with the key named, like the rest of the configuration.
 """
@@ -40,7 +40,7 @@ class EngineSettings:
     retry_max: float = 300.0
     attempt_ttl: float = 600.0
     duplicate_wait: float = 10.0
-    exchange_recovery_after: float = 120.0
+    exchange_recovery_after: float = 30.0
 
     def poll_delay(self, attempt: int) -> float:
         """Wait before the next read of a pending payment: doubling from `poll_first`, capped at `poll_max`."""

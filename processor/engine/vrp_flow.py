@@ -160,9 +160,10 @@ def move_mandate_tx(
     bank_status: str | None = None,
     limits: Mapping[str, Any] | None = None,
     next_action_at: datetime | None = None,
+    replacing: bool = False,
 ) -> VrpMandate:
-    """Move a mandate and append the status the move publishes, in `tx`."""
-    status = move_mandate(mandate.state, target)
+    """Move a mandate and append the status the move publishes, in `tx` (`replacing`: see `move_mandate`)."""
+    status = move_mandate(mandate.state, target, replacing=replacing)
     consent = consent_id or mandate.consent_id
     event: StatusEvent | None = None
     if status is not None:
@@ -322,6 +323,25 @@ class MandateAuthorizationHooks:
         moved = move_mandate_tx(tx, mandate, Mandate.REJECTED, now=now, reason=reason)
         settle_parked_payments(tx, moved, now=now)
         log.info("mandate rejected", mandate_id=flow_id, consent_id=mandate.consent_id, reason=reason)
+
+    def on_stranded(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
+        """Back to RECEIVED for a new consent (a new idempotency key; the old record is kept under
+        `{mandate_id}/replaced/{consent_id}`), due now. Nothing is published: the approval link stays the same."""
+        mandate = self._awaiting(tx, flow_id, consent_id)
+        tx.side_effects.retire(
+            mandate.mandate_id, (Operation.CREATE_VRP_CONSENT,), into=f"{mandate.mandate_id}/replaced/{consent_id}"
+        )
+        move_mandate(mandate.state, Mandate.RECEIVED)
+        tx.mandates.transition(
+            mandate,
+            Mandate.RECEIVED.value,
+            now=now,
+            consent_id=None,
+            next_action_at=now,
+            attempts=0,
+            last_error=f"consent {consent_id} is authorised at the bank but its tokens were lost; replacing it",
+        )
+        log.warning("mandate consent replaced: its tokens were lost", mandate_id=flow_id, consent_id=consent_id)
 
     @staticmethod
     def _awaiting(tx: StoreTx, flow_id: str, consent_id: str | None) -> VrpMandate:
@@ -566,6 +586,8 @@ class VrpEngine:
         deadline = mandate.authorization_deadline
         first_check = now + timedelta(seconds=self.settings.poll_max)
         limits = {**parts.control_parameters, CONSENT_CREATED_KEY: iso_ms(consent.creation_date_time)}
+        # A consent was created before (and its AUTHORIZATION_REQUIRED published): this one replaces it.
+        replacing = _consent_created(mandate) is not None
 
         def record(tx: StoreTx) -> VrpMandate:
             tx.side_effects.complete(mandate_id, Operation.CREATE_VRP_CONSENT, consent.consent_id, now=now)
@@ -580,6 +602,7 @@ class VrpEngine:
                 bank_status=consent.status,
                 limits=limits,
                 next_action_at=first_check if deadline is None else min(first_check, deadline),
+                replacing=replacing,
             )
 
         moved = await self._run(record)

@@ -6,6 +6,7 @@ Mandate (one VRP consent, authorised once), keyed by `mandate_id`:
        │                   │      │
        └──▶ INVALID        │      └──▶ REJECTED   (approver refused, or the bank reports the consent Rejected)
                            └──▶ EXPIRED           (authorization deadline passed)
+                           └──▶ RECEIVED          (consent authorised at the bank, tokens lost: a new consent)
 
 A request that fails validation is stored directly as INVALID.
 
@@ -76,7 +77,10 @@ class VrpStatus(StrEnum):
 
 MANDATE_MOVES: dict[Mandate, frozenset[Mandate]] = {
     Mandate.RECEIVED: frozenset({Mandate.AWAITING_AUTHORIZATION, Mandate.INVALID}),
-    Mandate.AWAITING_AUTHORIZATION: frozenset({Mandate.AUTHORIZED, Mandate.REJECTED, Mandate.EXPIRED}),
+    # Back to RECEIVED (publishing nothing) to replace a consent authorised at the bank whose tokens were lost.
+    Mandate.AWAITING_AUTHORIZATION: frozenset(
+        {Mandate.AUTHORIZED, Mandate.REJECTED, Mandate.EXPIRED, Mandate.RECEIVED}
+    ),
     Mandate.AUTHORIZED: frozenset(),
     Mandate.REJECTED: frozenset(),
     Mandate.EXPIRED: frozenset(),
@@ -148,10 +152,13 @@ def payment_terminal(state: str) -> bool:
     return not PAYMENT_MOVES[Payment(state)]
 
 
-def move_mandate(current: str, target: Mandate) -> VrpStatus | None:
-    """Check a mandate move; the status it publishes."""
+def move_mandate(current: str, target: Mandate, *, replacing: bool = False) -> VrpStatus | None:
+    """Check a mandate move; the status it publishes. `replacing`: the mandate is on a replacement consent,
+    so reaching AWAITING_AUTHORIZATION again publishes nothing (its approval link already went out)."""
     if target not in MANDATE_MOVES[Mandate(current)]:
         raise IllegalMoveError(f"mandate {current} -> {target.value} is not a legal move")
+    if replacing and target is Mandate.AWAITING_AUTHORIZATION:
+        return None
     return MANDATE_PUBLISHES.get(target)
 
 

@@ -66,10 +66,11 @@ class Approvers:
     def retire(self, name: str, timeout: float = 30.0) -> None:
         """Send no more redirects to `name` and wait until the ones it is answering are answered.
 
-        Why: a kill between the bank's answer to the code exchange and storing the tokens loses a single-use
-        code, and that flow can then only expire (a known open problem, pinned by the strict xfail
-        `test_an_approval_whose_code_exchange_was_lost_can_still_be_completed`). The kill here still lands
-        mid-run: the victim's worker is creating consents and payments and polling when it dies."""
+        Why: a kill between the bank's answer to the code exchange and storing the tokens strands that consent
+        (Authorised at the bank, tokens lost); the flow recovers with a second consent and a second approval
+        (`test_an_approval_whose_code_exchange_was_lost_can_still_be_completed`), which this test's "exactly one
+        consent per batch" would count. The kill here still lands mid-run: the victim's worker is creating
+        consents and payments and polling when it dies."""
         with self.lock:
             self.retired.add(name)
         deadline = time.monotonic() + timeout

@@ -236,28 +236,46 @@ async def test_crash_before_the_code_exchange_is_recovered_by_the_redelivered_re
         assert rig.engine.authorizer.exchanges == 1  # the code was exchanged once in all
 
 
-async def test_crash_after_the_code_exchange_never_pays_and_expires(store: Store) -> None:
-    """The tokens existed only in the lost answer and the code is single use: the flow cannot be authorised
-    any more (the bank refuses a new PAR for a consent already Authorised), so nothing is paid and the flow
-    ends EXPIRED at its deadline."""
+@pytest.mark.parametrize("comeback", ["redelivered redirect", "approval link"])
+async def test_crash_after_the_code_exchange_gets_a_new_consent_and_pays_once(store: Store, comeback: str) -> None:
+    """The tokens existed only in the lost answer, the code is spent and the bank refuses a new PAR for the
+    Authorised consent: that consent can never be paid. Once no other exchange can still deliver its tokens,
+    the flow goes back for a new consent behind the same approval link (no second AUTHORIZATION_REQUIRED),
+    the approver approves once more, and exactly one payment is made, under the new consent."""
     async with engine_rig(store, settings=SETTINGS) as rig:
         document = batch()
         batch_id = document["batch_id"]
         await rig.submit(document)
         await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
+        link = rig.approval_url(batch_id)
+        first_consent = rig.flow(batch_id).consent_id
         redirect = await _decided_redirect(rig, batch_id)
         params = {k: v[0] for k, v in parse_qs(urlsplit(redirect).query).items()}
         with pytest.raises(Crash):
             await doomed_engine(rig, "exchange:after").authorizer.complete(params)
+        if comeback == "approval link":
+            soon = await rig.open_link(link)  # the dead exchange is recent: its tokens might still be stored
+            assert soon.status_code == 409 and "confirming" in soon.text, soon.text
+            assert rig.flow(batch_id).state == FlowState.AWAITING_AUTHORIZATION
         rig.clock.advance(SETTINGS.exchange_recovery_after + 1)
-        again = await rig.http.get(redirect)
-        assert again.status_code == 502 and "did not confirm" in again.text  # invalid_grant: the code was used
-        refused = await rig.open_link(rig.approval_url(batch_id))
-        assert refused.status_code == 502  # no new PAR for an Authorised consent
-        flow = await rig.to_state(batch_id, FlowState.EXPIRED, expire=True)
-        assert flow.state == FlowState.EXPIRED
-        assert rig.count("file_consent") == 1 and rig.count("file_payment") == 0
-        assert rig.statuses(batch_id) == ["AUTHORIZATION_REQUIRED", "EXPIRED"]
+        if comeback == "redelivered redirect":
+            again = await rig.http.get(redirect)  # the spent code is refused; the consent is Authorised
+        else:
+            again = await rig.open_link(link)  # the PAR is refused; the consent is Authorised
+        assert again.status_code == 409 and "approve once more" in again.text, again.text
+        replaced = rig.flow(batch_id)
+        assert replaced.state == FlowState.RECEIVED and replaced.consent_id is None
+        await finish(rig, batch_id)
+
+        flow = rig.flow(batch_id)
+        assert flow.state == FlowState.COMPLETED and flow.consent_id not in (None, first_consent)
+        assert rig.count("file_consent") == 2 and rig.count("file_payment") == 1
+        assert rig.statuses(batch_id) == STORY  # the approver was asked once; the same link served both consents
+        authorized = [e for e in rig.events(batch_id) if e.payload["status"] == "AUTHORIZED"]
+        assert [e.payload["consent_id"] for e in authorized] == [flow.consent_id]
+        effects = rig.store.run(lambda tx: tx.side_effects.for_scope(f"{batch_id}/replaced/{first_consent}"))
+        assert sorted(e.operation for e in effects) == ["create_consent", "upload"]
+        assert rig.count("file_payment") == 1
 
 
 # -- killed: a real process SIGKILLed between the steps ----------------------------------------------------------

@@ -131,6 +131,45 @@ async def test_a_crash_around_consent_creation_resumes_without_a_second_consent(
         assert rig.statuses(mandate_id) == ["AUTHORIZATION_REQUIRED", "AUTHORIZED"]
 
 
+async def test_a_lost_code_exchange_gets_the_mandate_a_new_consent(
+    vrp_sandbox: SandboxProcess,  # noqa: F811
+    store: Store,
+) -> None:
+    """The bank commits the code exchange, then answers 500: the consent is Authorised there, its tokens never
+    reached us and the code is spent. The mandate goes back for a new consent behind the same approval link
+    (no second AUTHORIZATION_REQUIRED); approved once more, its payments work under the new consent."""
+    async with vrp_rig(vrp_sandbox, store) as rig:
+        before = await rig.counts()
+        mandate = await rig.new_mandate()
+        mandate_id, first_consent = mandate.mandate_id, mandate.consent_id
+        assert mandate.state == "AWAITING_AUTHORIZATION" and first_consent is not None
+        # The client-credentials token is cached since B1: the next token call is the code exchange.
+        await rig.faults([{"operation": "token", "fault": "commit_then_fail", "status": 500, "times": 1}])
+        lost = await rig.approve(mandate_id)
+        assert lost.status_code == 409 and "approve once more" in lost.text, lost.text
+        back = rig.mandate(mandate_id)
+        assert back.state == "RECEIVED" and back.consent_id is None
+        assert store.run(lambda tx: tx.tokens.get(first_consent), write=False) is None
+        retired = _effect(store, f"{mandate_id}/replaced/{first_consent}", Operation.CREATE_VRP_CONSENT)
+        assert retired.resource_id == first_consent
+
+        assert await rig.engine.worker().run_once() >= 1  # B1 again, with a new idempotency key
+        renewed = rig.mandate(mandate_id)
+        assert renewed.state == "AWAITING_AUTHORIZATION" and renewed.consent_id not in (None, first_consent)
+        assert _effect(store, mandate_id, Operation.CREATE_VRP_CONSENT).idempotency_key != retired.idempotency_key
+        assert (await rig.approve(mandate_id)).status_code == 200
+        assert rig.mandate(mandate_id).state == "AUTHORIZED"
+        paid = await rig.vrp.submit_payment(payment_request(mandate_id, "12.34"))
+        assert paid.payment is not None and paid.payment.state in ("PENDING", "COMPLETED")
+
+        after = await rig.counts()
+        assert after["vrp_consent"] - before["vrp_consent"] == 2
+        assert after["domestic_vrp"] - before["domestic_vrp"] == 1
+        events = rig.events(mandate_id)
+        assert [e["status"] for e in events][:2] == ["AUTHORIZATION_REQUIRED", "AUTHORIZED"]
+        assert events[0]["consent_id"] == first_consent and events[1]["consent_id"] == renewed.consent_id
+
+
 @pytest.mark.parametrize("point", ["create_vrp:before", "create_vrp:after"])
 async def test_a_crash_around_payment_creation_resumes_without_a_second_vrp(
     vrp_sandbox: SandboxProcess,  # noqa: F811

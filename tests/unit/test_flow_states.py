@@ -59,6 +59,15 @@ def test_illegal_moves_are_refused() -> None:
         move(FileState.AUTHORIZED, FileState.AWAITING_AUTHORIZATION)
 
 
+def test_a_lost_token_exchange_goes_back_for_a_new_consent_without_asking_twice() -> None:
+    assert move(FileState.AWAITING_AUTHORIZATION, FileState.RECEIVED) is None
+    assert move(FileState.RECEIVED, FileState.CONSENT_CREATED) is None
+    assert move(FileState.CONSENT_CREATED, FileState.AWAITING_AUTHORIZATION, replacing=True) is None
+    assert move(FileState.CONSENT_CREATED, FileState.AWAITING_AUTHORIZATION) is BatchStatus.AUTHORIZATION_REQUIRED
+    with pytest.raises(IllegalTransitionError):
+        move(FileState.AUTHORIZED, FileState.RECEIVED)  # once authorised (tokens stored), never a second consent
+
+
 def test_terminal_states() -> None:
     assert {s for s in FileState if is_terminal(s)} == {
         FileState.COMPLETED,
@@ -73,10 +82,12 @@ def test_terminal_states() -> None:
 def test_any_legal_walk_publishes_strictly_increasing_statuses(targets: list[FileState]) -> None:
     state = FileState.RECEIVED
     ranks: list[int] = []
+    asked = False  # AUTHORIZATION_REQUIRED went out: a replacement consent does not publish it again
     for target in targets:
         if target not in FILE_MOVES[state]:
             continue
-        status = move(state, target)
+        status = move(state, target, replacing=asked)
+        asked = asked or status is BatchStatus.AUTHORIZATION_REQUIRED
         state = target
         if status is not None:
             ranks.append(STATUS_RANK[status])

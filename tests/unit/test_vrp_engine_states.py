@@ -28,6 +28,10 @@ def test_mandate_moves_publish_their_status() -> None:
     assert move_mandate("RECEIVED", Mandate.AWAITING_AUTHORIZATION) is VrpStatus.AUTHORIZATION_REQUIRED
     assert move_mandate("AWAITING_AUTHORIZATION", Mandate.AUTHORIZED) is VrpStatus.AUTHORIZED
     assert move_mandate("AWAITING_AUTHORIZATION", Mandate.EXPIRED) is VrpStatus.EXPIRED
+    assert move_mandate("RECEIVED", Mandate.AWAITING_AUTHORIZATION, replacing=True) is None  # asked once only
+    assert move_mandate("AWAITING_AUTHORIZATION", Mandate.RECEIVED) is None  # a new consent (tokens lost)
+    with pytest.raises(IllegalMoveError):
+        move_mandate("AUTHORIZED", Mandate.RECEIVED)  # an authorised mandate keeps its consent
     with pytest.raises(IllegalMoveError):
         move_mandate("RECEIVED", Mandate.AUTHORIZED)  # never authorised without a consent
     with pytest.raises(IllegalMoveError):
@@ -44,6 +48,9 @@ def test_mandate_statuses_only_move_forward() -> None:
     for state, targets in MANDATE_MOVES.items():
         for target in targets:
             published = move_mandate(state, target)
+            if target is Mandate.RECEIVED:  # back for a new consent (tokens lost): publishes nothing
+                assert (state, published) == (Mandate.AWAITING_AUTHORIZATION, None)
+                continue
             assert published is not None
             before = {
                 "RECEIVED": 0,
