@@ -66,7 +66,7 @@ CONSENT_AUTHORISED = "Authorised"
 async def _consent_status(bank: BankClient, kind: str, consent_id: str) -> str:
     """The consent's status at the bank (A: file-payment consent, B: VRP consent), client-credentials token."""
     if store_flow_kind(kind) == "file":
-        return (await bank.get_file_consent(consent_id)).status
+        return (await bank.get_file_consent(consent_id, echo_file=False)).status
     return (await bank.get_vrp_consent(consent_id)).status
 
 

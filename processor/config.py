@@ -148,6 +148,7 @@ class Integration:
     assertion_signing: AssertionSigning = "local"
     assertion_lifetime: int = 60
     token_refresh_margin: int = 60
+    max_connections: int = 16
     signing_key_path: Path | None = None
     timeouts: TimeoutSettings = field(default_factory=TimeoutSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
@@ -253,6 +254,7 @@ _INTEGRATION_KEYS = {
     "assertion_signing",
     "assertion_lifetime",
     "token_refresh_margin",
+    "max_connections",
     "timeouts",
     "retry",
 }
@@ -426,6 +428,7 @@ class _Reader:
             ),
             assertion_lifetime=self.integer(table, "assertion_lifetime", where, 60, minimum=5, maximum=3600),
             token_refresh_margin=self.integer(table, "token_refresh_margin", where, 60, minimum=0, maximum=3600),
+            max_connections=self.integer(table, "max_connections", where, 16, minimum=1, maximum=1000),
             timeouts=self.timeouts(table.get("timeouts", {}), f"{where}.timeouts"),
             retry=self.retry(table.get("retry", {}), f"{where}.retry"),
         )

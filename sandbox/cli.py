@@ -33,6 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a file payment stays InitiationPending",
     )
     p.add_argument("--vrp-delay", type=float, default=d.vrp_delay, help="seconds a domestic VRP stays Pending")
+    p.add_argument(
+        "--max-body-mb",
+        type=_positive_mib,
+        default=d.max_body_bytes,
+        dest="max_body_bytes",
+        metavar="MIB",
+        help=f"largest request body accepted, in MiB (default {d.max_body_bytes // 2**20})",
+    )
     p.add_argument("--faults", help="fault plan (JSON file, see docs/sandbox.md)")
     p.add_argument(
         "--admin",
@@ -41,6 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default="warning")
     return p
+
+
+def _positive_mib(text: str) -> int:
+    """`--max-body-mb`: a positive whole number of MiB, as bytes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
+    if not 1 <= value <= 4096:
+        raise argparse.ArgumentTypeError("must be between 1 and 4096 MiB")
+    return value * 2**20
 
 
 def config_from_args(args: argparse.Namespace) -> SandboxConfig:
@@ -55,6 +74,7 @@ def config_from_args(args: argparse.Namespace) -> SandboxConfig:
         code_ttl=args.code_ttl,
         file_payment_delay=args.file_payment_delay,
         vrp_delay=args.vrp_delay,
+        max_body_bytes=args.max_body_bytes,
         admin=args.admin,
         db_path=args.db,
     )

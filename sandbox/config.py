@@ -20,7 +20,8 @@ class SandboxConfig:
     clock_skew: int = 30
     file_payment_delay: float = 2.0
     vrp_delay: float = 1.0
-    max_body_bytes: int = 20 * 1024 * 1024
+    # A file of max_transactions transfers is about 41 MB of JSON and A1 carries it whole (SupplementaryData).
+    max_body_bytes: int = 64 * 1024 * 1024
     max_transactions: int = 100_000
     callback_timeout: float = 5.0
     admin: bool = False

@@ -57,13 +57,35 @@ def _refuse_floats(value: object) -> None:
             _refuse_floats(item)
 
 
+def _refuse_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
 def loads(raw: bytes | str) -> Any:
     """Parse JSON with fractions as Decimal; NaN and Infinity are refused."""
+    return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant)
 
-    def refuse(text: str) -> Any:
-        raise ValueError(f"{text} is not JSON")
 
-    return json.loads(raw, parse_float=Decimal, parse_constant=refuse)
+# Members that only objects of our file payload have (its rows and their parts, DESIGN.md); the bank's own
+# objects use PascalCase names.
+_FILE_ROW_MEMBERS = frozenset(
+    {"originAccount", "destinationAccount", "transferInfo", "accountNumber", "transactionType"}
+)
+
+
+def _elide_file_rows(pairs: list[tuple[str, Any]]) -> Any:
+    for name, _ in pairs:
+        if name in _FILE_ROW_MEMBERS:
+            return None
+    return dict(pairs)
+
+
+def loads_echo(raw: bytes | str) -> Any:
+    """Parse a file consent or file payment answer, whose `Data.Initiation.SupplementaryData` echoes the whole
+    file we sent: like `loads`, but each transfer of the file becomes None as soon as it is read, so a
+    100,000-transfer echo (about 40 MB) never exists as objects (about 135 MiB). Everything we read from these
+    answers is outside the file."""
+    return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant, object_pairs_hook=_elide_file_rows)
 
 
 # -- field readers -------------------------------------------------------------------------------------------
@@ -356,7 +378,7 @@ class FilePayment:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReportLine:
     """One transfer of a file payment report: its outcome and, when rejected, the reason."""
 

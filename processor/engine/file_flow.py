@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -49,7 +50,7 @@ from processor.authorization import (
 from processor.bank import BankError, ProtocolError
 from processor.bank import errors as bank_errors
 from processor.bank.models import FilePaymentReport
-from processor.batch import batch_from_json
+from processor.batch import PayrollBatch, batch_from_json
 from processor.engine.context import EngineContext
 from processor.flow_states import BatchStatus, move, outcome_of_bank_status
 from processor.payload import FilePayload, prepare_file_payload
@@ -122,10 +123,18 @@ def status_event(
     return StatusEvent(status.value, status_payload(flow, status, now, currency=currency, **overrides))
 
 
+# The batch's `origin_account` is a flat object; in JSON text an unescaped `"origin_account"` followed by `:` can
+# only be a member name (inside a string value its quotes would be escaped).
+_ORIGIN_ACCOUNT = re.compile(r'"origin_account"\s*:\s*(\{[^{}]*\})')
+
+
 def _origin_currency(payload_text: str) -> str | None:
+    """The origin account's currency from the stored batch text, without parsing the whole batch (a
+    100,000-transfer batch is 24 MB of JSON)."""
+    found = _ORIGIN_ACCOUNT.search(payload_text)
     try:
-        document = orjson.loads(payload_text)
-        value = document["origin_account"]["currency"]
+        origin = orjson.loads(found.group(1)) if found else orjson.loads(payload_text)["origin_account"]
+        value = origin["currency"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return None
     return value if isinstance(value, str) else None
@@ -136,12 +145,13 @@ def _origin_currency(payload_text: str) -> str | None:
 _LINE_STATUS = {"settled": "COMPLETED", "rejected": "FAILED", "pending": "PENDING"}
 
 
-def transaction_results(report: FilePaymentReport, payload: FilePayload) -> list[dict[str, Any]] | None:
-    """The report's lines as the status event's `transaction_results` (batch order; the batch's employee
-    references and amounts), or None when the bank's report is not in a format we can read."""
+def transaction_results(
+    report: FilePaymentReport, transfers: Sequence[tuple[str | None, Decimal]]
+) -> list[dict[str, Any]] | None:
+    """The report's lines as the status event's `transaction_results` (batch order; `transfers` gives each
+    transfer's employee reference and amount), or None when the bank's report is not in a format we can read."""
     if not report.lines:
         return None
-    transfers = payload.source.batch.transactions
     results: list[dict[str, Any]] = []
     for line in sorted(report.lines, key=lambda item: item.index):
         transfer = transfers[line.index] if 0 <= line.index < len(transfers) else None
@@ -149,8 +159,8 @@ def transaction_results(report: FilePaymentReport, payload: FilePayload) -> list
         results.append(
             {
                 "index": line.index,
-                "employee_reference": transfer.employee_reference if transfer else None,
-                "amount": transfer.amount if transfer else line.amount,
+                "employee_reference": transfer[0] if transfer else None,
+                "amount": transfer[1] if transfer else line.amount,
                 "status": _LINE_STATUS.get(line.status.lower(), "PENDING"),
                 "reason": reason,
             }
@@ -174,11 +184,22 @@ def report_summary(results: list[dict[str, Any]] | None) -> str | None:
 # -- the flow ---------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class _Prepared:
-    payload: FilePayload
-    currency: str
-    initiation_sha256: str
+    """A flow's file payload, and the `Data.Initiation` of A1 and A3 as JSON bytes (the canonical file reused,
+    never re-serialised), built on first use: A2 never needs it."""
+
+    def __init__(self, payload: FilePayload) -> None:
+        self.payload = payload
+        self.currency = payload.origin.currency
+        self.transactions = len(payload.source.batch.transactions)
+
+    @cached_property
+    def initiation(self) -> bytes:
+        return self.payload.initiation_json()
+
+    @cached_property
+    def initiation_sha256(self) -> str:
+        return hashlib.sha256(self.initiation).hexdigest()
 
 
 class FileFlow:
@@ -186,10 +207,14 @@ class FileFlow:
 
     kind = KIND
 
-    def __init__(self, ctx: EngineContext, *, cache_size: int = 8) -> None:
+    def __init__(self, ctx: EngineContext, *, cache_transactions: int = 20_000) -> None:
         self.ctx = ctx
+        # Built payloads, most recent last, holding at most `cache_transactions` transfers in all: enough for
+        # every flow in flight at month end (32 x a few hundred) to build its payload once for A1 and A2, while
+        # a very large batch is never kept between steps (a 100,000-transfer payload is about 160 MiB).
         self._cache: OrderedDict[tuple[str, str], _Prepared] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache_transactions = cache_transactions
+        self._cached_transactions = 0
 
     # -- claiming ---------------------------------------------------------------------------------------------
 
@@ -276,24 +301,26 @@ class FileFlow:
         prepared = await self._prepared(flow)
         if prepared is None:
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
+        initiation, file_hash = prepared.initiation, prepared.payload.file_hash
         effect = await self._begin(flow, Operation.CREATE_CONSENT, prepared.initiation_sha256)
+        del prepared  # a payload too large for the cache is freed before the bank's (large) answer is read
         if effect.done and effect.resource_id:
-            return await self._consent_created(flow, owner, effect.resource_id, prepared)
+            return await self._consent_created(flow, owner, effect.resource_id, file_hash)
         self.ctx.checkpoint("create_consent:before", flow.batch_id)
         bank = await self.ctx.banks.get(flow.integration)
         try:
             # A resumed record repeats the call with the same key: the bank answers with the consent it holds.
             consent = await bank.create_file_consent(
-                prepared.payload.initiation(), idempotency_key=effect.idempotency_key
+                initiation, idempotency_key=effect.idempotency_key, echo_file=False
             )
         except BankError as exc:
             return await self._bank_error(flow, owner, Operation.CREATE_CONSENT, exc)
         self.ctx.checkpoint("create_consent:after", flow.batch_id)
-        if consent.file_hash != prepared.payload.file_hash:
+        if consent.file_hash != file_hash:
             log.warning("consent echoes another file hash", batch_id=flow.batch_id, consent_id=consent.consent_id)
-        return await self._consent_created(flow, owner, consent.consent_id, prepared)
+        return await self._consent_created(flow, owner, consent.consent_id, file_hash)
 
-    async def _consent_created(self, flow: Flow, owner: str, consent_id: str, prepared: _Prepared) -> Flow:
+    async def _consent_created(self, flow: Flow, owner: str, consent_id: str, file_hash: str) -> Flow:
         now = self.ctx.clock.now()
 
         def work(tx: StoreTx) -> Flow:
@@ -304,7 +331,7 @@ class FileFlow:
                 now=now,
                 owner=owner,
                 consent_id=consent_id,
-                file_hash=prepared.payload.file_hash,
+                file_hash=file_hash,
                 attempts=0,
                 last_error=None,
                 next_action_at=now,
@@ -323,14 +350,15 @@ class FileFlow:
         prepared = await self._prepared(flow)
         if prepared is None:
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
-        body = prepared.payload.upload_json(consent_id)
+        body, currency = prepared.payload.upload_json(consent_id), prepared.currency
+        del prepared
         effect = await self._begin(flow, Operation.UPLOAD, hashlib.sha256(body).hexdigest())
         if effect.done:
-            return await self._uploaded(flow, owner, prepared)
+            return await self._uploaded(flow, owner, currency)
         bank = await self.ctx.banks.get(flow.integration)
         try:
             if effect.resumed and await bank.upload_landed(consent_id):
-                return await self._uploaded(flow, owner, prepared)
+                return await self._uploaded(flow, owner, currency)
             self.ctx.checkpoint("upload:before", flow.batch_id)
             result = await bank.upload_file(consent_id, body, idempotency_key=effect.idempotency_key)
         except bank_errors.InvalidConsentStatus as exc:
@@ -340,7 +368,7 @@ class FileFlow:
             except BankError as again:
                 return await self._bank_error(flow, owner, Operation.UPLOAD, again)
             if landed:
-                return await self._uploaded(flow, owner, prepared)
+                return await self._uploaded(flow, owner, currency)
             return await self._bank_error(flow, owner, Operation.UPLOAD, exc)
         except BankError as exc:
             return await self._bank_error(flow, owner, Operation.UPLOAD, exc)
@@ -352,9 +380,9 @@ class FileFlow:
                 bank_count=result.number_of_transactions,
                 count=flow.number_of_transactions,
             )
-        return await self._uploaded(flow, owner, prepared)
+        return await self._uploaded(flow, owner, currency)
 
-    async def _uploaded(self, flow: Flow, owner: str, prepared: _Prepared) -> Flow:
+    async def _uploaded(self, flow: Flow, owner: str, currency: str) -> Flow:
         assert flow.consent_id is not None
         now = self.ctx.clock.now()
         # A replacement consent (the first one's tokens were lost) keeps the deadline and the published link.
@@ -365,7 +393,7 @@ class FileFlow:
             flow,
             FlowState.AWAITING_AUTHORIZATION,
             now,
-            currency=prepared.currency,
+            currency=currency,
             replacing=replacing,
             authorization_url=link,
         )
@@ -416,10 +444,11 @@ class FileFlow:
         prepared = await self._prepared(flow)
         if prepared is None:
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
-        initiation = prepared.payload.initiation()
+        initiation, currency = prepared.initiation, prepared.currency
         effect = await self._begin(flow, Operation.CREATE_PAYMENT, prepared.initiation_sha256)
+        del prepared
         if effect.done and effect.resource_id:
-            return await self._initiated(flow, owner, effect.resource_id, PAYMENT_PENDING, prepared)
+            return await self._initiated(flow, owner, effect.resource_id, PAYMENT_PENDING, currency)
         bank = await self.ctx.banks.get(flow.integration)
         key = effect.idempotency_key
         refreshed = False
@@ -439,12 +468,12 @@ class FileFlow:
                 if effect.resumed:
                     # An earlier try may have created it: the consent tells (Consumed), repeating the key finds it.
                     payment = await bank.find_file_payment(
-                        consent_id, initiation, access_token=token, idempotency_key=key
+                        consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
                     )
                 if payment is None:
                     self.ctx.checkpoint("create_payment:before", flow.batch_id)
                     payment = await bank.create_file_payment(
-                        consent_id, initiation, access_token=token, idempotency_key=key
+                        consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
                     )
             except bank_errors.HeaderInvalid as exc:
                 if refreshed or exc.status != 401:
@@ -454,7 +483,7 @@ class FileFlow:
             except bank_errors.InvalidConsentStatus as exc:
                 try:
                     payment = await bank.find_file_payment(
-                        consent_id, initiation, access_token=token, idempotency_key=key
+                        consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
                     )
                 except BankError as again:
                     return await self._bank_error(flow, owner, Operation.CREATE_PAYMENT, again)
@@ -464,17 +493,15 @@ class FileFlow:
                 return await self._bank_error(flow, owner, Operation.CREATE_PAYMENT, exc)
             break
         self.ctx.checkpoint("create_payment:after", flow.batch_id)
-        return await self._initiated(flow, owner, payment.file_payment_id, payment.status, prepared)
+        return await self._initiated(flow, owner, payment.file_payment_id, payment.status, currency)
 
-    async def _initiated(
-        self, flow: Flow, owner: str, file_payment_id: str, bank_status: str, prepared: _Prepared
-    ) -> Flow:
+    async def _initiated(self, flow: Flow, owner: str, file_payment_id: str, bank_status: str, currency: str) -> Flow:
         now = self.ctx.clock.now()
         event = status_event(
             flow,
             FlowState.INITIATED,
             now,
-            currency=prepared.currency,
+            currency=currency,
             file_payment_id=file_payment_id,
             bank_status=bank_status,
         )
@@ -508,43 +535,54 @@ class FileFlow:
             return await self._fail(flow, owner, "file payment id missing")
         bank = await self.ctx.banks.get(flow.integration)
         try:
-            payment = await bank.get_file_payment(file_payment_id)
-            end = outcome_of_bank_status(payment.status)
-            if end is None:
-                delay = self.ctx.settings.poll_delay(flow.attempts + 1)
-                now = self.ctx.clock.now()
-                return await self._write(
-                    flow,
-                    owner,
-                    flow.state,
-                    bank_status=payment.status,
-                    attempts=flow.attempts + 1,
-                    next_action_at=now + timedelta(seconds=delay),
-                    release_lease=True,
-                    last_error=None,
-                )
-            report = await bank.get_file_payment_report(file_payment_id)
+            payment = await bank.get_file_payment(file_payment_id, echo_file=False)
         except BankError as exc:
             # Reading never creates anything: whatever the error, read again later.
             return await self._retry_later(flow, owner, None, exc)
-        prepared = await self._prepared(flow)
-        results = transaction_results(report, prepared.payload) if prepared is not None else None
+        bank_status = payment.status
+        del payment  # its answer echoes the whole file
+        end = outcome_of_bank_status(bank_status)
+        if end is None:
+            delay = self.ctx.settings.poll_delay(flow.attempts + 1)
+            now = self.ctx.clock.now()
+            return await self._write(
+                flow,
+                owner,
+                flow.state,
+                bank_status=bank_status,
+                attempts=flow.attempts + 1,
+                next_action_at=now + timedelta(seconds=delay),
+                release_lease=True,
+                last_error=None,
+            )
+        # What the results need from the batch, read before the report so the two are never in memory at once.
+        batch = await self._batch(flow)
+        transfers = None if batch is None else [(t.employee_reference, t.amount) for t in batch.transactions]
+        currency = batch.origin.currency if batch is not None else await self._currency(flow)
+        del batch
+        try:
+            report = await bank.get_file_payment_report(file_payment_id)
+        except BankError as exc:
+            return await self._retry_later(flow, owner, None, exc)
+        results = transaction_results(report, transfers) if transfers is not None else None
         stored_report = {
             "file_payment_id": file_payment_id,
-            "bank_status": payment.status,
+            "bank_status": bank_status,
             "report_status": report.status,
             "transaction_results": results,
-            "bank_report": report.data,
+            # The bank's own report is kept as it came only when we could not read its lines.
+            "bank_report": None if report.lines else report.body.decode("utf-8", errors="replace"),
         }
+        del report, transfers
         now = self.ctx.clock.now()
         summary = report_summary(results)
-        reason = summary if end == FlowState.COMPLETED else (summary or f"the bank reports {payment.status}")
+        reason = summary if end == FlowState.COMPLETED else (summary or f"the bank reports {bank_status}")
         event = status_event(
             flow,
             end,
             now,
-            currency=prepared.currency if prepared else None,
-            bank_status=payment.status,
+            currency=currency,
+            bank_status=bank_status,
             reason=reason,
             transaction_results=results,
         )
@@ -557,7 +595,7 @@ class FileFlow:
                 now=now,
                 owner=owner,
                 event=event,
-                bank_status=payment.status,
+                bank_status=bank_status,
                 report=stored_report,
                 next_action_at=None,
                 last_error=None,
@@ -568,7 +606,7 @@ class FileFlow:
             return updated
 
         updated = await self.ctx.store.arun(work)
-        log.info("file payment ended", batch_id=flow.batch_id, bank_status=payment.status)
+        log.info("file payment ended", batch_id=flow.batch_id, bank_status=bank_status)
         return updated
 
     # -- shared helpers ---------------------------------------------------------------------------------------
@@ -588,11 +626,30 @@ class FileFlow:
         except ValueError:
             log.exception("stored batch no longer builds a payload", batch_id=flow.batch_id)
             return None
-        prepared = _Prepared(payload, payload.origin.currency, hashlib.sha256(payload.initiation_json()).hexdigest())
-        self._cache[key] = prepared
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        prepared = _Prepared(payload)
+        size = prepared.transactions
+        if size <= self._cache_transactions:
+            self._cache[key] = prepared
+            self._cached_transactions += size
+            while self._cached_transactions > self._cache_transactions:
+                _, dropped = self._cache.popitem(last=False)
+                self._cached_transactions -= dropped.transactions
         return prepared
+
+    async def _batch(self, flow: Flow) -> PayrollBatch | None:
+        """The flow's batch for the per-transaction results (from the cache, or parsed from the store without
+        building the file payload again)."""
+        cached = self._cache.get((flow.batch_id, flow.payload_sha256))
+        if cached is not None:
+            return cached.payload.source.batch
+        text = await self.ctx.store.arun(lambda tx: tx.flows.payload(flow.batch_id), write=False)
+        if text is None:
+            return None
+        try:
+            return batch_from_json(text)
+        except ValueError:
+            log.exception("stored batch can no longer be read", batch_id=flow.batch_id)
+            return None
 
     async def _currency(self, flow: Flow) -> str | None:
         cached = self._cache.get((flow.batch_id, flow.payload_sha256))

@@ -149,7 +149,12 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> Intak
         return IntakeResult(None, False, FlowState.INVALID, prepared.reason)
     if prepared.reason is not None:
         created = tx.flows.create(
-            prepared.batch_id, prepared.integration, prepared.text, now=now, state=FlowState.INVALID
+            prepared.batch_id,
+            prepared.integration,
+            prepared.text,
+            now=now,
+            state=FlowState.INVALID,
+            payload_checked=True,  # the batch id was read from it: it parsed
         )
         flow = created.row
         if not created.created:
@@ -167,6 +172,7 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> Intak
         number_of_transactions=prepared.number_of_transactions,
         control_sum=prepared.control_sum,
         next_action_at=now,
+        payload_checked=True,
     )
     flow = created.row
     return IntakeResult(flow, created.created, flow.state, None, created.same_document)

@@ -205,6 +205,10 @@ class Tx:
     def __init__(self, dialect: Dialect, conn: sqlite3.Connection | psycopg.Connection[Row]) -> None:
         self.dialect: Dialect = dialect
         self._conn = conn
+        # A value of many megabytes went through this PostgreSQL connection (a 100,000-transfer batch or its
+        # report): libpq keeps its buffers at the largest size they reached, so the pool closes the connection
+        # after the transaction instead of keeping them.
+        self.oversized = False
 
     def _run(self, sql: str, params: Params) -> tuple[list[Row] | None, int]:
         try:
@@ -212,8 +216,13 @@ class Tx:
                 cur = self._conn.execute(sql, [_sqlite_param(p) for p in params])
                 rows = cur.fetchall() if cur.description is not None else None
                 return rows, cur.rowcount
-            pcur = self._conn.execute(qmark_to_pyformat(sql), [_pg_param(p) for p in params])
+            values = [_pg_param(p) for p in params]
+            if not self.oversized and any(_large(v) for v in values):
+                self.oversized = True
+            pcur = self._conn.execute(qmark_to_pyformat(sql), values)
             prows = pcur.fetchall() if pcur.description is not None else None
+            if prows and not self.oversized and any(_large(v) for row in prows for v in row.values()):
+                self.oversized = True
             return prows, pcur.rowcount
         except (sqlite3.IntegrityError, psycopg.errors.IntegrityError) as exc:
             raise ConstraintError(str(exc).splitlines()[0]) from exc
@@ -244,6 +253,13 @@ class Tx:
         """The first column of the first row, or None."""
         row = self.fetchone(sql, params)
         return next(iter(row.values())) if row else None
+
+
+LARGE_VALUE = 4 * 1024 * 1024
+
+
+def _large(value: object) -> bool:
+    return isinstance(value, str | bytes) and len(value) > LARGE_VALUE
 
 
 def _dict_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
@@ -337,16 +353,17 @@ class Database:
         """
         conn = self._acquire()
         healthy = True
+        opened: list[Tx] = []
         try:
             if isinstance(conn, sqlite3.Connection):
                 yield from self._sqlite_tx(conn, write)
             else:
-                yield from self._pg_tx(conn)
+                yield from self._pg_tx(conn, opened)
         except BaseException:
             healthy = not _is_broken(conn)
             raise
         finally:
-            self._release(conn, healthy)
+            self._release(conn, healthy and not any(tx.oversized for tx in opened))
 
     def _sqlite_tx(self, conn: sqlite3.Connection, write: bool) -> Iterator[Tx]:
         try:
@@ -368,10 +385,12 @@ class Database:
                 StoreBusyError(str(exc)) if isinstance(exc, sqlite3.OperationalError) else StoreError(str(exc))
             ) from exc
 
-    def _pg_tx(self, conn: psycopg.Connection[Row]) -> Iterator[Tx]:
+    def _pg_tx(self, conn: psycopg.Connection[Row], opened: list[Tx]) -> Iterator[Tx]:
         try:
             with conn.transaction():
-                yield Tx("postgresql", conn)
+                tx = Tx("postgresql", conn)
+                opened.append(tx)
+                yield tx
         except psycopg.errors.IntegrityError as exc:  # raised at COMMIT by deferred constraints
             raise ConstraintError(str(exc).splitlines()[0]) from exc
         except _PG_RETRYABLE as exc:

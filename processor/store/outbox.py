@@ -29,8 +29,9 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from processor.store.db import StoreError, Tx, in_clause, to_datetime, utc_ms
@@ -78,7 +79,9 @@ class StatusEvent:
 
 @dataclass(frozen=True)
 class OutboxEvent:
-    """One stored event. `payload` is the JSON document appended (Decimals were written as strings)."""
+    """One stored event. `payload` is the JSON document appended (Decimals were written as strings), parsed
+    from `payload_text` on first use: a large event (100,000 transaction results) is parsed only by the
+    relay that publishes it, not by the transaction that appends it."""
 
     id: int
     event_id: str
@@ -86,13 +89,21 @@ class OutboxEvent:
     key: str
     seq: int
     status: str | None
-    payload: Any
+    payload_text: str = field(repr=False)
     headers: dict[str, str] | None
     created_at: datetime
     published_at: datetime | None
 
+    @cached_property
+    def payload(self) -> Any:
+        """The payload document (fractions as Decimal)."""
+        return load_json(self.payload_text)
 
-def _event(row: Mapping[str, Any]) -> OutboxEvent:
+
+_EVENT_COLUMNS = "id, event_id, topic, event_key, seq, status, headers, created_at, published_at"
+
+
+def _event(row: Mapping[str, Any], payload_text: str | None = None) -> OutboxEvent:
     created = to_datetime(row["created_at"])
     assert created is not None
     return OutboxEvent(
@@ -102,7 +113,7 @@ def _event(row: Mapping[str, Any]) -> OutboxEvent:
         key=str(row["event_key"]),
         seq=int(row["seq"]),
         status=row["status"],
-        payload=load_json(row["payload"]),
+        payload_text=str(row["payload"]) if payload_text is None else payload_text,
         headers=None if row["headers"] is None else load_json(row["headers"]),
         created_at=created,
         published_at=to_datetime(row["published_at"]),
@@ -158,9 +169,10 @@ class Outbox:
                 " WHERE topic = ? AND event_key = ?",
                 (seq, now, topic, key),
             )
+        text = dump_json(payload)
         row = self.tx.fetchone(
-            "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers, created_at)"  # noqa: S608
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {_EVENT_COLUMNS}",
             (
                 event_id or str(uuid.uuid4()),
                 topic,
@@ -168,13 +180,13 @@ class Outbox:
                 seq,
                 status,
                 rank,
-                dump_json(payload),
+                text,
                 None if headers is None else dump_json(dict(headers)),
                 now,
             ),
         )
         assert row is not None
-        return _event(row)
+        return _event(row, text)  # the payload is not read back from the database
 
     def append_status(
         self,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from store_fixtures import T0, StoreTarget
 
 from processor.store import Store, StoreBusyError, StoreTx
+from processor.store.db import LARGE_VALUE
 
 
 def test_a_lock_held_too_long_is_a_busy_error_not_a_hang(store_target: StoreTarget, store: Store) -> None:
@@ -45,3 +48,27 @@ async def test_arun_runs_a_transaction_off_the_event_loop(store: Store) -> None:
     assert created
     again = await store.arun(lambda tx: tx.flows.create("b-1", "bank", "{}", now=T0).created)
     assert not again
+
+
+def test_a_connection_that_carried_megabytes_is_not_kept_in_the_pool(postgres_target: StoreTarget) -> None:
+    """libpq keeps its buffers at the largest size they reached: after a transaction that sent or read a value of
+    several MiB (a 100,000-transfer batch), the pool closes that connection and opens a fresh one."""
+    with postgres_target.connect(pool_size=1) as db:
+
+        def backend(tx: Any) -> int:
+            return int(tx.scalar("SELECT pg_backend_pid()"))
+
+        with db.transaction() as tx:
+            first = backend(tx)
+        with db.transaction() as tx:
+            assert backend(tx) == first  # reused
+            tx.scalar("SELECT length(?)", ("x" * 1000,))
+        with db.transaction() as tx:
+            assert backend(tx) == first  # a small value changes nothing
+            assert tx.scalar("SELECT length(?)", ("x" * (LARGE_VALUE + 1),)) == LARGE_VALUE + 1
+        with db.transaction() as tx:
+            second = backend(tx)
+            assert second != first  # the big one went through the first connection: closed
+            tx.scalar("SELECT repeat('y', ?)", (LARGE_VALUE + 1,))  # a big result counts too
+        with db.transaction() as tx:
+            assert backend(tx) not in (first, second)

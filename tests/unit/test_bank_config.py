@@ -79,6 +79,7 @@ def test_sandbox_init_layout_loads_with_defaults(tmp_path: Path) -> None:
     assert sb.timeouts == TimeoutSettings()
     assert sb.retry == RetrySettings()
     assert sb.assertion_lifetime == 60
+    assert sb.max_connections == 16
     assert base64.b64decode(sb.basic_credential().reveal()).decode() == f"client-1:{SECRET}"
 
 
@@ -141,6 +142,7 @@ def test_any_string_key_may_come_from_environment() -> None:
         ({"clent_secret": "x"}, {}, "integrations.sandbox.clent_secret: unknown key (did you mean 'client_secret'?)"),
         ({"assertion_lifetime": 0}, {}, "integrations.sandbox.assertion_lifetime: must be between 5 and 3600"),
         ({"assertion_lifetime": "60"}, {}, "assertion_lifetime: must be an integer"),
+        ({"max_connections": 0}, {}, "integrations.sandbox.max_connections: must be between 1 and 1000"),
         ({"signing_key": "not a pem"}, {}, "integrations.sandbox.signing_key: not an unencrypted PEM private key"),
         ({"signing_key_path": "/x.pem"}, {}, "give either signing_key or signing_key_path"),
         ({"timeouts": {"connect": -1}}, {}, "integrations.sandbox.timeouts.connect: must be between"),

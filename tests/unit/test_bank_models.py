@@ -16,6 +16,7 @@ from processor.bank.models import (
     VrpConsent,
     dumps,
     loads,
+    loads_echo,
 )
 
 SENT = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
@@ -136,3 +137,26 @@ def test_report_lines_when_json_and_raw_otherwise() -> None:
     assert report.lines[0].amount == Decimal("1500.50") and report.lines[0].reason_code == "AC04"
     raw = FilePaymentReport.parse("fp-1", "text/csv", b"a,b\n1,2\n", "iid")
     assert raw.lines == () and raw.body == b"a,b\n1,2\n" and raw.data is None
+
+
+def test_a_file_echo_is_read_without_its_transfers() -> None:
+    rows = ",".join(
+        '{"originAccount": {"accountNumber": "3001", "accountType": "MONETARY", "currency": "GTQ"},'
+        f' "destinationAccount": {{"accountNumber": "{i}", "accountType": "MONETARY", "currency": "GTQ"}},'
+        ' "transferInfo": {"transactionType": "CREDIT", "transactionAmount": 10.25, "reference": ""}}'
+        for i in range(3)
+    )
+    body = (
+        '{"Data": {"ConsentId": "pay-fi-1", "Status": "AwaitingUpload", "CreationDateTime": "2026-11-23T00:00:00Z",'
+        ' "StatusUpdateDateTime": "2026-11-23T00:00:00Z", "Initiation": {"SupplementaryData": {"data":'
+        ' {"transaction": [' + rows + ']}}, "FileType": "UK.OBIE.PaymentInitiation.3.1", "FileHash": "abc",'
+        ' "NumberOfTransactions": "3", "ControlSum": 30.75}}, "Links": {"Self": "http://bank/x"}}'
+    ).encode()
+    echo = loads_echo(body)
+    assert echo["Data"]["Initiation"]["SupplementaryData"] == {"data": {"transaction": [None, None, None]}}
+    consent, full = FileConsent.parse(echo, "iid"), FileConsent.parse(loads(body), "iid")
+    read = ("consent_id", "status", "file_type", "file_hash", "number_of_transactions", "control_sum", "links_self")
+    assert [getattr(consent, name) for name in read] == [getattr(full, name) for name in read]
+    assert consent.control_sum == Decimal("30.75") and consent.links_self == "http://bank/x"
+    with pytest.raises(ValueError, match="NaN is not JSON"):
+        loads_echo(b'{"Data": NaN}')

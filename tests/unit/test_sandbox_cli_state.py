@@ -45,6 +45,7 @@ def test_defaults_are_the_spec_limits_and_memory() -> None:
     assert config.refresh_token_ttl == 30 * 24 * 3600
     assert config.file_payment_delay == 2.0
     assert config.vrp_delay == 1.0
+    assert config.max_body_bytes == 64 * 2**20  # a 100,000-transaction file (about 41 MB) fits
     assert config.db_path is None  # memory by default
     assert config.admin is False
 
@@ -57,7 +58,7 @@ def test_every_option_reaches_the_configuration(tmp_path: Path) -> None:
             "--db", str(tmp_path / "bank.sqlite"),
             "--client-credentials-ttl", "11", "--auth-code-token-ttl", "12", "--refresh-token-ttl", "13",
             "--par-ttl", "14", "--code-ttl", "15",
-            "--file-payment-delay", "0.25", "--vrp-delay", "0.5", "--admin",
+            "--file-payment-delay", "0.25", "--vrp-delay", "0.5", "--max-body-mb", "3", "--admin",
         ]
     )  # fmt: skip
     config = config_from_args(args)
@@ -71,9 +72,13 @@ def test_every_option_reaches_the_configuration(tmp_path: Path) -> None:
         code_ttl=15,
         file_payment_delay=0.25,
         vrp_delay=0.5,
+        max_body_bytes=3 * 2**20,
         admin=True,
         db_path=str(tmp_path / "bank.sqlite"),
     )
+    for bad in ("0", "-1", "1.5", "lots"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--clients", "c.json", "--max-body-mb", bad])
     # Without --base-url the base address is built from host and port.
     plain = config_from_args(build_parser().parse_args(["--clients", "c.json", "--port", "9901"]))
     assert plain.issuer == "http://127.0.0.1:9901"

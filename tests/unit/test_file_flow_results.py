@@ -1,0 +1,62 @@
+"""Pure parts of flow A's completion: the per-transaction results and the origin currency read from the stored
+batch text."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import orjson
+
+from processor.bank.models import FilePaymentReport
+from processor.engine.file_flow import _origin_currency, report_summary, transaction_results
+
+
+def _report(*lines: tuple[int, str, str | None]) -> FilePaymentReport:
+    body = {
+        "Data": {
+            "Status": "InitiationCompleted",
+            "Transactions": [
+                {
+                    "Index": index,
+                    "DestinationAccount": f"300{index}",
+                    "Amount": 1,
+                    "Currency": "GTQ",
+                    "Status": status,
+                    "ReasonCode": code,
+                    "Reason": "closed account" if code else None,
+                }
+                for index, status, code in lines
+            ],
+        }
+    }
+    return FilePaymentReport.parse("fp-1", "application/json", orjson.dumps(body), "iid")
+
+
+def test_results_follow_the_batch_order_with_its_references_and_amounts() -> None:
+    transfers = [("E-1", Decimal("10.50")), (None, Decimal("7.25")), ("E-3", Decimal("1.00"))]
+    results = transaction_results(
+        _report((2, "Settled", None), (0, "Settled", None), (1, "Rejected", "AC04")), transfers
+    )
+    assert results == [
+        {"index": 0, "employee_reference": "E-1", "amount": Decimal("10.50"), "status": "COMPLETED", "reason": None},
+        {"index": 1, "employee_reference": None, "amount": Decimal("7.25"), "status": "FAILED",
+         "reason": "AC04 closed account"},
+        {"index": 2, "employee_reference": "E-3", "amount": Decimal("1.00"), "status": "COMPLETED", "reason": None},
+    ]  # fmt: skip
+    assert report_summary(results) == "2 of 3 transfers settled; 1 rejected (AC04)"
+    unreadable = FilePaymentReport.parse("fp-1", "text/csv", b"a,b\n", "iid")
+    assert transaction_results(unreadable, transfers) is None
+
+
+def test_the_origin_currency_is_found_without_parsing_the_transfers() -> None:
+    text = orjson.dumps(
+        {
+            "batch_id": "B-1",
+            # A concept quoting the member name cannot fool the search: inside a string its quotes are escaped.
+            "transactions": [{"concept": '"origin_account": {"currency": "USD"}'}],
+            "origin_account": {"account_number": "3001", "account_type": "MONETARY", "currency": "GTQ"},
+        }
+    ).decode()
+    assert _origin_currency(text) == "GTQ"
+    assert _origin_currency('{"origin_account": {"currency": 5}}') is None
+    assert _origin_currency("not json") is None
