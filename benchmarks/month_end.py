@@ -258,8 +258,8 @@ def write_config(
 
 def fresh_kafka(bootstrap: str, partitions: int, status_max_message_mb: float | None = None) -> KafkaSettings:
     """Topics with a unique prefix (created now, as `dispersion topics` would) and a unique consumer group.
-    `status_max_message_mb` raises `max.message.bytes` of the status topic (the broker's 1 MB default as
-    `dispersion topics` creates it), for COMPLETED events carrying 100,000 transaction results."""
+    `status_max_message_mb` replaces `max.message.bytes` of the status topic (`dispersion topics` creates it
+    with 64 MiB, enough for a COMPLETED event carrying 100,000 transaction results)."""
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     settings = KafkaSettings(
         bootstrap=bootstrap,
@@ -343,24 +343,12 @@ def prepare(directory: Path, bootstrap: str, instances: int, latency_ms: float, 
     return Bench(directory, bootstrap, api_ports, sandbox_port, integration, latency_ms, file_payment_delay)
 
 
-# `dispersion sandbox` with SandboxConfig.max_body_bytes replaced (the CLI has no option for it), for batches whose
-# file payload is larger than the sandbox's 20 MiB request limit (100,000 transactions are about 41 MB).
-_SANDBOX_WITH_BODY_LIMIT = """
-import dataclasses, sys
-import sandbox.cli as cli
-limit = int(sys.argv[1])
-original = cli.config_from_args
-cli.config_from_args = lambda args: dataclasses.replace(original(args), max_body_bytes=limit)
-sys.exit(cli.serve(sys.argv[2:]))
-"""
-
-
 def start_sandbox(bench: Bench, directory: Path) -> Child:
     """The sandbox bank (in-memory) with the latency plan; waits until it answers."""
     sandbox_dir = bench.directory / "bank-client"
     command = [*CLI, "sandbox"]
     if bench.sandbox_max_body_mb:
-        command = [sys.executable, "-c", _SANDBOX_WITH_BODY_LIMIT, str(int(bench.sandbox_max_body_mb * 1024 * 1024))]
+        command += ["--max-body-mb", str(int(bench.sandbox_max_body_mb))]
     child = spawn(
         "sandbox",
         [*command, "--host", "127.0.0.1", "--port", str(bench.sandbox_port),
@@ -876,7 +864,7 @@ def common_arguments(
     parser.add_argument("--keep", action="store_true", help="keep the working folder (logs) for inspection")
     parser.add_argument("--profile", type=Path, help="run the processors under cProfile, stats into this folder")
     parser.add_argument("--sandbox-max-body-mb", type=float, default=sandbox_max_body_mb,
-                        help="replace the sandbox's request body limit (20 MiB as shipped)")  # fmt: skip
+                        help="the sandbox's request body limit (its --max-body-mb; 64 MiB as shipped)")  # fmt: skip
     parser.add_argument("--status-max-message-mb", type=float, default=status_max_message_mb,
                         help="status topic max.message.bytes (default: as `dispersion topics` sets it)")  # fmt: skip
 

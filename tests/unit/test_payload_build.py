@@ -15,7 +15,14 @@ import rfc8785
 
 from processor.batch import OriginAccount, PayrollBatch, Transfer, loads_exact
 from processor.canonical import canonicalize
-from processor.payload import FILE_TYPE, PayloadSettings, build_file_payload, file_hash, prepare_file_payload
+from processor.payload import (
+    FILE_TYPE,
+    PayloadSettings,
+    _render,
+    build_file_payload,
+    file_hash,
+    prepare_file_payload,
+)
 from processor.validation import InvalidBatchError, Reason, validated
 
 CONSENT_ID = "pay-fi-6f1c2b9e-8a54-4b1e-9d7a-2f0c3e4d5a6b"
@@ -158,6 +165,19 @@ def test_upload_body_fills_every_reference_with_the_consent_id() -> None:
         r["transferInfo"]["reference"] = ""
     assert file_hash(canonicalize(body)) == payload.file_hash
     assert payload.render("") is payload.canonical
+
+
+def test_the_upload_is_the_canonical_file_with_its_references_filled_even_when_a_concept_quotes_them() -> None:
+    concepts = [',"reference":"","transactionAmount":', 'x","reference":"","transactionAmount":1', "plain"]
+    transfers = tuple(
+        Transfer(f"ACC{i}", "SAVINGS", "GTQ", f"p{i}@example.com", Decimal(i + 1), concept)
+        for i, concept in enumerate(concepts)
+    )
+    payload = prepare_file_payload(sample_batch(transactions=transfers))
+    fast = payload.upload_json('pay-fi-"q"\\1')
+    slow = _render(payload.source, payload.origin, payload.settings, payload.concept_texts, 'pay-fi-"q"\\1')
+    assert fast == slow == rfc8785.dumps(_floats(payload.upload_body('pay-fi-"q"\\1')))
+    assert [row["transferInfo"]["concept"] for row in json.loads(fast)["data"]["transaction"]] == concepts
 
 
 @pytest.mark.parametrize("consent_id", ["", None])
