@@ -29,10 +29,10 @@ A lost answer to E6 (the bank committed the exchange, then the answer never reac
 between E6 and storing the tokens, a reset or a 5xx after the commit) leaves the consent `Authorised` at the bank
 with no tokens here. The code is spent and the bank refuses a new PAR for an authorised consent, so that consent
 can never be paid. When the exchange fails, or when the approval link is opened again and the PAR is refused,
-the consent's status is read (client-credentials token); `Authorised` with no tokens stored and no exchange of
-another attempt under way means *stranded*: `hooks.on_stranded(...)` sends the flow back for a new consent behind
-the same approval link, and the approver approves once more. Nothing can be paid twice: only the new consent's
-tokens ever reach the store.
+the consent's status is read (client-credentials token). `Authorised` with no tokens stored and no other attempt
+started or consumed lately (whose redirect or exchange may still be under way) means *stranded*:
+`hooks.on_stranded(...)` sends the flow back for a new consent behind the same approval link, and the approver
+approves once more. Nothing can be paid twice: only the new consent's tokens ever reach the store.
 """
 
 from __future__ import annotations
@@ -509,9 +509,9 @@ class Authorizer:
         self, kind: str, bank: BankClient, flow_id: str, consent_id: str, *, own_state: str
     ) -> Stranded:
         """After a failed exchange or a refused PAR: if the bank holds `consent_id` authorised while no tokens
-        are stored for it, and no other attempt's exchange may still deliver them, send the flow back for a new
-        consent (`hooks.on_stranded`). Reading the status is the only bank call; a failure to read changes
-        nothing."""
+        are stored for it, and no other attempt started or consumed within `exchange_recovery_after` may still
+        deliver them (its redirect in flight, its exchange running), send the flow back for a new consent
+        (`hooks.on_stranded`). Reading the status is the only bank call; a failure to read changes nothing."""
         try:
             status = await _consent_status(bank, kind, consent_id)
         except BankError as exc:
@@ -530,13 +530,11 @@ class Authorizer:
             if pending is None or not pending.awaiting or pending.consent_id != consent_id:
                 return Stranded.NO
             for other in tx.auth.for_flow(store_flow_kind(kind), flow_id):
-                if (
-                    other.state != own_state
-                    and other.consent_id == consent_id
-                    and other.used_at is not None
-                    and now - other.used_at < grace
-                ):
-                    return Stranded.BUSY  # that exchange may still store the tokens
+                # The bank marks a consent Authorised when the approver decides, before any exchange: another
+                # attempt started or consumed lately may still bring its redirect or finish its exchange.
+                latest = other.used_at or other.created_at
+                if other.state != own_state and other.consent_id == consent_id and now - latest < grace:
+                    return Stranded.BUSY
             hooks.on_stranded(tx, flow_id, consent_id, now=now)
             return Stranded.REPLACED
 

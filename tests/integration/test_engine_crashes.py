@@ -278,6 +278,27 @@ async def test_crash_after_the_code_exchange_gets_a_new_consent_and_pays_once(st
         assert rig.count("file_payment") == 1
 
 
+async def test_the_link_opened_again_while_the_redirect_is_on_its_way_does_not_replace_the_consent(
+    store: Store,
+) -> None:
+    """The bank marks the consent Authorised when the approver decides, before our exchange: opening the link
+    again in that moment (a second tab) must not take the consent for a stranded one."""
+    async with engine_rig(store, settings=SETTINGS) as rig:
+        document = batch()
+        batch_id = document["batch_id"]
+        await rig.submit(document)
+        await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
+        consent_id = rig.flow(batch_id).consent_id
+        redirect = await _decided_redirect(rig, batch_id)  # approved at the bank; the redirect not delivered yet
+        reopened = await rig.open_link(rig.approval_url(batch_id))
+        assert reopened.status_code == 409 and "confirming" in reopened.text, reopened.text
+        assert rig.flow(batch_id).consent_id == consent_id
+        delivered = await rig.http.get(redirect)
+        assert delivered.status_code == 200, delivered.text
+        await finish(rig, batch_id)
+        assert_paid_once(rig, batch_id)  # one consent
+
+
 # -- killed: a real process SIGKILLed between the steps ----------------------------------------------------------
 
 
