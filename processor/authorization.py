@@ -75,7 +75,7 @@ class Stranded(Enum):
 
     NO = "no"  # not authorised at the bank (or not readable): the approver can try again as usual
     REPLACED = "replaced"  # authorised with no tokens here: the flow went back for a new consent
-    BUSY = "busy"  # authorised, and another attempt's exchange is under way: its tokens may still arrive
+    BUSY = "busy"  # authorised, and another attempt started or consumed lately: its tokens may still arrive
 
 
 @dataclass(frozen=True)

@@ -824,9 +824,7 @@ class FileAuthorizationHooks(AuthorizationHooks):
         """Back to RECEIVED for a new consent and upload (new idempotency keys; the old records are kept under
         `{batch_id}/replaced/{consent_id}`), due now. Nothing is published: the approval link stays the same."""
         flow = self._awaiting(tx, flow_id, consent_id)
-        tx.side_effects.retire(
-            flow.batch_id, (Operation.CREATE_CONSENT, Operation.UPLOAD), into=replaced_scope(flow.batch_id, consent_id)
-        )
+        tx.side_effects.retire(flow.batch_id, (Operation.CREATE_CONSENT, Operation.UPLOAD), resource_id=consent_id)
         move(flow.state, FlowState.RECEIVED)
         tx.flows.transition(
             flow,
@@ -837,11 +835,6 @@ class FileAuthorizationHooks(AuthorizationHooks):
             attempts=0,
             last_error=f"consent {consent_id} is authorised at the bank but its tokens were lost; replacing it",
         )
-
-
-def replaced_scope(scope_id: str, consent_id: str) -> str:
-    """Where the side-effect records of an abandoned consent are kept."""
-    return f"{scope_id}/replaced/{consent_id}"
 
 
 def _currency_in_tx(tx: StoreTx, flow: Flow) -> str | None:

@@ -328,9 +328,7 @@ class MandateAuthorizationHooks:
         """Back to RECEIVED for a new consent (a new idempotency key; the old record is kept under
         `{mandate_id}/replaced/{consent_id}`), due now. Nothing is published: the approval link stays the same."""
         mandate = self._awaiting(tx, flow_id, consent_id)
-        tx.side_effects.retire(
-            mandate.mandate_id, (Operation.CREATE_VRP_CONSENT,), into=f"{mandate.mandate_id}/replaced/{consent_id}"
-        )
+        tx.side_effects.retire(mandate.mandate_id, (Operation.CREATE_VRP_CONSENT,), resource_id=consent_id)
         move_mandate(mandate.state, Mandate.RECEIVED)
         tx.mandates.transition(
             mandate,

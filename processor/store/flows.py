@@ -484,18 +484,18 @@ class SideEffects:
         """The outcome is unknown (timeout, reset, 5xx): resolve it before any new attempt."""
         return self._finish(scope_id, operation, EffectStatus.AMBIGUOUS, None, reason, now)
 
-    def retire(self, scope_id: str, operations: tuple[Operation, ...], *, into: str) -> int:
-        """Move the records of `operations` out of the scope (to scope `into`, kept for the audit trail), so the
-        flow can begin those calls afresh with new idempotency keys. Only for a resource the flow abandons
-        (a consent authorised at the bank whose tokens never reached us); returns the records moved."""
-        if not operations:
-            return 0
-        marks = ", ".join("?" for _ in operations)
-        rows = self.tx.fetchall(
-            f"UPDATE side_effects SET scope_id = ? WHERE scope_id = ? AND operation IN ({marks}) RETURNING operation",  # noqa: S608
-            (into, scope_id, *(Operation(op).value for op in operations)),
-        )
-        return len(rows)
+    def retire(self, scope_id: str, operations: tuple[Operation, ...], *, resource_id: str) -> str:
+        """Move the records of `operations` out of the scope, to `{scope_id}/replaced/{resource_id}` (kept for the
+        audit trail; returned), so the flow can begin those calls afresh with new idempotency keys. Only for a
+        resource the flow abandons (a consent authorised at the bank whose tokens never reached us)."""
+        into = f"{scope_id}/replaced/{resource_id}"
+        if operations:
+            marks = ", ".join("?" for _ in operations)
+            self.tx.execute(
+                f"UPDATE side_effects SET scope_id = ? WHERE scope_id = ? AND operation IN ({marks})",  # noqa: S608
+                (into, scope_id, *(Operation(op).value for op in operations)),
+            )
+        return into
 
     def unresolved(self, *, before: datetime, limit: int = 100) -> list[SideEffect]:
         """PENDING or AMBIGUOUS records last touched before a time: calls whose outcome is still unknown,

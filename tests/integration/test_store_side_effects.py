@@ -118,3 +118,23 @@ def test_the_database_itself_refuses_overlong_or_shared_keys(store: Store) -> No
         tx.side_effects.begin("b-2", Operation.UPLOAD, now=T0, idempotency_key="shared-key")
     with pytest.raises(ValueError, match="40"), store.transaction() as tx:
         tx.side_effects.begin("b-3", Operation.UPLOAD, now=T0, idempotency_key="k" * 41)
+
+
+def test_retired_records_move_aside_and_the_calls_begin_afresh(store: Store) -> None:
+    with store.transaction() as tx:
+        consent = tx.side_effects.begin("b-1", Operation.CREATE_CONSENT, now=T0)
+        tx.side_effects.complete("b-1", Operation.CREATE_CONSENT, "pay-fi-1", now=at(1))
+        upload = tx.side_effects.begin("b-1", Operation.UPLOAD, now=at(2))
+        payment = tx.side_effects.begin("b-1", Operation.CREATE_PAYMENT, now=at(3))
+    with store.transaction() as tx:
+        into = tx.side_effects.retire("b-1", (Operation.CREATE_CONSENT, Operation.UPLOAD), resource_id="pay-fi-1")
+    assert into == "b-1/replaced/pay-fi-1"
+    with store.transaction() as tx:
+        kept = {e.operation: e for e in tx.side_effects.for_scope(into)}
+        assert kept["create_consent"].resource_id == "pay-fi-1"
+        assert kept["create_consent"].idempotency_key == consent.idempotency_key
+        assert kept["upload"].idempotency_key == upload.idempotency_key
+        again = tx.side_effects.begin("b-1", Operation.CREATE_CONSENT, now=at(4))
+        assert again.previous_status is None and again.idempotency_key != consent.idempotency_key
+        left = tx.side_effects.get("b-1", Operation.CREATE_PAYMENT)  # not retired
+        assert left is not None and left.idempotency_key == payment.idempotency_key
