@@ -53,6 +53,7 @@ from processor.bank.models import (
     loads_echo,
 )
 from processor.bank.retry import RetryDecision, RetryPolicy, run_with_retries
+from processor.bank.transport import bank_transport
 from processor.config import Integration
 
 T = TypeVar("T")
@@ -144,14 +145,15 @@ class BankClient:
         self.integration = integration
         self.clock: Clock = clock or SystemClock()
         t = integration.timeouts
+        # httpcore looks at every pooled connection on each request, so a pool much larger than the calls really
+        # in flight costs CPU on every call (see docs/benchmarks.md); more calls wait for a free one.
+        limits = httpx.Limits(
+            max_connections=integration.max_connections, max_keepalive_connections=integration.max_connections
+        )
         self._http = httpx.AsyncClient(
-            transport=transport,
+            transport=transport or bank_transport(limits),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
-            # httpcore looks at every pooled connection on each request, so a pool much larger than the calls
-            # really in flight costs CPU on every call (see docs/benchmarks.md); more calls wait for a free one.
-            limits=httpx.Limits(
-                max_connections=integration.max_connections, max_keepalive_connections=integration.max_connections
-            ),
+            limits=limits,
             follow_redirects=False,
             headers={"User-Agent": "dispersion-processor"},
         )
