@@ -27,6 +27,8 @@ import httpx
 Decision = Literal["approve", "reject"]
 DECISIONS: Final[tuple[Decision, ...]] = ("approve", "reject")
 DEFAULT_TIMEOUT: Final = 30.0
+# What a browser says it accepts: the callback API answers it with a page rather than JSON.
+BROWSER_HEADERS: Final = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
 
 
 class ApprovalError(RuntimeError):
@@ -216,7 +218,7 @@ def approve(
     http = client or httpx.Client(timeout=timeout)
     try:
         try:
-            page = http.get(link, follow_redirects=True)
+            page = http.get(link, follow_redirects=True, headers=BROWSER_HEADERS)
         except httpx.HTTPError as exc:
             raise ApprovalError(f"opening the approval link {_safe(link)}: {exc!r}") from exc
         _check(page, "opening the approval link")
@@ -237,7 +239,7 @@ def approve(
         redirect = urljoin(target, location)
         outcome = {k: v[0] for k, v in parse_qs(urlsplit(redirect).query).items() if v}
         try:
-            delivered = http.get(redirect, follow_redirects=True)
+            delivered = http.get(redirect, follow_redirects=True, headers=BROWSER_HEADERS)
         except httpx.HTTPError as exc:
             raise ApprovalError(f"delivering the bank's redirect to {_safe(redirect)}: {exc!r}") from exc
         _check(delivered, "delivering the bank's redirect")

@@ -3,7 +3,7 @@
 - `GET /approve/{kind}/{flow_id}?t=<token>`: 302 to the bank's consent page (a fresh PAR each time), or an
   HTML page saying why not (unknown link 404, deadline passed 410, already authorised 409, bank down 502/503);
 - `GET {redirect path}?code&state&iss` (or `?error&state`): the approver's browser after the decision; a small
-  HTML page;
+  HTML page when the request's Accept names `text/html` (browsers do), else the JSON answer below;
 - `POST {redirect path}` `{"redirect_url": "..."}`: the bank's delivery of the same redirect; 200
   `{"status": "success", "message"}`, or `{"status": "error", "error", "message"}` with a 4xx/5xx;
 - `GET /healthz`: `{"status": "ok"}`.
@@ -118,14 +118,23 @@ def create_app(
         return _page(_title(outcome), outcome.message, outcome.status)
 
     async def redirect_get(request: Request) -> Response:
+        # The approver's browser gets a page; any other client (curl, a bank-side relay) the JSON answer of the
+        # POST form. Browsers name text/html in Accept; httpx and curl send */*.
+        html_wanted = "text/html" in request.headers.get("accept", "").lower()
         try:
             outcome = await authorizer.complete(_query(request))
         except BadInputError as exc:
-            return _page("Invalid request", str(exc), 400)
+            if html_wanted:
+                return _page("Invalid request", str(exc), 400)
+            return _json_error(400, "invalid_request", str(exc))
         except Exception:
             log.exception("redirect handling failed")
-            return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
-        return _page(_title(outcome), outcome.message, outcome.status)
+            if html_wanted:
+                return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
+            return _json_error(503, "temporarily_unavailable", "Something went wrong on our side; try again.")
+        if html_wanted:
+            return _page(_title(outcome), outcome.message, outcome.status)
+        return _json_outcome(outcome)
 
     async def redirect_post(request: Request) -> Response:
         try:
@@ -136,9 +145,7 @@ def create_app(
         except Exception:
             log.exception("redirect delivery failed")
             return _json_error(503, "temporarily_unavailable", "Something went wrong on our side; try again.")
-        if outcome.ok:
-            return JSONResponse({"status": "success", "message": outcome.message}, headers=SECURITY_HEADERS)
-        return _json_error(outcome.status, outcome.code, outcome.message)
+        return _json_outcome(outcome)
 
     async def healthz(request: Request) -> Response:
         body = {"status": "ok", **(await health() if health is not None else {})}
@@ -160,8 +167,15 @@ def _title(outcome: Outcome) -> str:
     return "Authorization" if outcome.ok else "This did not work"
 
 
+def _json_outcome(outcome: Outcome) -> JSONResponse:
+    if outcome.ok:
+        return JSONResponse({"status": "success", "message": outcome.message}, headers=SECURITY_HEADERS)
+    return _json_error(outcome.status, outcome.code, outcome.message)
+
+
 def _json_error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"status": "error", "error": code, "message": message}, status_code=status)
+    body = {"status": "error", "error": code, "message": message}
+    return JSONResponse(body, status_code=status, headers=SECURITY_HEADERS)
 
 
 async def _json_field(request: Request, name: str) -> object:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.authorization import approval_link
+from processor.bank import IssuerMismatch
 from processor.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
 from processor.config import Config, ConfigError, default_config_path, load_config
 from processor.engine.assembly import Engine, build_engine
@@ -144,6 +145,11 @@ async def _engine(config_path: Path | None) -> AsyncIterator[tuple[Config, Store
     store = Store.open(config.processor.store, cipher=load_cipher())
     try:
         engine = build_engine(config, store)
+        try:
+            await engine.verify_banks()
+        except IssuerMismatch as exc:
+            await engine.aclose()
+            raise CliError(str(exc)) from None
         try:
             yield config, store, engine
         finally:

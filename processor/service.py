@@ -51,6 +51,7 @@ from starlette.routing import Mount, Route
 from consumers.batches import BatchHandler, EngineIntake
 from consumers.loop import AtLeastOnceConsumer, Handler, consumer_config, route
 from consumers.vrp import VrpIntake, vrp_handlers
+from processor.bank import IssuerMismatch
 from processor.callback_api import create_app
 from processor.config import Config, ConfigError, default_config_path, load_config
 from processor.engine.assembly import Engine, build_engine
@@ -279,6 +280,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 async def _serve(processor: Processor, sock: socket.socket) -> int:
+    try:
+        await processor.engine.verify_banks()  # a bank whose discovery names another issuer: refuse to start
+    except IssuerMismatch as exc:
+        print(f"dispersion processor: {exc}", file=sys.stderr)
+        await processor.engine.aclose()
+        return EXIT_USAGE
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, processor.stop)

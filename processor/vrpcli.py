@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from processor.bank import IssuerMismatch
 from processor.config import Config, ConfigError, default_config_path, load_config
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.vrp_flow import VrpEngine, attach_vrp
@@ -138,11 +139,17 @@ class _Parts:
 
 
 @contextlib.asynccontextmanager
-async def _engine(config_path: Path | None) -> AsyncIterator[_Parts]:
+async def _engine(config_path: Path | None, *, verify: bool = True) -> AsyncIterator[_Parts]:
     config = load_config(config_path or default_config_path())
     store = Store.open(config.processor.store, cipher=load_cipher())
     try:
         engine = build_engine(config, store)
+        if verify:  # a bank whose discovery names another issuer: refuse to go on
+            try:
+                await engine.verify_banks()
+            except IssuerMismatch as exc:
+                await engine.aclose()
+                raise CliError(str(exc)) from None
         vrp = attach_vrp(engine)
         try:
             yield _Parts(config, store, engine, vrp)
@@ -320,7 +327,7 @@ def _report_payment(payment: VrpPayment) -> int:
 
 async def status_command(args: argparse.Namespace) -> int:
     """Print a mandate, its payments and its status events."""
-    async with _engine(args.config) as parts:
+    async with _engine(args.config, verify=False) as parts:  # reads the store only
         store, vrp = parts.store, parts.vrp
         try:
             mandate = await vrp.mandate(args.mandate_id)

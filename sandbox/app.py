@@ -86,14 +86,12 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.url.path)
     message = "unexpected_error: the sandbox failed; this is a sandbox bug"
-    return JSONResponse(
-        {
-            "Code": "UK.OBIE.UnexpectedError",
-            "Message": message,
-            "Errors": [{"ErrorCode": "UK.OBIE.UnexpectedError", "Message": message}],
-        },
-        500,
-    )
+    body = {
+        "Code": "UK.OBIE.UnexpectedError",
+        "Message": message,
+        "Errors": [{"ErrorCode": "UK.OBIE.UnexpectedError", "Message": message}],
+    }
+    return _echo(request, JSONResponse(body, 500))
 
 
 def create_app(bank: Bank) -> Starlette:

@@ -303,10 +303,10 @@ def _revoke_tokens_of(bank: Bank, code_doc: Doc) -> None:
 
 
 def grant_client_credentials(bank: Bank, client: Client, form: dict[str, str]) -> Response:
-    """E3: scope `payments openid` (must contain payments) -> a 600 s token with scope `payments`."""
+    """E3: scope `payments openid` (both, in either order, nothing else) -> a 600 s token with scope `payments`."""
     missing(form, ("scope",))
-    tokens = set(form["scope"].split())
-    if "payments" not in tokens or not tokens <= {"payments", "openid"}:
+    tokens = form["scope"].split()
+    if len(tokens) != 2 or set(tokens) != {"payments", "openid"}:
         raise OAuthError("invalid_scope", "scope must be 'payments openid'")
     ttl = bank.config.client_credentials_ttl
     token = issue_access_token(bank, client.client_id, "client_credentials", "payments", None, ttl)

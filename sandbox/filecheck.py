@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
 FILE_TYPE = "UK.OBIE.PaymentInitiation.4.0"
@@ -78,20 +79,12 @@ class FileSummary:
 
 # --- RFC 8785 (JSON Canonicalization Scheme) -------------------------------------------------------------
 
-_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    char = match.group(0)
-    return _SHORT_ESCAPES.get(char) or f"\\u{ord(char):04x}"
-
 
 def _string(text: str) -> str:
-    # RFC 8785 3.2.2.2: only '"', '\' and C0 controls are escaped; everything else is written as is.
-    if _NEEDS_ESCAPE.search(text) is None:
-        return f'"{text}"'
-    return '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
+    # RFC 8785 3.2.2.2: only '"', '\\' and C0 controls are escaped (the two-character forms where JSON has
+    # them, else \u00xx in lowercase hex); everything else is written as is. The standard library's
+    # non-ASCII string encoder follows exactly these rules (checked against the `rfc8785` package in tests).
+    return _encode_string(text)
 
 
 def es_number(value: int | Decimal | float) -> str:
@@ -132,10 +125,32 @@ def es_number(value: int | Decimal | float) -> str:
     return "-" + body if sign else body
 
 
-def _utf16_order(item: tuple[object, Any]) -> bytes:
-    if not isinstance(item[0], str):
-        raise TypeError("object keys must be strings")
-    return item[0].encode("utf-16-be")
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+# Objects of one payload share a few key sets (every transfer has the same members), so the sorted order of
+# a key set, with each name already in its JSON form, is worked out once and reused. Bounded: a hostile
+# payload with many distinct key sets only stops adding to it.
+_MEMBER_ORDERS: dict[tuple[object, ...], tuple[tuple[str, str], ...]] = {}
+_MEMBER_ORDERS_MAX = 4096
+
+
+def _members(value: Mapping[Any, Any]) -> tuple[tuple[str, str], ...]:
+    """The keys of an object in RFC 8785 order (3.2.3: by UTF-16 code units), each with its JSON form."""
+    keys = tuple(value)
+    ordered = _MEMBER_ORDERS.get(keys)
+    if ordered is not None:
+        return ordered
+    names: list[str] = []
+    for key in keys:
+        if not isinstance(key, str):
+            raise TypeError("object keys must be strings")
+        names.append(key)
+    ordered = tuple((name, _string(name)) for name in sorted(names, key=_utf16_key))
+    if len(_MEMBER_ORDERS) < _MEMBER_ORDERS_MAX:
+        _MEMBER_ORDERS[keys] = ordered
+    return ordered
 
 
 def _write(value: object, out: list[str], depth: int) -> None:
@@ -153,15 +168,13 @@ def _write(value: object, out: list[str], depth: int) -> None:
         out.append(es_number(value))
     elif isinstance(value, Mapping):
         out.append("{")
-        first = True
-        # RFC 8785 3.2.3: members sorted by the UTF-16 code units of their names.
-        for key, item in sorted(value.items(), key=_utf16_order):
-            if not first:
-                out.append(",")
-            first = False
-            out.append(_string(str(key)))
+        separator = ""
+        for key, name in _members(value):
+            out.append(separator)
+            out.append(name)
             out.append(":")
-            _write(item, out, depth + 1)
+            _write(value[key], out, depth + 1)
+            separator = ","
         out.append("}")
     elif isinstance(value, list | tuple):
         out.append("[")

@@ -8,7 +8,7 @@ from typing import Literal
 
 from starlette.requests import Request
 
-from sandbox.errors import ResourceError, header_invalid, header_missing
+from sandbox.errors import header_invalid, header_missing
 from sandbox.state import Bank
 
 Grant = Literal["client_credentials", "authorization_code"]
@@ -79,4 +79,4 @@ def bearer(bank: Bank, request: Request, grant: Grant, consent_id: str | None = 
 def require_token_scope(token: AccessToken) -> None:
     """Client-credentials tokens must carry scope `payments`."""
     if "payments" not in token.scope.split():
-        raise ResourceError(401, "UK.OBIE.Header.Invalid", "no_access_token: scope payments required")
+        raise header_invalid("Authorization", "no_access_token: scope payments required", 401)

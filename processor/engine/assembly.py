@@ -73,6 +73,10 @@ class Engine:
         """The callback API for this engine."""
         return create_app(self.authorizer, redirect_paths=self.redirect_paths())
 
+    async def verify_banks(self, *, wait: float = 15.0) -> dict[str, str]:
+        """Discovery for every integration now; `IssuerMismatch` means: refuse to start (see `BankPool.verify`)."""
+        return await self.ctx.banks.verify(wait=wait)
+
     async def aclose(self) -> None:
         """Close the bank clients (the store is the caller's)."""
         await self.ctx.banks.aclose()

@@ -6,8 +6,12 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from processor.bank import BankClient
+import structlog
+
+from processor.bank import BankClient, BankError, IssuerMismatch
 from processor.config import Integration
+
+log = structlog.get_logger("processor.engine.banks")
 
 
 class UnknownIntegrationError(KeyError):
@@ -45,6 +49,28 @@ class BankPool:
                 client = await BankClient.start(integration, **self._options)
                 self._clients[name] = client
             return client
+
+    async def verify(self, *, wait: float = 15.0) -> dict[str, str]:
+        """Start every integration's client now (discovery and the issuer check) instead of on first use.
+
+        Raises `IssuerMismatch` when a bank's discovery names another issuer: the caller must refuse to start.
+        A bank that cannot be reached within `wait` seconds (or answers with another error) does not stop
+        the caller: its client starts on first use, and the flows that need it wait and retry. Returns those
+        integrations with the reason, also logged as warnings.
+        """
+        unreachable: dict[str, str] = {}
+        for name in self.integrations:
+            try:
+                await asyncio.wait_for(self.get(name), wait)
+            except IssuerMismatch:
+                raise
+            except TimeoutError:
+                unreachable[name] = f"no discovery answer within {wait:g} s"
+            except BankError as exc:
+                unreachable[name] = str(exc)
+        for name, reason in unreachable.items():
+            log.warning("bank not reachable at start; will retry on first use", integration=name, reason=reason)
+        return unreachable
 
     async def aclose(self) -> None:
         """Close every started client."""

@@ -428,6 +428,19 @@ async def test_message_signature_plain_text_error_and_success(rig: Rig) -> None:
     )
 
 
+async def test_each_bank_call_is_logged_with_the_interaction_id_it_sent(rig: Rig) -> None:
+    import structlog
+
+    rig.sent.sent.clear()
+    with structlog.testing.capture_logs() as logs:
+        consent, _ = await consent_and_upload(rig.client)
+        await rig.client.get_file_consent(consent.consent_id)
+    sent_ids = [s.headers["x-fapi-interaction-id"] for s in rig.sent.sent]
+    logged = [entry for entry in logs if entry.get("event") == "bank call"]
+    assert len(sent_ids) >= 3 and len(set(sent_ids)) == len(sent_ids)  # a new id for every call
+    assert [entry["correlation_id"] for entry in logged] == sent_ids  # one log line per call, with its id
+
+
 async def test_no_secret_reaches_the_logs(rig: Rig) -> None:
     import structlog
 

@@ -113,6 +113,28 @@ async def test_replayed_callback_is_a_no_op(store: Store) -> None:
         assert rig.statuses(batch_id) == ["AUTHORIZATION_REQUIRED", "AUTHORIZED"]
 
 
+async def test_the_redirect_get_answers_a_browser_with_a_page_and_other_clients_with_json(store: Store) -> None:
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    async with engine_rig(store) as rig:
+        batch_id = await awaiting(rig)
+        approval = await rig.approve(rig.approval_url(batch_id), deliver=False)
+        first = await rig.http.get(approval.redirect)  # httpx sends Accept: */*, like curl
+        assert first.status_code == 200 and first.headers["content-type"].startswith("application/json")
+        assert first.json()["status"] == "success" and first.json()["message"]
+        again = await rig.http.get(approval.redirect, headers=browser)
+        assert again.status_code == 200 and again.headers["content-type"].startswith("text/html")
+        assert "Already received" in again.text and again.headers["cache-control"] == "no-store"
+        forged = rig.public_url + CALLBACK_PATH + "?" + urlencode({"code": "c", "state": "forged-state"})
+        refused = await rig.http.get(forged)
+        assert refused.status_code >= 400 and refused.json()["status"] == "error" and refused.json()["message"]
+        page = await rig.http.get(forged, headers=browser)
+        assert page.status_code == refused.status_code and page.headers["content-type"].startswith("text/html")
+        bad = await rig.http.get(rig.public_url + CALLBACK_PATH)
+        assert bad.status_code == 400 and bad.json()["status"] == "error" and "state" in bad.json()["message"]
+        assert rig.engine.authorizer.exchanges == 1
+        assert rig.flow(batch_id).state == FlowState.AUTHORIZED
+
+
 async def test_callback_meant_for_another_flow_authorizes_nothing(store: Store) -> None:
     async with engine_rig(store) as rig:
         first = await awaiting(rig)

@@ -191,7 +191,7 @@ async def test_aborted_step_resumes_without_a_second_resource(store: Store, poin
 # -- aborted around the approval link and the code exchange ------------------------------------------------------
 
 
-@pytest.mark.parametrize("point", ["par:before", "par:after"])
+@pytest.mark.parametrize("point", ["par:before", "par:after", "authorization_url:before", "authorization_url:after"])
 async def test_crash_while_opening_the_link_then_the_link_works_again(store: Store, point: str) -> None:
     async with engine_rig(store, settings=SETTINGS) as rig:
         document = batch()

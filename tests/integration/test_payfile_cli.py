@@ -201,3 +201,54 @@ async def test_invalid_batch_exits_2_listing_every_bad_row(
     broken.write_text("{not json")
     code, _, err = await run("--config", config, str(broken), env=env)
     assert code == 2 and "not valid JSON" in err
+
+
+def configure_issuer(config: str, issuer: str) -> None:
+    """Point the configuration's (only) integration at another issuer address."""
+    lines = Path(config).read_text().splitlines()
+    Path(config).write_text("\n".join(f'issuer = "{issuer}"' if x.startswith("issuer = ") else x for x in lines) + "\n")
+
+
+async def start_processor(config: str, env: dict[str, str]) -> asyncio.subprocess.Process:
+    """`dispersion processor --role api` (HTTP only: no Kafka needed) on a free port."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "processor.cli", "processor", "--config", config, "--role", "api",
+        "--listen", f"127.0.0.1:{free_port()}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_a_bank_naming_another_issuer_is_refused_before_anything_is_stored(
+    cli_sandbox: SandboxProcess, config: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    # Configured as http://localhost:PORT: the same server answers, but its discovery says 127.0.0.1.
+    configure_issuer(config, cli_sandbox.base_url.replace("127.0.0.1", "localhost"))
+    path = str(write_batch(tmp_path / "batch.json", batch()))
+    before = await counts(cli_sandbox)
+    code, out, err = await run("--config", config, path, env=env)
+    assert code == 2, (out, err)
+    assert "discovery names issuer" in err and "refusing to use this server" in err
+    assert "batch " not in out  # refused before the batch was read into the store
+    assert await counts(cli_sandbox) == before
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_the_processor_refuses_to_start_on_a_foreign_issuer_but_not_on_a_bank_that_is_down(
+    cli_sandbox: SandboxProcess, config: str, env: dict[str, str]
+) -> None:
+    # http://localhost:1 answers nothing: not a mismatch, so the instance starts and tries the bank later ...
+    configure_issuer(config, "http://localhost:1")
+    proc = await start_processor(config, env)
+    assert proc.stdout is not None
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), timeout=60)).decode()
+        assert line.startswith("processor ready: "), line
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.communicate(), timeout=30)
+    # ... while a bank whose discovery names another issuer stops it before it serves anything.
+    configure_issuer(config, cli_sandbox.base_url.replace("127.0.0.1", "localhost"))
+    proc = await start_processor(config, env)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 2, (out, err)
+    assert b"processor ready" not in out and b"refusing to use this server" in err

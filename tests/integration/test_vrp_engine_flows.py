@@ -205,7 +205,8 @@ async def test_a_rejected_mandate_ends_rejected_and_pays_nothing(
         parked = await rig.vrp.submit_payment(payment_request(mandate.mandate_id, "10.00"))
         assert parked.payment is not None and parked.payment.state == "RECEIVED"  # waits for the approver
         answer = await rig.approve(mandate.mandate_id, approve=False)
-        assert answer.status_code == 200 and "Rejection received" in answer.text
+        assert answer.status_code == 200 and answer.json()["status"] == "success"  # JSON: not a browser
+        assert "rejection was received" in answer.json()["message"]
         assert rig.mandate(mandate.mandate_id).state == "REJECTED"
         assert rig.payment(parked.payment.payment_id).state == "REJECTED"
         late = await rig.vrp.submit_payment(payment_request(mandate.mandate_id, "10.00"))

@@ -65,7 +65,7 @@ async def test_client_credentials_with_basic_and_grant_type_spelling(
 
 
 async def test_both_spellings_agreeing_are_accepted(http: httpx.AsyncClient, tpp: Tpp) -> None:
-    form = {"grand_type": "client_credentials", "grant_type": "client_credentials", "scope": "payments"}
+    form = {"grand_type": "client_credentials", "grant_type": "client_credentials", "scope": "payments openid"}
     assert (await client_credentials(http, form, **tpp.basic())).status_code == 200
 
 
@@ -106,6 +106,12 @@ async def test_client_credentials_token_expires_with_the_bank_clock(
         ),
         ({"grand_type": "client_credentials"}, "invalid_request", "missing required parameter: scope"),
         ({"grand_type": "client_credentials", "scope": "openid"}, "invalid_scope", "scope must be 'payments openid'"),
+        ({"grand_type": "client_credentials", "scope": "payments"}, "invalid_scope", "scope must be 'payments openid'"),
+        (
+            {"grand_type": "client_credentials", "scope": "payments openid openid"},
+            "invalid_scope",
+            "scope must be 'payments openid'",
+        ),
         (
             {"grand_type": "client_credentials", "scope": "payments accounts"},
             "invalid_scope",

@@ -17,6 +17,7 @@ import pytest
 from sandbox_auth_fixtures import ISSUER, file_initiation, insert_consent, make_bank, make_tpp, vrp_data
 
 from sandbox.app import create_app
+from sandbox.authserver import PAR_KIND
 from sandbox.clock import ManualClock
 from sandbox.consents import FILE_KIND, VRP_KIND
 from sandbox.state import Bank
@@ -110,7 +111,7 @@ async def world() -> AsyncIterator[World]:
 
 
 def counts(bank: Bank) -> dict[str, int]:
-    kinds = (FILE_KIND, VRP_KIND, "file_payment", "domestic_vrp", TOKEN_KIND, "par_request", "auth_code")
+    kinds = (FILE_KIND, VRP_KIND, "file_payment", "domestic_vrp", TOKEN_KIND, PAR_KIND, "auth_code")
     return {kind: bank.store.count(kind) for kind in kinds}
 
 
@@ -204,3 +205,23 @@ def test_every_body_reading_route_is_listed() -> None:
     }
     listed = {op.name for op in OPS}
     assert posts <= listed, posts - listed
+
+
+async def test_a_sandbox_bug_answers_the_resource_shape_without_a_traceback() -> None:
+    # Not reachable through the spec's operations (that is the point of this file); a route that raises
+    # stands in for a bug, which must still get the spec's error shape and the echoed interaction id.
+    app = create_app(make_bank([], ManualClock()))
+
+    async def broken(request: object) -> None:
+        raise RuntimeError("secret internals")
+
+    app.router.add_route("/broken", broken, methods=["GET"])
+    interaction = str(uuid.uuid4())
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        response = await http.get("/broken", headers={"x-fapi-interaction-id": interaction})
+    assert response.status_code == 500
+    assert response.headers["x-fapi-interaction-id"] == interaction
+    body = response.json()
+    assert body["Code"] == body["Errors"][0]["ErrorCode"] == "UK.OBIE.UnexpectedError"
+    assert "secret internals" not in response.text and "Traceback" not in response.text

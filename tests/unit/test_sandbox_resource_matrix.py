@@ -225,7 +225,7 @@ async def test_token_without_the_payments_scope(world: World, op: Op) -> None:
         token = issue_access_token(world.h.bank, "client-a", "client_credentials", "openid", None, 600).value
     before = world.counts()
     resp = await world.call(op, world.headers(op, token))
-    assert_error(resp, 401, "UK.OBIE.Header.Invalid", "no_access_token", None)
+    assert_error(resp, 401, "UK.OBIE.Header.Invalid", "no_access_token", "Authorization")
     assert world.counts() == before
 
 
