@@ -32,7 +32,7 @@ from sandbox.http import (
     require_json_content_type,
 )
 from sandbox.idempotency import HEADER as IDEMPOTENCY_HEADER
-from sandbox.idempotency import check_key, idempotent
+from sandbox.idempotency import canonical_body, check_key, idempotent
 from sandbox.state import Bank
 from sandbox.store import Doc
 from sandbox.tokens import AccessToken, bearer, require_token_scope
@@ -59,13 +59,11 @@ def _idempotency_key(request: Request) -> str | None:
 
 
 def _canonical(body: dict[str, Any], key: str | None) -> bytes:
-    """The body in RFC 8785 form, so a replay with other whitespace or key order is the same body."""
+    """The body in a stable form (keys sorted, no whitespace), so a replay with other whitespace or key order is
+    the same body; the same form as the VRP operations use."""
     if key is None:
         return b""  # not used without a key; skip the work on the hot path
-    try:
-        return filecheck.canonical_json(body)
-    except (ValueError, TypeError) as exc:
-        raise invalid_format(f"body cannot be canonicalised: {exc}") from None
+    return canonical_body(body)
 
 
 def _consent_url(bank: Bank, consent_id: str) -> str:

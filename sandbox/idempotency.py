@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 
+import orjson
 from starlette.responses import Response
 
-from sandbox.errors import header_invalid
-from sandbox.jsonutil import dumps
+from sandbox.errors import header_invalid, invalid_format
 from sandbox.state import Bank
 
 KIND = "idempotency"
@@ -53,6 +54,21 @@ async def idempotent(
     return response
 
 
+def _number(value: object) -> object:
+    # One spelling per value, as RFC 8785 has it: 1500.50, 1500.5 and 1.5005E+3 are one number; 100.00 is 100.
+    if isinstance(value, Decimal) and value.is_finite():
+        text = format(value, "f")
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        return orjson.Fragment(b"0" if text in ("-0", "") else text.encode())
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 def canonical_body(data: object) -> bytes:
-    """A stable byte form of a parsed body, so whitespace alone does not count as a different body."""
-    return dumps(data, sort_keys=True)
+    """A stable byte form of a parsed body (keys sorted, no whitespace, one spelling per number), so whitespace,
+    key order and number spelling alone do not make a different body. A body that cannot be written back (a
+    lone surrogate in a string) is refused as malformed."""
+    try:
+        return orjson.dumps(data, default=_number, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, ValueError) as exc:
+        raise invalid_format(f"body cannot be read: {exc}") from None

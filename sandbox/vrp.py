@@ -10,7 +10,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -27,7 +26,7 @@ from sandbox.http import (
     require_json_content_type,
 )
 from sandbox.idempotency import HEADER as IDEMPOTENCY_HEADER
-from sandbox.idempotency import check_key, idempotent
+from sandbox.idempotency import canonical_body, check_key, idempotent
 from sandbox.state import Bank
 from sandbox.store import Doc
 from sandbox.tokens import AccessToken, bearer, require_token_scope
@@ -51,17 +50,6 @@ PAYMENTS = f"{BASE}/domestic-vrps"
 PAYMENT_KIND = "domestic_vrp"
 AWAITING = "AwaitingAuthorisation"
 AUTHORISED = "Authorised"
-
-
-def _canonical(body: object) -> bytes:
-    """Key-sorted compact JSON (decimals written exactly), so whitespace and key order do not make a new body."""
-
-    def exact(value: object) -> object:
-        if isinstance(value, Decimal) and value.is_finite():
-            return orjson.Fragment(format(value, "f").encode())
-        raise TypeError(type(value).__name__)
-
-    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS, default=exact)
 
 
 def _now_ms(bank: Bank) -> datetime:
@@ -155,7 +143,8 @@ def routes(bank: Bank) -> list[BaseRoute]:
             bank.store.put(VRP_KIND, consent_id, doc)
             return json_response(_consent_resource(bank, consent_id, doc), 201, request)
 
-        return await idempotent(bank, key, token.client_id, "domestic-vrp-consents.create", _canonical(body), create)
+        operation = "domestic-vrp-consents.create"
+        return await idempotent(bank, key, token.client_id, operation, canonical_body(body), create)
 
     async def get_consent(request: Request) -> Response:
         token = _client_token(bank, request)
@@ -230,7 +219,7 @@ def routes(bank: Bank) -> list[BaseRoute]:
             resource["Data"]["StatusUpdateDateTime"] = created
             return json_response(resource, 201, request)
 
-        return await idempotent(bank, key, token.client_id, "domestic-vrps.create", _canonical(body), create)
+        return await idempotent(bank, key, token.client_id, "domestic-vrps.create", canonical_body(body), create)
 
     async def get_payment(request: Request) -> Response:
         token = _client_token(bank, request)
