@@ -60,6 +60,7 @@ from month_end import (
     prepare,
     produce,
     say,
+    speed_reference,
     start_processor,
     start_sandbox,
     stop_all,
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="dispersion-big-batch-"))
     print(
         f"big-batch benchmark {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
-        f"load average {load_averages()}"
+        f"load average {load_averages()}; {speed_reference()}"
     )
     children: list[Child] = []
     try:

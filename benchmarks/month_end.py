@@ -93,6 +93,14 @@ def load_averages() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+def speed_reference() -> str:
+    """Seconds one core takes for a fixed pure-Python loop now: figures from different days or machines are
+    comparable only next to it (the same code measured 27 and 47 batches/s on two days of this machine)."""
+    started = time.perf_counter()
+    sum(range(30_000_000))
+    return f"speed reference (sum of range(3e7), one core) {time.perf_counter() - started:.3f} s"
+
+
 # --- processes ------------------------------------------------------------------------------------------------
 
 
@@ -887,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     directory = Path(tempfile.mkdtemp(prefix="dispersion-month-end-"))
     print(f"month-end benchmark {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
-          f"load average {load_averages()}")  # fmt: skip
+          f"load average {load_averages()}; {speed_reference()}")  # fmt: skip
     try:
         with broker(args.bootstrap) as bootstrap:
             bench = prepare(directory, bootstrap, max(args.instances), args.latency_ms, args.file_payment_delay)
