@@ -120,7 +120,11 @@ def create_app(
     async def redirect_get(request: Request) -> Response:
         # The approver's browser gets a page; any other client (curl, a bank-side relay) the JSON answer of the
         # POST form. Browsers name text/html in Accept; httpx and curl send */*.
-        html_wanted = "text/html" in request.headers.get("accept", "").lower()
+        response = await _redirect_answer(request, "text/html" in request.headers.get("accept", "").lower())
+        response.headers["Vary"] = "Accept"
+        return response
+
+    async def _redirect_answer(request: Request, html_wanted: bool) -> Response:
         try:
             outcome = await authorizer.complete(_query(request))
         except BadInputError as exc:

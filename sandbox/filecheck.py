@@ -130,10 +130,11 @@ def _utf16_key(key: str) -> bytes:
 
 
 # Objects of one payload share a few key sets (every transfer has the same members), so the sorted order of
-# a key set, with each name already in its JSON form, is worked out once and reused. Bounded: a hostile
-# payload with many distinct key sets only stops adding to it.
+# a key set, with each name already in its JSON form, is worked out once and reused. Bounded in entries and
+# in their size: a hostile payload with many distinct or very wide key sets only stops adding to it.
 _MEMBER_ORDERS: dict[tuple[object, ...], tuple[tuple[str, str], ...]] = {}
 _MEMBER_ORDERS_MAX = 4096
+_MEMBER_ORDERS_WIDEST = 64
 
 
 def _members(value: Mapping[Any, Any]) -> tuple[tuple[str, str], ...]:
@@ -148,7 +149,7 @@ def _members(value: Mapping[Any, Any]) -> tuple[tuple[str, str], ...]:
             raise TypeError("object keys must be strings")
         names.append(key)
     ordered = tuple((name, _string(name)) for name in sorted(names, key=_utf16_key))
-    if len(_MEMBER_ORDERS) < _MEMBER_ORDERS_MAX:
+    if len(keys) <= _MEMBER_ORDERS_WIDEST and len(_MEMBER_ORDERS) < _MEMBER_ORDERS_MAX:
         _MEMBER_ORDERS[keys] = ordered
     return ordered
 

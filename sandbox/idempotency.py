@@ -14,6 +14,7 @@ import orjson
 from starlette.responses import Response
 
 from sandbox.errors import header_invalid, invalid_format
+from sandbox.filecheck import es_number
 from sandbox.state import Bank
 
 KIND = "idempotency"
@@ -55,13 +56,23 @@ async def idempotent(
 
 
 def _number(value: object) -> object:
-    # One spelling per value, as RFC 8785 has it: 1500.50, 1500.5 and 1.5005E+3 are one number; 100.00 is 100.
-    if isinstance(value, Decimal) and value.is_finite():
-        text = format(value, "f")
-        if "." in text:
-            text = text.rstrip("0").rstrip(".")
-        return orjson.Fragment(b"0" if text in ("-0", "") else text.encode())
+    # One spelling per value, RFC 8785's (ECMAScript's): 1500.50, 1500.5 and 1.5005E+3 are one number; 100.00
+    # is 100. Its exponent form keeps `1E+999999999` a few bytes long (a plain-digits form would be 1 GB).
+    if isinstance(value, (Decimal, int)) and not isinstance(value, bool):
+        return orjson.Fragment(es_number(value).encode())
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _wide_ints(value: object) -> object:
+    # orjson writes integers only within 64 bits; wider ones (rare, and refused later by validation) take
+    # the same spelling as an equal Decimal.
+    if isinstance(value, dict):
+        return {key: _wide_ints(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_wide_ints(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return orjson.Fragment(es_number(value).encode())
+    return value
 
 
 def canonical_body(data: object) -> bytes:
@@ -69,6 +80,11 @@ def canonical_body(data: object) -> bytes:
     key order and number spelling alone do not make a different body. A body that cannot be written back (a
     lone surrogate in a string) is refused as malformed."""
     try:
-        return orjson.dumps(data, default=_number, option=orjson.OPT_SORT_KEYS)
+        try:
+            return orjson.dumps(data, default=_number, option=orjson.OPT_SORT_KEYS)
+        except TypeError as exc:
+            if "64-bit" not in str(exc):
+                raise
+            return orjson.dumps(_wide_ints(data), default=_number, option=orjson.OPT_SORT_KEYS)
     except (TypeError, ValueError) as exc:
         raise invalid_format(f"body cannot be read: {exc}") from None

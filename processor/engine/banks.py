@@ -28,7 +28,8 @@ class BankPool:
         self.integrations = dict(integrations)
         self._options = client_options
         self._clients: dict[str, BankClient] = {}
-        self._lock = asyncio.Lock()
+        # One lock per integration: a bank that hangs in discovery must not hold up the others.
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def integration(self, name: str) -> Integration:
         """The configured integration; `UnknownIntegrationError` otherwise."""
@@ -43,7 +44,7 @@ class BankPool:
         if client is not None:
             return client
         integration = self.integration(name)
-        async with self._lock:
+        async with self._locks.setdefault(name, asyncio.Lock()):
             client = self._clients.get(name)
             if client is None:
                 client = await BankClient.start(integration, **self._options)
@@ -54,20 +55,25 @@ class BankPool:
         """Start every integration's client now (discovery and the issuer check) instead of on first use.
 
         Raises `IssuerMismatch` when a bank's discovery names another issuer: the caller must refuse to start.
-        A bank that cannot be reached within `wait` seconds (or answers with another error) does not stop
-        the caller: its client starts on first use, and the flows that need it wait and retry. Returns those
-        integrations with the reason, also logged as warnings.
+        The banks are checked at the same time. A bank that cannot be reached within `wait` seconds (or answers
+        with another error) does not stop the caller: its client starts on first use, and the flows that need it
+        wait and retry. Returns those integrations with the reason, also logged as warnings.
         """
+        names = list(self.integrations)
+        # All banks at once, so the whole check waits at most `wait` seconds however many are down.
+        results = await asyncio.gather(
+            *(asyncio.wait_for(self.get(name), wait) for name in names), return_exceptions=True
+        )
         unreachable: dict[str, str] = {}
-        for name in self.integrations:
-            try:
-                await asyncio.wait_for(self.get(name), wait)
-            except IssuerMismatch:
-                raise
-            except TimeoutError:
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, IssuerMismatch):
+                raise result
+            if isinstance(result, TimeoutError):
                 unreachable[name] = f"no discovery answer within {wait:g} s"
-            except BankError as exc:
-                unreachable[name] = str(exc)
+            elif isinstance(result, BankError):
+                unreachable[name] = str(result)
+            elif isinstance(result, BaseException):
+                raise result
         for name, reason in unreachable.items():
             log.warning("bank not reachable at start; will retry on first use", integration=name, reason=reason)
         return unreachable

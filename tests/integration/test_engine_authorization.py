@@ -121,9 +121,11 @@ async def test_the_redirect_get_answers_a_browser_with_a_page_and_other_clients_
         first = await rig.http.get(approval.redirect)  # httpx sends Accept: */*, like curl
         assert first.status_code == 200 and first.headers["content-type"].startswith("application/json")
         assert first.json()["status"] == "success" and first.json()["message"]
+        assert first.headers["vary"] == "Accept"  # one URL, two answers: caches must key on Accept
         again = await rig.http.get(approval.redirect, headers=browser)
         assert again.status_code == 200 and again.headers["content-type"].startswith("text/html")
         assert "Already received" in again.text and again.headers["cache-control"] == "no-store"
+        assert again.headers["vary"] == "Accept"
         forged = rig.public_url + CALLBACK_PATH + "?" + urlencode({"code": "c", "state": "forged-state"})
         refused = await rig.http.get(forged)
         assert refused.status_code >= 400 and refused.json()["status"] == "error" and refused.json()["message"]

@@ -12,6 +12,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sandbox import filecheck
 from sandbox.filecheck import canonical_json, es_number, payload_hash
 from sandbox.jsonutil import loads
 
@@ -128,3 +129,12 @@ def test_payload_hash_is_base64_sha256_of_the_canonical_form() -> None:
     canonical = b'{"data":{"transaction":[{"transferInfo":{"reference":"","transactionAmount":10.5}}]}}'
     assert canonical_json(value) == canonical
     assert payload_hash(value) == base64.b64encode(hashlib.sha256(canonical).digest()).decode()
+
+
+def test_member_order_cache_keeps_only_narrow_key_sets() -> None:
+    wide = {f"k{i:03d}-{'é' if i % 2 else ''}": i for i in range(200, 0, -1)}
+    narrow = {"zz-cache-test": 1, "aa-cache-test": 2}
+    assert canonical_json(wide) == rfc8785.dumps(wide)
+    assert canonical_json(narrow) == rfc8785.dumps(narrow)
+    assert tuple(wide) not in filecheck._MEMBER_ORDERS  # a wide object is sorted, used, and not kept
+    assert tuple(narrow) in filecheck._MEMBER_ORDERS

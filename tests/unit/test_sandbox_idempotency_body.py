@@ -29,3 +29,16 @@ def test_a_body_that_cannot_be_written_back_is_malformed() -> None:
     with pytest.raises(ResourceError) as caught:
         canonical_body(loads(b'{"s": "\\ud800"}'))
     assert caught.value.status == 400 and caught.value.code == "UK.OBIE.Resource.InvalidFormat"
+
+
+def test_a_huge_exponent_stays_small() -> None:
+    # A plain-digits spelling of 1E+999999999 would be a 1 GB string built before any validation.
+    body = loads(b'{"n": 1E+999999999, "m": -2.5e-999999999}')
+    assert canonical_body(body) == b'{"m":-2.5e-999999999,"n":1e+999999999}'
+
+
+def test_integers_wider_than_64_bits_are_written_like_an_equal_decimal() -> None:
+    wide = loads(b'{"n": 1000000000000000000000000000000, "s": [18446744073709551616, -9223372036854775809]}')
+    assert canonical_body(wide) == b'{"n":1e+30,"s":[18446744073709551616,-9223372036854775809]}'
+    reordered = loads(b'{"s": [18446744073709551616, -9223372036854775809], "n": 1E+30}')
+    assert canonical_body(wide) == canonical_body(reordered)
