@@ -36,7 +36,7 @@ ALL_TOPICS = (BATCHES_TOPIC, STATUS_TOPIC, DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PA
 DEFAULT_GROUP_ID = "dispersion-processor"
 
 # A 100,000-transaction batch is about 10 MB of Avro, far above Kafka's 1 MB default: the batch and dead-letter
-# topics, the producers and the consumers all allow this much per message (see docs/kafka-processing.md).
+# topics, the producers and the consumers all allow this much per message (see docs/kafka.md).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 

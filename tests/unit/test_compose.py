@@ -117,6 +117,8 @@ def test_kafka_runs_kraft_with_single_node_settings() -> None:
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # topics come from `dispersion topics`
     assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 1
     assert "healthcheck" in SERVICES["kafka"]
+    # The broker's data (topics, committed offsets) must live on the named volume, not in the image's /tmp.
+    assert f"kafka:{env['KAFKA_LOG_DIRS']}" in SERVICES["kafka"]["volumes"]
 
 
 def test_every_dispersion_command_is_a_real_subcommand_with_accepted_options() -> None:

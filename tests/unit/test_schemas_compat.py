@@ -1,11 +1,13 @@
 """Every schema change stays backward compatible: the newest version of each topic reads data written with
 every earlier version (Avro schema resolution), checked structurally and by decoding generated records.
 
-Add `<topic>.v<N+1>.avsc` next to the old files and these tests cover it without change.
+Add `<topic>.v<N+1>.avsc` next to the old files and these tests cover it without change. A released version is
+never edited (its data is on the topics): `RELEASED` pins each one's content, and a new version is added there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
@@ -304,3 +306,30 @@ def test_fastavro_refuses_what_the_checker_flags() -> None:
             fastavro.parse_schema(old),
             fastavro.parse_schema(_evolved("required field")),
         )
+
+
+# The content of every released version (SHA-256 of its JSON with sorted keys and no whitespace: reformatting
+# is fine, an edit is not). The wire fingerprint alone would miss edits to defaults, docs and decimal scales,
+# which Avro's Parsing Canonical Form drops.
+RELEASED = {
+    ("payroll.batches", 1): "df1e215b1e6ca57bff99d587a4e6692c108c1f274add5991e92bc9769a9b0354",
+    ("dispersion.status", 1): "f4dde67164403b98b07368d80842148b2f355a689a02547bc2dae27d20e24af8",
+    ("payroll.batches.dlq", 1): "d85341e52cd8ef7218e2bf1b06c2e2953408d540aee4bdb234982954c946882a",
+    ("vrp.mandates", 1): "76004b2017a96ecedaab9ff75cc3d630d16f4aa20cf2f276838a48a146fb65e5",
+    ("vrp.payments", 1): "4fb60f73087e75f33600c6870f3ec4f5e4209779ffa7fb043c28b899131a07f5",
+    ("vrp.status", 1): "847e1215dd216986d455dce7fd54c9a54422e4759d07d4c132f85583572ed930",
+}
+
+
+def _content_digest(version: SchemaVersion) -> str:
+    body = json.dumps(_raw(version), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def test_released_versions_are_never_edited_and_every_version_is_pinned() -> None:
+    found = {
+        (topic, item.version): _content_digest(item) for topic in schemas.TOPICS for item in schemas.versions(topic)
+    }
+    edited = sorted(key for key in RELEASED if found.get(key) != RELEASED[key])
+    assert not edited, f"released schema versions changed (add a new version instead): {edited}"
+    assert set(found) == set(RELEASED), "pin each new schema version in RELEASED when it is released"
