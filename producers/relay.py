@@ -20,9 +20,12 @@ Guarantees, and why:
   `message.timeout.ms` is 0 (no limit): while Kafka is down, claimed events wait in the producer's queue (at most
   `max_in_flight`) and in the outbox (all of them, unpublished), and go out when Kafka returns. A relay that dies
   leaves them unpublished; another relay takes the keys once the lease runs out.
-- *Each once*: an event already handed to the producer is never produced again by this relay. The only duplicate
-  is a relay dying after the acknowledgement and before marking: the next owner publishes again with the same
-  `event_id` (header and field), on which consumers deduplicate.
+- *Each once*: an event already handed to the producer is never produced again by this relay. A relay that
+  dies (or closes with Kafka down) after handing events to its producer may have got some of them into Kafka
+  without marking them; the next owner of those keys (`Outbox.handovers`) reads the topic from the time they
+  were first handed (producers/handover.py), marks what it finds published (`Outbox.adopt`) and produces only
+  the rest. If the topic cannot be read, the keys wait. Every event also carries its `event_id` (header and
+  field), so a consumer can still deduplicate should a relay stalled past its lease deliver late.
 - An event that cannot be encoded (an engine bug) blocks its key only, with an error log, so later events of that
   batch never overtake it; other keys go on.
 """
@@ -44,8 +47,9 @@ from confluent_kafka import KafkaError, Producer
 from prometheus_client import Counter, Gauge
 
 import schemas
-from processor.store import OutboxEvent, Store, StoreError
+from processor.store import Handover, OutboxEvent, Store, StoreError
 from producers.avro_json import Coercion, CoercionError, convert
+from producers.handover import HandoverScanError, published_event_ids, scan_config
 
 log = structlog.get_logger("producers.relay")
 
@@ -122,6 +126,8 @@ class RelayStats:
     published: int = 0
     delivery_failures: int = 0
     store_errors: int = 0
+    handovers: int = 0  # keys taken over from another relay after checking Kafka
+    found_published: int = 0  # events found in Kafka on a handover, marked instead of produced again
 
 
 class OutboxRelay:
@@ -139,6 +145,8 @@ class OutboxRelay:
         max_in_flight: int = 5_000,
         clock: Clock | None = None,
         encoder: Callable[[OutboxEvent], bytes] = encode_event,
+        handover_config: Mapping[str, Any] | None = None,
+        handover_timeout: float = 30.0,
     ) -> None:
         self.store = store
         self.owner = owner or f"relay-{uuid.uuid4().hex[:12]}"
@@ -148,6 +156,9 @@ class OutboxRelay:
         self.max_in_flight = max_in_flight
         self.clock: Clock = clock or _SystemClock()
         self.encoder = encoder
+        # Consumer properties for reading the topics on a handover (default: the producer's, adapted).
+        self.handover_config = dict(handover_config) if handover_config is not None else scan_config(config)
+        self.handover_timeout = handover_timeout
         self.stats = RelayStats()
         # No local time limit: an event waits (in order) until Kafka takes it; see the module docstring.
         self._producer = Producer({"message.timeout.ms": 0, "linger.ms": 5, **config})
@@ -212,10 +223,12 @@ class OutboxRelay:
         """One round (see the module docstring); returns how many events were produced or marked published."""
         self._producer.poll(0)
         done = self._settle()
+        now = self.clock.now()
         try:
-            claimed = self.store.run(
-                lambda tx: tx.outbox.claim(
-                    owner=self.owner, now=self.clock.now(), limit=self.batch_size, lease_seconds=self.lease_seconds
+            claimed, handed = self.store.run(
+                lambda tx: (
+                    tx.outbox.claim(owner=self.owner, now=now, limit=self.batch_size, lease_seconds=self.lease_seconds),
+                    tx.outbox.handovers(owner=self.owner, now=now),
                 )
             )
         except StoreError as exc:
@@ -223,10 +236,13 @@ class OutboxRelay:
             RELAY_ERRORS.labels("store").inc()
             log.warning("outbox_claim_failed", error=str(exc))
             return done
-        room = self.max_in_flight - len(self._in_flight)
         blocked: set[tuple[str, str]] = set()
+        found: set[str] = set()
+        if handed:
+            blocked, found = self._take_over(handed)
+        room = self.max_in_flight - len(self._in_flight)
         for event in claimed:
-            if event.id in self._in_flight:
+            if event.id in self._in_flight or event.event_id in found:
                 continue
             slot = (event.topic, event.key)
             if slot in blocked:
@@ -264,6 +280,53 @@ class OutboxRelay:
         self._producer.poll(0)
         IN_FLIGHT.set(len(self._in_flight))
         return done
+
+    def _take_over(self, handed: list[Handover]) -> tuple[set[tuple[str, str]], set[str]]:
+        """Check Kafka for the handed keys' events and adopt the keys; returns (keys that must wait this round,
+        event ids found in Kafka and now marked published)."""
+        by_topic: dict[str, list[Handover]] = {}
+        for item in handed:
+            by_topic.setdefault(item.topic, []).append(item)
+        blocked: set[tuple[str, str]] = set()
+        found: set[str] = set()
+        adopted: list[tuple[str, str]] = []
+        for topic, items in by_topic.items():
+            try:
+                found |= published_event_ids(
+                    self.handover_config,
+                    self.topic_name(topic),
+                    {item.key.encode("utf-8") for item in items},
+                    since=min(item.since for item in items),
+                    timeout=self.handover_timeout,
+                )
+            except HandoverScanError as exc:
+                blocked.update((topic, item.key) for item in items)
+                RELAY_ERRORS.labels("handover").inc()
+                log.warning("outbox_handover_scan_failed", topic=topic, keys=len(items), error=str(exc))
+                continue
+            adopted.extend((topic, item.key) for item in items)
+        if not adopted:
+            return blocked, set()
+        try:
+            marked = self.store.run(
+                lambda tx: tx.outbox.adopt(
+                    owner=self.owner, keys=adopted, published_event_ids=found, now=self.clock.now()
+                )
+            )
+        except StoreError as exc:
+            self.stats.store_errors += 1
+            RELAY_ERRORS.labels("store").inc()
+            log.warning("outbox_adopt_failed", keys=len(adopted), error=str(exc))
+            return blocked | set(adopted), set()
+        self.stats.handovers += len(adopted)
+        self.stats.found_published += marked
+        log.info(
+            "outbox_handover",
+            keys=len(adopted),
+            found_published=marked,
+            previous_owners=sorted({item.previous_owner for item in handed}),
+        )
+        return blocked, found
 
     def run(self, stop: threading.Event, *, idle: float = 0.2) -> None:
         """Relay until `stop` is set, then `close`."""

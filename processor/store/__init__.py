@@ -32,6 +32,7 @@ from processor.store.flows import (
 from processor.store.outbox import (
     DISPERSION_STATUS_RANKS,
     STATUS_TOPIC,
+    Handover,
     OutboxEvent,
     StatusConflictError,
     StatusEvent,
@@ -58,6 +59,7 @@ __all__ = [
     "EffectStatus",
     "Flow",
     "FlowState",
+    "Handover",
     "MandateState",
     "MigrationError",
     "NotFoundError",

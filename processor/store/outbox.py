@@ -20,15 +20,19 @@ Relay side (its own short transactions):
 A relay leases whole keys, never single events: while one relay holds a key, no other relay is handed any event
 of it, and within a key events come in `seq` order, so order per key holds with any number of relays. A key
 whose events are all published is released at once; a relay that dies loses its keys when the lease runs out.
-Delivery is at least once: a relay that published but died before `mark_published` leaves the events to be
-published again by the next owner, so consumers deduplicate on `event_id`.
+
+Handover: `claim` records on each key which relay first handed its unpublished events to a producer, and when
+(`handed_by`, `handed_since`). A relay that gets a key another relay had handed (`handovers`) may find some of
+those events already in Kafka (that relay died after the broker's acknowledgement, before `mark_published`):
+it reads the topic from `handed_since` (producers/handover.py) and `adopt`s the key, marking what it found
+published, before producing the rest. So a relay that dies publishes nothing twice.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -75,6 +79,16 @@ class StatusEvent:
     rank: int | None = None  # defaults to DISPERSION_STATUS_RANKS[status]
     headers: Mapping[str, str] | None = None
     event_id: str | None = None  # defaults to a new UUID; pass the one you put in the payload to keep them equal
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A leased key whose unpublished events another relay handed to its producer since `since`."""
+
+    topic: str
+    key: str
+    since: datetime
+    previous_owner: str
 
 
 @dataclass(frozen=True)
@@ -257,13 +271,59 @@ class Outbox:
                 f" (SELECT rowid FROM outbox_keys WHERE {free} ORDER BY pending_since LIMIT ?)",
                 (owner, expires, now, owner, limit),
             )
+        # From now on this owner may hand these keys' events to its producer (keys another relay handed keep
+        # that relay's name until `adopt`).
+        self.tx.execute(
+            "UPDATE outbox_keys SET handed_by = ?, handed_since = ?"
+            " WHERE pending > 0 AND lease_owner = ? AND lease_expires_at > ? AND handed_by IS NULL",
+            (owner, now, owner, now),
+        )
         rows = self.tx.fetchall(
             "SELECT o.* FROM outbox AS o JOIN outbox_keys AS k ON k.topic = o.topic AND k.event_key = o.event_key"
-            " WHERE k.lease_owner = ? AND k.lease_expires_at > ? AND o.published_at IS NULL"
+            " WHERE k.pending > 0 AND k.lease_owner = ? AND k.lease_expires_at > ? AND o.published_at IS NULL"
             " ORDER BY k.pending_since, o.topic, o.event_key, o.seq LIMIT ?",
             (owner, now, limit),
         )
         return [_event(r) for r in rows]
+
+    def handovers(self, *, owner: str, now: datetime) -> list[Handover]:
+        """Keys this owner holds whose unpublished events another relay handed to its producer: check Kafka for
+        them (producers/handover.py) and `adopt` them before producing any of their events."""
+        rows = self.tx.fetchall(
+            "SELECT topic, event_key, handed_by, handed_since FROM outbox_keys"
+            " WHERE pending > 0 AND lease_owner = ? AND lease_expires_at > ? AND handed_by IS NOT NULL"
+            " AND handed_by <> ? ORDER BY topic, event_key",
+            (owner, utc_ms(now), owner),
+        )
+        result = []
+        for row in rows:
+            since = to_datetime(row["handed_since"])
+            assert since is not None
+            result.append(Handover(str(row["topic"]), str(row["event_key"]), since, str(row["handed_by"])))
+        return result
+
+    def adopt(
+        self, *, owner: str, keys: Sequence[tuple[str, str]], published_event_ids: Collection[str], now: datetime
+    ) -> int:
+        """Take over handed keys: mark the events found in Kafka published, then record this owner as the one
+        handing the rest. Returns how many events were marked."""
+        marked = 0
+        found = sorted(published_event_ids)
+        for start in range(0, len(found), 500):
+            chunk = found[start : start + 500]
+            rows = self.tx.fetchall(
+                f"SELECT id FROM outbox WHERE event_id IN {in_clause(chunk)} AND published_at IS NULL",  # noqa: S608
+                tuple(chunk),
+            )
+            marked += self.mark_published([int(r["id"]) for r in rows], now=now)
+        now = utc_ms(now)
+        for topic, key in sorted(keys):
+            self.tx.execute(
+                "UPDATE outbox_keys SET handed_by = ?, handed_since = ?"
+                " WHERE topic = ? AND event_key = ? AND lease_owner = ? AND pending > 0",
+                (owner, now, topic, key, owner),
+            )
+        return marked
 
     def mark_published(self, ids: Sequence[int], *, now: datetime) -> int:
         """Mark events published (those already marked are left alone); release keys with nothing left.
@@ -281,9 +341,11 @@ class Outbox:
                 "UPDATE outbox_keys SET pending = pending - ?,"
                 " pending_since = CASE WHEN pending - ? = 0 THEN NULL ELSE pending_since END,"
                 " lease_owner = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_owner END,"
-                " lease_expires_at = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_expires_at END"
+                " lease_expires_at = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_expires_at END,"
+                " handed_by = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_by END,"
+                " handed_since = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_since END"
                 " WHERE topic = ? AND event_key = ?",
-                (count, count, count, count, topic, key),
+                (count, count, count, count, count, count, topic, key),
             )
         return len(rows)
 

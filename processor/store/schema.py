@@ -185,7 +185,18 @@ _V1 = (
     "CREATE INDEX outbox_unpublished ON outbox (topic, event_key, seq) WHERE published_at IS NULL",
 )
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),)
+# Who first handed a key's unpublished events to a Kafka producer, and when: the next owner of the key checks
+# Kafka for them before producing (producers/handover.py), so a relay that died after the broker's
+# acknowledgement and before marking does not cause a second publication.
+_V2 = (
+    "ALTER TABLE outbox_keys ADD COLUMN handed_by TEXT",
+    "ALTER TABLE outbox_keys ADD COLUMN handed_since {TS}",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
+    Migration(2, "outbox handover", _V2),
+)
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,

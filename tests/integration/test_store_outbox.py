@@ -200,3 +200,38 @@ def test_several_relays_keep_per_key_order_while_writers_append(store_target: St
     assert {k: v for k, v in seen.items()} == {k: list(range(1, per_key + 1)) for k in keys}
     with store.transaction(write=False) as tx:
         assert tx.outbox.backlog()[0] == 0
+
+
+def test_a_key_handed_by_a_relay_that_died_is_a_handover_for_the_next_owner(store: Store) -> None:
+    with store.transaction() as tx:
+        first = tx.outbox.append("t", "k", {"n": 1}, now=T0)
+        second = tx.outbox.append("t", "k", {"n": 2}, now=at(1))
+        tx.outbox.append("t", "quiet", {"n": 1}, now=at(1))
+    with store.transaction() as tx:  # r1 hands k's events to its producer, then dies before marking any
+        assert len(tx.outbox.claim(owner="r1", now=at(2), limit=10, lease_seconds=30)) == 3
+        assert tx.outbox.handovers(owner="r1", now=at(2)) == []  # its own keys are no handover for r1
+    with store.transaction() as tx:
+        taken = tx.outbox.claim(owner="r2", now=at(40), limit=10, lease_seconds=30)
+        handed = tx.outbox.handovers(owner="r2", now=at(40))
+    assert len(taken) == 3
+    assert [(h.key, h.since, h.previous_owner) for h in handed] == [("k", at(2), "r1"), ("quiet", at(2), "r1")]
+    with store.transaction() as tx:  # r2 found k's first event in Kafka: it is marked, the second is r2's
+        assert tx.outbox.adopt(owner="r2", keys=[("t", "k")], published_event_ids={first.event_id}, now=at(41)) == 1
+        assert [(h.key, h.previous_owner) for h in tx.outbox.handovers(owner="r2", now=at(41))] == [("quiet", "r1")]
+        assert [e.id for e in tx.outbox.claim(owner="r2", now=at(42), limit=10, lease_seconds=30)] == [
+            second.id,
+            *[e.id for e in taken if e.key == "quiet"],
+        ]
+        assert [e.published_at for e in tx.outbox.events("t", "k")] == [at(41), None]
+
+
+def test_a_key_fully_published_forgets_who_handed_it(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.outbox.append("t", "k", {"n": 1}, now=T0)
+    with store.transaction() as tx:
+        (event,) = tx.outbox.claim(owner="r1", now=at(1), limit=10, lease_seconds=30)
+        tx.outbox.mark_published([event.id], now=at(2))
+        tx.outbox.append("t", "k", {"n": 2}, now=at(3))
+    with store.transaction() as tx:  # a later event of the key, claimed by another relay: nothing to check
+        assert len(tx.outbox.claim(owner="r2", now=at(4), limit=10, lease_seconds=30)) == 1
+        assert tx.outbox.handovers(owner="r2", now=at(4)) == []
