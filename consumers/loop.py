@@ -125,6 +125,15 @@ def _record_lag(stats_json: str) -> None:
         pass  # statistics are best effort
 
 
+def _forget_lag(partitions: list[TopicPartition]) -> None:
+    # Another member reports these now; a series left behind would show a stale lag forever.
+    for p in partitions:
+        try:
+            CONSUMER_LAG.remove(p.topic, str(p.partition))
+        except KeyError:
+            pass
+
+
 class AtLeastOnceConsumer:
     """A consumer-group member that hands messages to a handler and commits only what is done."""
 
@@ -170,12 +179,14 @@ class AtLeastOnceConsumer:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(p.topic, p.partition) for p in partitions}
         self.commit(only=revoked)
+        _forget_lag(partitions)
         log.info("partitions_revoked", partitions=sorted(f"{t}[{p}]" for t, p in revoked))
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Another member owns them now; what we handled is redelivered there and recognised as duplicates.
         for p in partitions:
             self._done.pop((p.topic, p.partition), None)
+        _forget_lag(partitions)
         log.warning("partitions_lost", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     # -- committing ---------------------------------------------------------------------------------------------
