@@ -211,6 +211,15 @@ def default_config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or "dispersion.toml")
 
 
+def optional_config_path(explicit: str | None) -> str | None:
+    """For commands that also work without a configuration file (`submit`, `status`): `explicit` (`--config`),
+    else `$DISPERSION_CONFIG`, else `./dispersion.toml` when it exists, else None."""
+    if explicit is not None:
+        return explicit
+    default = default_config_path()
+    return str(default) if os.environ.get(CONFIG_ENV) or default.is_file() else None
+
+
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
     """Read, resolve (`*_env` keys) and validate a configuration file; ConfigError on any problem."""
     file = Path(path)

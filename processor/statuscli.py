@@ -3,6 +3,9 @@
     dispersion status [--config C] [--bootstrap HOST:PORT] [--batch ID] [--follow] [--new] [--json]
                       [--until-terminal] [--vrp] [--topic T]
 
+The configuration file is `--config`, else `$DISPERSION_CONFIG`, else `./dispersion.toml` when present (as for
+`dispersion submit`); its `[kafka]` table gives the bootstrap address and topic names.
+
 Without `--follow` it prints the events the topic holds now and exits; with `--follow` it keeps printing them as
 they arrive until Ctrl-C or SIGTERM (or, with `--until-terminal --batch ID`, until that batch reaches a final
 status: exit 0 for COMPLETED, 1 for INVALID, REJECTED, EXPIRED or FAILED). `--new` skips the history.
@@ -103,7 +106,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dispersion status", description="Print status events (dispersion.status or vrp.status), decoded."
     )
-    p.add_argument("--config", help="configuration file (its [kafka] table)")
+    p.add_argument(
+        "--config", help="configuration file, its [kafka] table (default: $DISPERSION_CONFIG, or ./dispersion.toml)"
+    )
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic", help="topic to read (default: dispersion.status, or vrp.status with --vrp)")
     p.add_argument("--vrp", action="store_true", help="VRP mandates and payments (vrp.status)")
@@ -124,6 +129,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
     import schemas
+    from processor.config import optional_config_path
     from producers.kafka import STATUS_TOPIC, VRP_STATUS_TOPIC, KafkaSetupError, librdkafka_logger, settings_from_config
 
     args = parser().parse_args(argv)
@@ -133,7 +139,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
         return 2
     logical = VRP_STATUS_TOPIC if args.vrp else STATUS_TOPIC
     try:
-        settings = settings_from_config(args.config, bootstrap=args.bootstrap)
+        settings = settings_from_config(optional_config_path(args.config), bootstrap=args.bootstrap)
     except (KafkaSetupError, ValueError) as exc:
         print(f"dispersion status: {exc}", file=sys.stderr)
         return 2

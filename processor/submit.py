@@ -17,10 +17,10 @@ Exit codes: 0 produced (or valid, with `--dry-run`); 1 the export is invalid; 2 
 from __future__ import annotations
 
 import argparse
+import codecs
 import csv
 import hashlib
 import io
-import os
 import re
 import sys
 import time
@@ -41,7 +41,7 @@ from processor.batch import (
     batch_from_dict,
     loads_exact,
 )
-from processor.validation import DEFAULT_LIMITS, ValidationLimits, validate
+from processor.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
 SOURCE: Final = "dispersion-submit"
 EXIT_INVALID: Final = 1
@@ -363,8 +363,10 @@ def check(
         if issue.index is None:
             problems.append(Problem(None, issue.field, f"{issue.reason.value}: {issue.message}"))
             continue
-        if issue.index in export.unreadable_amounts and issue.field == "amount":
-            continue  # already reported as unreadable
+        if issue.index in export.unreadable_amounts and (
+            issue.field == "amount" or issue.reason is Reason.DUPLICATE_TRANSFER
+        ):
+            continue  # already reported as unreadable (its value is unknown, so it is no known duplicate either)
         line = export.lines[issue.index] if export.lines is not None else None
         where = "" if line is not None else f"transactions[{issue.index}]."
         problems.append(
@@ -390,6 +392,22 @@ class _Context:
     configured_bootstrap: str | None = None
 
 
+def _delimiter(text: str) -> str:
+    """`--delimiter`: one character (csv.reader takes no other)."""
+    if len(text) != 1:
+        raise argparse.ArgumentTypeError(f"must be one character, not {text!r} (a tab is detected by itself)")
+    return text
+
+
+def _encoding(name: str) -> str:
+    """`--encoding`: a codec Python knows (a bad argument, exit 2, rather than a traceback while reading)."""
+    try:
+        codecs.lookup(name)
+    except LookupError:
+        raise argparse.ArgumentTypeError(f"unknown encoding {name!r}") from None
+    return name
+
+
 def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion submit`."""
     p = argparse.ArgumentParser(
@@ -402,8 +420,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic", help="topic to produce to (default: payroll.batches, or its [kafka.topics] name)")
     p.add_argument("--format", choices=("csv", "json"), help="default: from the file extension")
-    p.add_argument("--delimiter", help="CSV delimiter (default: detected from the header: ',', ';' or tab)")
-    p.add_argument("--encoding", default="utf-8-sig", help="CSV text encoding (default UTF-8, BOM allowed)")
+    p.add_argument(
+        "--delimiter", type=_delimiter, help="CSV delimiter (default: detected from the header: ',', ';' or tab)"
+    )
+    p.add_argument(
+        "--encoding", type=_encoding, default="utf-8-sig", help="CSV text encoding (default UTF-8, BOM allowed)"
+    )
     p.add_argument("--batch-id", help="default: the batch_id column, else <file name>-<SHA-256 prefix>")
     p.add_argument("--integration", help="bank configuration (default: the column, or the only configured one)")
     p.add_argument("--file-reference", help="FileReference (default: the column, else the batch id)")
@@ -417,11 +439,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _context(args: argparse.Namespace) -> _Context:
-    from processor.config import default_config_path, load_config
+    from processor.config import load_config, optional_config_path
 
-    path = args.config
-    if path is None and (os.environ.get("DISPERSION_CONFIG") or default_config_path().is_file()):
-        path = str(default_config_path())
+    path = optional_config_path(args.config)
     if path is None:
         return _Context()
     config = load_config(path)

@@ -1,0 +1,544 @@
+"""`dispersion submit` and `dispersion status` against a real Kafka broker (docs/submit.md, docs/operations.md).
+
+submit: a valid export becomes exactly one Avro `payroll.batches` event keyed by its batch id (amounts exact, the
+control sum right, one result line on stdout, progress on stderr); an invalid one lists every problem, exits 1 and
+produces nothing (the topic is read back to be sure); an unreachable broker exits 3 with a clear message; the
+configuration comes from `$DISPERSION_CONFIG` when `--config` is not given.
+
+status: prints the events a topic holds (deduplicated on `event_id`), filters by batch, JSON lines, stops at a
+final status with `--until-terminal`, and finds its configuration (bootstrap, topic names) through
+`$DISPERSION_CONFIG` or ./dispersion.toml like submit does (compose's `cli` service sets nothing else).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bank_support import key_pair
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+
+import schemas
+from processor import statuscli, submit
+
+pytestmark = pytest.mark.kafka
+
+ORIGIN = ("--origin-account", "3001234567", "--origin-currency", "GTQ")
+EXPORT = """employee_reference,account_number,account_type,amount,currency,email,concept
+E-1001,2001002001,SAVINGS,8500.00,GTQ,ana.lopez@example.com,Payroll November
+E-1002,2001002002,SAVINGS,7250.50,GTQ,bruno.diaz@example.com,Payroll November
+E-1003,2001002003,MONETARY,12000.00,GTQ,carla.mendez@example.com,Payroll November
+E-1004,2001002004,SAVINGS,0.01,GTQ,dora.ruiz@example.com,Payroll November
+E-1005,2001002005,SAVINGS,15475.99,GTQ,eva.soto@example.com,Payroll November
+"""
+EXPORT_SUM = Decimal("43226.50")
+T0 = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Nothing from the environment: no `$DISPERSION_CONFIG`, no `$KAFKA_BOOTSTRAP_SERVERS`, no ./dispersion.toml
+    (the session broker's address is passed explicitly or through a configuration file)."""
+    monkeypatch.delenv("DISPERSION_CONFIG", raising=False)
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def write_config(path: Path, bootstrap: str, topics: Mapping[str, str] | None = None) -> Path:
+    """A configuration file with one integration (`sandbox`) and the given `[kafka]` table."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / "signing-key.pem").write_text(key_pair().private_pem)
+    mapping = "".join(f'"{logical}" = "{physical}"\n' for logical, physical in (topics or {}).items())
+    path.write_text(
+        f"""[processor]
+store = "sqlite:///{path.parent}/dispersion.sqlite"
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+
+[kafka.topics]
+{mapping}
+[integrations.sandbox]
+issuer = "http://127.0.0.1:8700"
+resource_server = "http://127.0.0.1:8700"
+client_id = "client-1"
+client_secret = "s3cret-value-for-tests"
+redirect_uri = "http://127.0.0.1:8600/callback"
+kid = "kid-1"
+signing_key_path = "signing-key.pem"
+financial_id = "0015800001041RHAAY"
+customer_ip = "127.0.0.1"
+token_auth_method = "private_key_jwt"
+grant_parameter = "grand_type"
+assertion_signing = "local"
+"""
+    )
+    return path
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Message]:
+    """Every message the topic holds now, read with a real consumer from the beginning of each partition."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        messages: list[Message] = []
+        at_end: set[int] = set()
+        deadline = datetime.now(UTC) + timedelta(seconds=timeout)
+        while len(at_end) < len(partitions):
+            assert datetime.now(UTC) < deadline, f"{topic}: partitions {set(partitions) - at_end} never reached EOF"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                at_end.add(message.partition() or 0)
+                continue
+            messages.append(message)
+        return messages
+    finally:
+        consumer.close()
+
+
+def submit_run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
+    code = submit.main(list(argv))
+    captured = capsys.readouterr()
+    return Run(code, captured.out, captured.err)
+
+
+def status_run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
+    out = io.StringIO()
+    code = statuscli.main(list(argv), out=out)
+    return Run(code, out.getvalue(), capsys.readouterr().err)
+
+
+# -- submit ------------------------------------------------------------------------------------------------------
+
+
+def test_valid_export_produces_one_event_keyed_by_batch_id(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    path = tmp_path / "payroll-export.csv"
+    path.write_text(EXPORT)
+    before = datetime.now(UTC).replace(microsecond=0)
+    result = submit_run(
+        capsys,
+        str(path),
+        *ORIGIN,
+        "--batch-id",
+        "NOV-2024-001",
+        "--integration",
+        "sandbox",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--topic",
+        kafka_topic,
+    )
+    assert result.code == 0, result.err
+    match = re.fullmatch(
+        rf"submitted batch NOV-2024-001: 5 transactions, control sum 43226\.50 GTQ -> {re.escape(kafka_topic)}"
+        r" partition (\d) offset 0\n",
+        result.out,
+    )
+    assert match is not None, result.out
+    assert "Traceback" not in result.err
+
+    (message,) = read_topic(kafka_bootstrap, kafka_topic)
+    assert message.key() == b"NOV-2024-001"
+    assert message.partition() == int(match.group(1))
+    assert dict(message.headers() or []) == {"source": b"dispersion-submit", "export_file": b"payroll-export.csv"}
+    value = message.value()
+    assert value is not None
+    event = schemas.decode("payroll.batches", value)
+    assert event["batch_id"] == "NOV-2024-001"
+    assert event["integration"] == "sandbox"
+    assert event["file_reference"] == "NOV-2024-001"  # the batch id's first 40 characters
+    assert event["origin_account"] == {"account_number": "3001234567", "account_type": "MONETARY", "currency": "GTQ"}
+    assert event["source"] == "dispersion-submit"
+    assert before <= event["requested_at"] <= datetime.now(UTC)
+    assert event["requested_at"].microsecond % 1000 == 0  # millisecond precision
+    transactions = event["transactions"]
+    amounts = [t["amount"] for t in transactions]
+    assert all(isinstance(amount, Decimal) for amount in amounts)
+    assert amounts == [
+        Decimal("8500.00"),
+        Decimal("7250.50"),
+        Decimal("12000.00"),
+        Decimal("0.01"),
+        Decimal("15475.99"),
+    ]
+    assert sum(amounts, Decimal(0)) == EXPORT_SUM
+    assert [t["employee_reference"] for t in transactions] == [f"E-100{i}" for i in range(1, 6)]
+    assert transactions[2]["destination_account"] == {
+        "account_number": "2001002003",
+        "account_type": "MONETARY",
+        "currency": "GTQ",
+        "email": "carla.mendez@example.com",
+    }
+    assert {t["concept"] for t in transactions} == {"Payroll November"}
+
+
+def test_invalid_export_lists_every_problem_and_produces_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(
+        "account_number;amount;email;concept;batch_id\n"
+        "2001002001;8500.00;ana.lopez@example.com;Payroll November;NOV-1\n"  # line 2: fine
+        "2001-002;1.505;ana.lopez@;Payroll November;NOV-1\n"  # line 3: three problems
+        "\n"
+        '2001002003;1.500,50;carla@example.com;"Payroll\nNovember";NOV-1\n'  # lines 5-6
+        "2001002004;0;dora@example.com;Payroll November;NOV-2\n"  # line 7: amount and batch id
+        "2001002005;10;eva@example.com\n"  # line 8: too few fields
+    )
+    result = submit_run(
+        capsys, str(path), *ORIGIN, "--integration", "sandbox", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic
+    )
+    assert result.code == 1
+    assert result.out == ""
+    problems = [line for line in result.err.splitlines() if line.startswith(("line ", "export"))]
+    assert problems == [
+        "line 3: destination_account.account_number: malformed_account_number: must be 1-34 ASCII letters or digits"
+        " (transaction 1)",
+        "line 3: destination_account.email: malformed_email: must be an address like name@example.com (ASCII, at"
+        " most 254 characters) (transaction 1)",
+        "line 3: amount: too_many_decimals: has more than 2 decimals (transaction 1)",
+        "line 6: amount: expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)",
+        "line 7: batch_id: 'NOV-2' differs from 'NOV-1' on line 2 (one file, one batch)",
+        "line 7: amount: non_positive_amount: must be greater than zero (transaction 3)",
+        "line 8: row: has 3 fields, the header has 5",
+    ]
+    assert result.err.splitlines()[-1] == "dispersion submit: 7 problem(s); nothing was produced"
+    assert "Traceback" not in result.err
+    assert read_topic(kafka_bootstrap, kafka_topic) == []
+
+
+def test_configuration_from_environment_names_bootstrap_topic_and_integration(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    kafka_topic: str,
+) -> None:
+    """No --config, --bootstrap, --topic or --integration: `$DISPERSION_CONFIG` gives them all; the batch columns
+    of a semicolon export give the rest (docs/submit.md's second example)."""
+    config = write_config(tmp_path / "etc" / "dispersion.toml", kafka_bootstrap, {"payroll.batches": kafka_topic})
+    monkeypatch.setenv("DISPERSION_CONFIG", str(config))
+    path = tmp_path / "export.csv"
+    path.write_text(
+        "batch_id;origin_account_number;origin_currency;account_number;amount;email;concept\n"
+        "NOV-2024-001;3001234567;GTQ;2001002001;8500.00;ana.lopez@example.com;Payroll November\n"
+        "NOV-2024-001;3001234567;GTQ;2001002002;7250.50;bruno.diaz@example.com;Payroll November\n"
+    )
+    result = submit_run(capsys, str(path), "--quiet")
+    assert result.code == 0, result.err
+    assert result.out.startswith(
+        f"submitted batch NOV-2024-001: 2 transactions, control sum 15750.50 GTQ -> {kafka_topic} partition "
+    )
+    assert result.err == ""
+    (message,) = read_topic(kafka_bootstrap, kafka_topic)
+    value = message.value()
+    assert value is not None
+    event = schemas.decode("payroll.batches", value)
+    assert (event["batch_id"], event["integration"]) == ("NOV-2024-001", "sandbox")
+
+    refused = submit_run(capsys, str(path), "--quiet", "--integration", "other")
+    assert refused.code == 1
+    assert "export: integration: 'other' is not configured (configured: sandbox)" in refused.err.splitlines()
+    assert len(read_topic(kafka_bootstrap, kafka_topic)) == 1
+
+
+def test_progress_goes_to_stderr_and_the_result_to_stdout(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """A 3,000-row export, submitted twice: the default batch id is the same both times (same file, same
+    batch); progress lines only without --quiet."""
+    rows = [f"E-{n},{2_000_000 + n},{n}.{n % 100:02d},employee{n}@example.com,Payroll" for n in range(1, 3001)]
+    path = tmp_path / "big export.csv"
+    path.write_text("employee_reference,account_number,amount,email,concept\n" + "\n".join(rows) + "\n")
+    expected_sum = sum((Decimal(row.split(",")[2]) for row in rows), Decimal(0))
+    argv = (str(path), *ORIGIN, "--integration", "sandbox", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+
+    loud = submit_run(capsys, *argv)
+    assert loud.code == 0, loud.err
+    (line,) = loud.out.splitlines()
+    match = re.fullmatch(
+        rf"submitted batch (big-export-[0-9a-f]{{16}}): 3,000 transactions, control sum "
+        rf"{expected_sum} GTQ -> {re.escape(kafka_topic)} partition \d offset \d",
+        line,
+    )
+    assert match is not None, line
+    batch_id = match.group(1)
+    progress = loud.err.splitlines()
+    assert progress[0].startswith("reading big export.csv: 1 rows")
+    assert "validating 3,000 transactions" in progress
+    assert "encoding" in progress
+    assert any(re.fullmatch(rf"producing [0-9,]+ bytes to {re.escape(kafka_topic)}", p) for p in progress)
+    assert re.fullmatch(r"done in [0-9.]+ s", progress[-1])
+
+    quiet = submit_run(capsys, *argv, "--quiet")
+    assert quiet.code == 0, quiet.err
+    assert quiet.err == ""
+    assert quiet.out.startswith(f"submitted batch {batch_id}: 3,000 transactions")
+
+    messages = read_topic(kafka_bootstrap, kafka_topic)
+    assert [m.key() for m in messages] == [batch_id.encode()] * 2
+    value = messages[0].value()
+    assert value is not None
+    event = schemas.decode("payroll.batches", value)
+    assert len(event["transactions"]) == 3000
+    assert sum((t["amount"] for t in event["transactions"]), Decimal(0)) == expected_sum
+
+
+def test_unreachable_broker_exits_3_without_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_text(EXPORT)
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPERSION_CONFIG", "KAFKA_BOOTSTRAP_SERVERS")}
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-m", "processor.cli", "submit", str(path), *ORIGIN, "--integration", "sandbox"),
+            *("--bootstrap", "127.0.0.1:1", "--timeout", "1.5"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 3, completed.stderr
+    assert completed.stdout == ""
+    assert "dispersion submit: Kafka did not take the batch" in completed.stderr
+    assert "it may be retried safely" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_no_bootstrap_address_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_text(EXPORT)
+    result = submit_run(capsys, str(path), *ORIGIN, "--integration", "sandbox", "--quiet")
+    assert result.code == 2
+    assert result.out == ""
+    assert "dispersion submit: no Kafka bootstrap address" in result.err
+
+
+# -- status ------------------------------------------------------------------------------------------------------
+
+
+def status_event(batch_id: str, status: str, minute: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "event_id": f"{batch_id}-{status}-{minute}",
+        "batch_id": batch_id,
+        "status": status,
+        "occurred_at": T0 + timedelta(minutes=minute),
+        **fields,
+    }
+
+
+def produce(bootstrap: str, topic: str, *events: Mapping[str, Any]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for event in events:
+        producer.produce(topic, key=event["batch_id"].encode(), value=schemas.encode("dispersion.status", event))
+    assert producer.flush(30) == 0
+
+
+HISTORY = (
+    status_event(
+        "NOV-1",
+        "AUTHORIZATION_REQUIRED",
+        0,
+        consent_id="C-1",
+        authorization_url="https://bank.example/authorize?x=1",
+        number_of_transactions=2,
+        control_sum=Decimal("20.50"),
+        currency="GTQ",
+    ),
+    status_event("NOV-1", "INITIATED", 1, file_payment_id="FP-1"),
+    status_event("NOV-1", "INITIATED", 1, file_payment_id="FP-1"),  # delivered twice: printed once
+    status_event(
+        "NOV-1",
+        "COMPLETED",
+        2,
+        file_payment_id="FP-1",
+        bank_status="AcceptedSettlementCompleted",
+        transaction_results=[
+            {"index": 0, "employee_reference": "E-1", "amount": Decimal("10.00"), "status": "COMPLETED"},
+            {
+                "index": 1,
+                "employee_reference": None,
+                "amount": Decimal("10.50"),
+                "status": "FAILED",
+                "reason": "closed",
+            },
+        ],
+    ),
+    status_event("OCT-9", "INVALID", 3, reason="empty_batch: the batch has no transactions"),
+)
+NOV_LINES = [
+    "2024-11-05T10:00:00.000Z  NOV-1  AUTHORIZATION_REQUIRED  consent=C-1  transactions=2  control_sum=20.50 GTQ"
+    "  approve at https://bank.example/authorize?x=1",
+    "2024-11-05T10:01:00.000Z  NOV-1  INITIATED  file_payment=FP-1",
+    "2024-11-05T10:02:00.000Z  NOV-1  COMPLETED  file_payment=FP-1  bank_status=AcceptedSettlementCompleted"
+    "  results: 1 COMPLETED, 1 FAILED",
+]
+OCT_LINE = "2024-11-05T10:03:00.000Z  OCT-9  INVALID  reason: empty_batch: the batch has no transactions"
+
+
+@pytest.fixture
+def status_topic(kafka_bootstrap: str, kafka_topic: str) -> str:
+    """A status topic holding HISTORY."""
+    produce(kafka_bootstrap, kafka_topic, *HISTORY)
+    return kafka_topic
+
+
+def test_status_prints_the_history_once_and_exits(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, status_topic: str
+) -> None:
+    result = status_run(capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic)
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert sorted(lines) == sorted([*NOV_LINES, OCT_LINE])
+    assert [line for line in lines if " NOV-1 " in line] == NOV_LINES  # one partition per batch: in order
+
+
+def test_status_one_batch_as_json_and_with_details(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, status_topic: str
+) -> None:
+    result = status_run(capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--batch", "NOV-1", "--json")
+    assert result.code == 0, result.err
+    records = [json.loads(line) for line in result.out.splitlines()]
+    assert [r["status"] for r in records] == ["AUTHORIZATION_REQUIRED", "INITIATED", "COMPLETED"]
+    assert records[0]["control_sum"] == "20.50"
+    assert records[0]["occurred_at"] == "2024-11-05T10:00:00.000Z"
+    assert records[2]["transaction_results"][1] == {
+        "index": 1,
+        "employee_reference": None,
+        "amount": "10.50",
+        "status": "FAILED",
+        "reason": "closed",
+    }
+
+    detailed = status_run(
+        capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--batch", "NOV-1", "--details"
+    )
+    assert detailed.out.splitlines()[-2:] == ["    #0 E-1 10.00 COMPLETED", "    #1 - 10.50 FAILED  closed"]
+
+
+def test_status_until_terminal_exits_with_the_final_status(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, status_topic: str
+) -> None:
+    invalid = status_run(
+        capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--batch", "OCT-9", "--until-terminal"
+    )
+    assert (invalid.code, invalid.out.splitlines()) == (1, [OCT_LINE])
+    completed = status_run(
+        capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--batch", "NOV-1", "--until-terminal"
+    )
+    assert (completed.code, completed.out.splitlines()) == (0, NOV_LINES)
+    usage = status_run(capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--until-terminal")
+    assert usage.code == 2
+    assert "--until-terminal needs --batch" in usage.err
+
+
+class _Lines(io.StringIO):
+    """An output stream that also hands every written line to a queue (to wait for output without sleeping)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: queue.Queue[str] = queue.Queue()
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            self.lines.put(line)
+        return super().write(text)
+
+
+def test_status_follow_waits_for_new_events_until_terminal(kafka_bootstrap: str, kafka_topic: str) -> None:
+    """`--follow --until-terminal`: past the end of the topic it keeps waiting; a FAILED event ends it (exit 1)."""
+    produce(kafka_bootstrap, kafka_topic, status_event("DEC-1", "INITIATED", 0, file_payment_id="FP-9"))
+    out = _Lines()
+    codes: list[int] = []
+    argv = ["--bootstrap", kafka_bootstrap, "--topic", kafka_topic, "--batch", "DEC-1", "--follow", "--until-terminal"]
+    thread = threading.Thread(target=lambda: codes.append(statuscli.main(argv, out=out)), daemon=True)
+    thread.start()
+    assert out.lines.get(timeout=30) == "2024-11-05T10:00:00.000Z  DEC-1  INITIATED  file_payment=FP-9"
+    produce(
+        kafka_bootstrap,
+        kafka_topic,
+        status_event("OTHER", "COMPLETED", 1),  # another batch's final status does not end it
+        status_event("DEC-1", "FAILED", 2, reason="bank_rejected"),
+    )
+    thread.join(30)
+    assert not thread.is_alive()
+    assert codes == [1]
+    assert out.getvalue().splitlines()[-1] == "2024-11-05T10:02:00.000Z  DEC-1  FAILED  reason: bank_rejected"
+
+
+def test_status_reads_the_configuration_named_by_DISPERSION_CONFIG(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    status_topic: str,
+) -> None:
+    """Like compose's `cli` service: only `$DISPERSION_CONFIG`, no --config, no `$KAFKA_BOOTSTRAP_SERVERS`; the
+    bootstrap address and the status topic's name come from the file."""
+    config = write_config(tmp_path / "etc" / "dispersion.toml", kafka_bootstrap, {"dispersion.status": status_topic})
+    monkeypatch.setenv("DISPERSION_CONFIG", str(config))
+    result = status_run(capsys, "--batch", "NOV-1")
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == NOV_LINES
+    # --bootstrap still wins over the file
+    broken = write_config(tmp_path / "broken" / "dispersion.toml", "127.0.0.1:1", {"dispersion.status": status_topic})
+    monkeypatch.setenv("DISPERSION_CONFIG", str(broken))
+    override = status_run(capsys, "--batch", "NOV-1", "--bootstrap", kafka_bootstrap)
+    assert (override.code, override.out.splitlines()) == (0, NOV_LINES)
+
+
+def test_status_reads_dispersion_toml_in_the_working_directory(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, status_topic: str
+) -> None:
+    write_config(tmp_path / "dispersion.toml", kafka_bootstrap, {"dispersion.status": status_topic})
+    result = status_run(capsys, "--batch", "OCT-9")
+    assert (result.code, result.out.splitlines()) == (0, [OCT_LINE])
+
+
+def test_status_without_any_bootstrap_or_with_a_missing_topic_exits_2(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str
+) -> None:
+    nothing = status_run(capsys)
+    assert nothing.code == 2
+    assert "dispersion status: no Kafka bootstrap address" in nothing.err
+    missing = f"test.missing.{uuid.uuid4().hex[:8]}"
+    absent = status_run(capsys, "--bootstrap", kafka_bootstrap, "--topic", missing, "--timeout", "10")
+    assert absent.code == 2
+    assert f"dispersion status: topic {missing} not found" in absent.err

@@ -1,0 +1,406 @@
+"""`dispersion submit` without Kafka: the CSV and JSON layouts of docs/submit.md (header matching, delimiters, BOM,
+quoting, blank lines, batch columns against command-line options, defaults), the validation report (every bad row
+with its line, exit 1) and `--dry-run`. Producing to a real broker is in
+tests/integration/test_submit_status_cli.py."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from processor import submit
+from processor.submit import BatchFields, Export, ExportError, check, default_batch_id, read_csv, sniff_delimiter
+
+NOW = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
+ORIGIN = ("--origin-account", "3001234567", "--origin-currency", "GTQ")
+DOC_EXAMPLE = """employee_reference,account_number,account_type,amount,currency,email,concept
+E-1001,2001002001,SAVINGS,8500.00,GTQ,ana.lopez@example.com,Payroll November
+E-1002,2001002002,SAVINGS,7250.50,GTQ,bruno.diaz@example.com,Payroll November
+E-1003,2001002003,MONETARY,12000.00,GTQ,carla.mendez@example.com,Payroll November
+"""
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No `$DISPERSION_CONFIG` and no ./dispersion.toml: the command runs without a configuration file."""
+    monkeypatch.delenv("DISPERSION_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
+    code = submit.main(list(argv))
+    captured = capsys.readouterr()
+    return Run(code, captured.out, captured.err)
+
+
+def dry_run(capsys: pytest.CaptureFixture[str], path: Path, *options: str) -> Run:
+    return run(capsys, str(path), "--dry-run", "--quiet", "--integration", "sandbox", *ORIGIN, *options)
+
+
+def parse(text: str, fields: BatchFields | None = None, *, delimiter: str = ",") -> Export:
+    """`read_csv` over `text` as `submit` feeds it (csv.reader's line numbers)."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    given = fields or BatchFields(
+        integration="sandbox", origin_account_number="3001234567", origin_currency="GTQ", batch_id="B-1"
+    )
+    return read_csv(reader, given, requested_at=NOW, defaults=BatchFields(), line_of=lambda: reader.line_num)
+
+
+def problems_of(text: str) -> list[str]:
+    return [str(problem) for problem in check(parse(text))]
+
+
+# -- layout ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("a,b;c", ","),
+        ("a;b;c,d", ";"),
+        ("a\tb\tc;d", "\t"),
+        ("account_number", ","),  # no delimiter at all: a comma
+        ("a;b\tc,d", ","),  # a tie: the first of `,`, `;`, tab
+        ('"a,b";c;d', ";"),
+    ],
+)
+def test_sniff_delimiter_picks_the_most_frequent(header: str, expected: str) -> None:
+    assert sniff_delimiter(header) == expected
+
+
+def test_doc_example_reads_into_the_batch() -> None:
+    export = parse(DOC_EXAMPLE)
+    batch = export.batch
+    assert [t.amount for t in batch.transactions] == [Decimal("8500.00"), Decimal("7250.50"), Decimal("12000.00")]
+    assert all(isinstance(t.amount, Decimal) for t in batch.transactions)
+    assert [t.employee_reference for t in batch.transactions] == ["E-1001", "E-1002", "E-1003"]
+    assert [t.account_type for t in batch.transactions] == ["SAVINGS", "SAVINGS", "MONETARY"]
+    assert export.lines == (2, 3, 4)
+    assert export.ignored_columns == ()
+    assert check(export) == []
+    assert submit.control_sum(batch) == Decimal("27750.50")
+
+
+def test_header_names_match_case_spaces_and_hyphens() -> None:
+    text = " Account Number ,AMOUNT,E_mail,Email,Concept,employee-reference,Account-Type,Department\n"
+    text += "2001,10.00,x,a@example.com,Pay,E-1,MONETARY,HR\n"
+    export = parse(text)
+    (transfer,) = export.batch.transactions
+    assert (transfer.account_number, transfer.email, transfer.employee_reference) == ("2001", "a@example.com", "E-1")
+    assert transfer.account_type == "MONETARY"
+    assert export.ignored_columns == ("e_mail", "department")
+
+
+def test_defaults_for_optional_columns_and_origin() -> None:
+    export = parse("account_number,amount,email,concept\n2001,10.00,a@example.com,\n")
+    (transfer,) = export.batch.transactions
+    assert transfer.account_type == "SAVINGS"
+    assert transfer.currency == "GTQ"  # the origin's currency
+    assert transfer.employee_reference is None
+    assert transfer.concept == ""  # required column, may be empty
+    assert export.batch.origin.type == "MONETARY"
+    assert export.batch.file_reference == "B-1"
+    assert export.batch.source == "dispersion-submit"
+    assert check(export) == []
+
+
+def test_quoted_fields_hold_delimiters_and_line_breaks_and_blank_lines_are_skipped() -> None:
+    text = (
+        "account_number,amount,email,concept\n"
+        "\n"
+        '2001,10.00,a@example.com,"Payroll, November"\n'
+        "   \n"
+        '2002,20.00,b@example.com,"two\nlines"\n'
+        "\n"
+        "2003,30.00,c@example.com,  padded  \n"
+    )
+    export = parse(text)
+    assert [t.concept for t in export.batch.transactions] == ["Payroll, November", "two\nlines", "padded"]
+    assert len(export.batch.transactions) == 3
+    assert export.lines is not None
+    assert export.lines[0] == 3
+    assert export.lines[2] == 8  # the quoted line break counts
+
+
+def test_missing_and_repeated_required_columns_are_reported_together() -> None:
+    with pytest.raises(ExportError) as caught:
+        parse("account_number,Amount,amount,concept\n2001,1,1,x\n")
+    assert [str(p) for p in caught.value.problems] == [
+        "line 1: email: required column is missing (see docs/submit.md for the layout)",
+        "line 1: amount: column appears more than once",
+    ]
+
+
+def test_empty_file_is_a_problem() -> None:
+    with pytest.raises(ExportError) as caught:
+        parse("")
+    assert [str(p) for p in caught.value.problems] == ["export: header: the file is empty"]
+
+
+# -- batch columns ---------------------------------------------------------------------------------------------
+
+BATCH_CSV = """batch_id;origin_account_number;origin_currency;file_reference;account_number;amount;email;concept
+NOV-2024-001;3001234567;GTQ;;2001002001;8500.00;ana.lopez@example.com;Payroll November
+;3001234567;GTQ;REF-1;2001002002;7250.50;bruno.diaz@example.com;Payroll November
+"""
+
+
+def test_batch_columns_fill_the_batch_and_empty_cells_are_ignored() -> None:
+    export = parse(BATCH_CSV, BatchFields(integration="sandbox"), delimiter=";")
+    batch = export.batch
+    assert (batch.batch_id, batch.file_reference) == ("NOV-2024-001", "REF-1")
+    assert (batch.origin.number, batch.origin.currency, batch.origin.type) == ("3001234567", "GTQ", "MONETARY")
+    assert check(export) == []
+
+
+def test_command_line_wins_over_batch_columns() -> None:
+    fields = BatchFields(batch_id="CLI-1", integration="sandbox", origin_account_number="999", file_reference="CLI-REF")
+    batch = parse(BATCH_CSV, fields, delimiter=";").batch
+    assert (batch.batch_id, batch.origin.number, batch.file_reference) == ("CLI-1", "999", "CLI-REF")
+    assert batch.origin.currency == "GTQ"  # not given on the command line: the column's
+
+
+def test_differing_batch_cells_are_refused_with_both_lines() -> None:
+    text = BATCH_CSV + "NOV-2024-002;3001234567;GTQ;;2001002003;1.00;c@example.com;Payroll November\n"
+    problems = [str(p) for p in check(parse(text, BatchFields(integration="sandbox"), delimiter=";"))]
+    assert problems == [
+        "line 4: batch_id: 'NOV-2024-002' differs from 'NOV-2024-001' on line 2 (one file, one batch)",
+    ]
+
+
+def test_missing_batch_values_are_all_named() -> None:
+    with pytest.raises(ExportError) as caught:
+        parse("account_number,amount,email,concept\n2001,1.00,a@example.com,x\n", BatchFields())
+    assert [p.field for p in caught.value.problems] == [
+        "batch_id",
+        "integration",
+        "origin_account_number",
+        "origin_currency",
+    ]
+
+
+def test_file_reference_defaults_to_the_first_40_characters_of_the_batch_id() -> None:
+    long_id = "X" * 30 + "-" + "Y" * 29
+    fields = BatchFields(
+        batch_id=long_id, integration="sandbox", origin_account_number="3001234567", origin_currency="GTQ"
+    )
+    assert (
+        parse("account_number,amount,email,concept\n2001,1.00,a@example.com,x\n", fields).batch.file_reference
+        == (long_id[:40])
+    )
+
+
+def test_default_batch_id_is_stem_and_sha256_prefix() -> None:
+    digest = hashlib.sha256(b"x").hexdigest()
+    assert default_batch_id(Path("/a/payroll-export.csv"), digest) == f"payroll-export-{digest[:16]}"
+    assert default_batch_id(Path("nov 2024 (v2).csv"), digest) == f"nov-2024-v2-{digest[:16]}"
+
+
+# -- validation report -----------------------------------------------------------------------------------------
+
+
+def test_every_bad_row_is_reported_with_its_line_and_transaction() -> None:
+    text = (
+        "account_number,amount,email,concept,currency,account_type\n"
+        "2001-002,1.505,not-an-email,Pay,,\n"  # line 2, transaction 0: three problems
+        "2002,1,500.50,b@example.com,Pay,,\n"  # line 3: 7 fields
+        '2003,"1,500.50",c@example.com,Pay,,\n'  # line 4, transaction 1: unreadable amount
+        "2004,,d@example.com,Pay,,\n"  # line 5, transaction 2: empty amount
+        "2005,-3,e@example.com,Pay,USD,CHECKING\n"  # line 6, transaction 3
+        f"2006,10,f@example.com,{'c' * 141},,\n"  # line 7, transaction 4
+        "2007,10.0,g@example.com,Pay,,\n"  # line 8, transaction 5
+        "2007,10,g@example.com,Pay,,\n"  # line 9, transaction 6: duplicate of 5 (same amount by value)
+    )
+    assert problems_of(text) == [
+        "line 2: destination_account.account_number: malformed_account_number: must be 1-34 ASCII letters or digits"
+        " (transaction 0)",
+        "line 2: destination_account.email: malformed_email: must be an address like name@example.com (ASCII, at"
+        " most 254 characters) (transaction 0)",
+        "line 2: amount: too_many_decimals: has more than 2 decimals (transaction 0)",
+        "line 3: row: has 7 fields, the header has 6",
+        "line 4: amount: expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)",
+        "line 5: amount: is empty",
+        "line 6: destination_account.account_type: invalid_account_type: 'CHECKING' is not one of MONETARY, SAVINGS"
+        " (transaction 3)",
+        "line 6: destination_account.currency: currency_mismatch: 'USD' differs from the origin account's 'GTQ'"
+        " (transaction 3)",
+        "line 6: amount: non_positive_amount: must be greater than zero (transaction 3)",
+        "line 7: concept: concept_too_long: 141 characters; at most 140 are allowed (transaction 4)",
+        "line 9: transaction: duplicate_transfer: same destination account, amount and concept as transaction 5"
+        " (transaction 6)",
+    ]
+
+
+def test_unreadable_amounts_are_not_called_duplicates() -> None:
+    """Two different unreadable amounts (both read as 0) to one account with one concept are two unreadable
+    amounts, not a duplicate transfer."""
+    text = 'account_number,amount,email,concept\n2001,"1,500.00",a@example.com,Pay\n2001,"2,000.00",a@example.com,Pay\n'
+    assert problems_of(text) == [
+        "line 2: amount: expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)",
+        "line 3: amount: expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)",
+    ]
+
+
+def test_unconfigured_integration_is_refused() -> None:
+    problems = [str(p) for p in check(parse(DOC_EXAMPLE), integrations={"other"})]
+    assert problems == ["export: integration: 'sandbox' is not configured (configured: other)"]
+
+
+# -- the command, --dry-run ------------------------------------------------------------------------------------
+
+
+def test_dry_run_of_a_valid_export(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "payroll.csv"
+    path.write_text(DOC_EXAMPLE)
+    result = dry_run(capsys, path, "--batch-id", "NOV-2024-001")
+    assert result.code == 0
+    assert result.out == "valid batch NOV-2024-001: 3 transactions, control sum 27750.50 GTQ\n"
+    assert result.err == ""
+
+
+def test_dry_run_default_batch_id_follows_the_file_content(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    first = tmp_path / "a" / "nov export.csv"
+    again = tmp_path / "b" / "nov export.csv"
+    changed = tmp_path / "c" / "nov export.csv"
+    for path, text in ((first, DOC_EXAMPLE), (again, DOC_EXAMPLE), (changed, DOC_EXAMPLE.replace("8500", "8501"))):
+        path.parent.mkdir()
+        path.write_text(text)
+    ids = []
+    for path in (first, again, changed):
+        result = dry_run(capsys, path)
+        assert result.code == 0, result.err
+        match = re.fullmatch(r"valid batch (\S+): 3 transactions, control sum \S+ GTQ\n", result.out)
+        assert match is not None, result.out
+        ids.append(match.group(1))
+    assert ids[0] == f"nov-export-{hashlib.sha256(DOC_EXAMPLE.encode()).hexdigest()[:16]}"
+    assert ids[1] == ids[0]
+    assert ids[2] != ids[0]
+    assert ids[2].startswith("nov-export-")
+
+
+@pytest.mark.parametrize("delimiter", [",", ";", "\t"])
+def test_delimiter_is_detected(capsys: pytest.CaptureFixture[str], tmp_path: Path, delimiter: str) -> None:
+    path = tmp_path / "export.csv"
+    path.write_text(DOC_EXAMPLE.replace(",", delimiter))
+    result = dry_run(capsys, path, "--batch-id", "B-1")
+    assert (result.code, result.out) == (0, "valid batch B-1: 3 transactions, control sum 27750.50 GTQ\n")
+
+
+def test_delimiter_option_overrides_detection(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_text("account_number|amount|email|concept\n2001|10.00|a@example.com|Pay, November, extra\n")
+    detected = dry_run(capsys, path, "--batch-id", "B-1")
+    assert detected.code == 1  # ',' detected: no known column
+    assert "required column is missing" in detected.err
+    result = dry_run(capsys, path, "--batch-id", "B-1", "--delimiter", "|")
+    assert (result.code, result.out) == (0, "valid batch B-1: 1 transactions, control sum 10.00 GTQ\n")
+
+
+@pytest.mark.parametrize("encoding", [None, "utf-8"])
+def test_byte_order_mark_is_ignored(capsys: pytest.CaptureFixture[str], tmp_path: Path, encoding: str | None) -> None:
+    path = tmp_path / "export.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + "account_number;amount;email;concept\n2001;10.00;a@example.com;Año\n".encode())
+    options = ("--encoding", encoding) if encoding else ()
+    result = dry_run(capsys, path, "--batch-id", "B-1", *options)
+    assert (result.code, result.err) == (0, "")
+
+
+def test_unknown_columns_are_noted_on_stderr(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_text("account_number,amount,email,concept,Department,cost-center\n2001,1.00,a@example.com,x,HR,7\n")
+    result = dry_run(capsys, path, "--batch-id", "B-1")
+    assert result.code == 0
+    assert result.err == "note: ignored column(s): department, cost_center\n"
+
+
+def test_invalid_export_exits_1_listing_every_problem(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("account_number,amount,email,concept\n2001 002,1.505,ana.lopez@example.com,x\n2002,1.500,bad,x\n")
+    result = dry_run(capsys, path, "--batch-id", "B-1")
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err.splitlines() == [
+        "line 2: destination_account.account_number: malformed_account_number: must be 1-34 ASCII letters or digits"
+        " (transaction 0)",
+        "line 2: amount: too_many_decimals: has more than 2 decimals (transaction 0)",
+        "line 3: destination_account.email: malformed_email: must be an address like name@example.com (ASCII, at"
+        " most 254 characters) (transaction 1)",  # 1.500 is 1.5 by value: fine
+        "dispersion submit: 3 problem(s); nothing was produced",
+    ]
+
+
+def test_json_export_amounts_are_exact_and_options_override(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "batch.data"
+    path.write_text(
+        """{"batch_id": "J-1", "origin_account": {"account_number": "111", "currency": "GTQ"},
+            "transactions": [
+              {"destination_account": {"account_number": "2001", "currency": "GTQ", "email": "a@example.com"},
+               "amount": 0.1, "concept": "x"},
+              {"destination_account": {"account_number": "2002", "currency": "GTQ", "email": "b@example.com"},
+               "amount": "0.20", "concept": "x", "employee_reference": "E-2"}]}"""
+    )
+    result = run(capsys, str(path), "--format", "json", "--dry-run", "--quiet", "--integration", "sandbox")
+    assert (result.code, result.out) == (0, "valid batch J-1: 2 transactions, control sum 0.30 GTQ\n")
+    fields = BatchFields(origin_account_number="3001234567", integration="sandbox")
+    export = submit.read_json(path.read_bytes(), fields, requested_at=NOW, defaults=BatchFields())
+    batch = export.batch
+    assert [t.amount for t in batch.transactions] == [Decimal("0.1"), Decimal("0.20")]
+    assert batch.origin.number == "3001234567"
+    assert batch.origin.type == "MONETARY"
+    assert [t.account_type for t in batch.transactions] == ["SAVINGS", "SAVINGS"]
+    assert (batch.file_reference, batch.requested_at, batch.source) == ("J-1", NOW, "dispersion-submit")
+
+
+def test_json_without_integration_or_configuration_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "batch.json"
+    path.write_text(
+        '{"batch_id": "J-1", "origin_account": {"account_number": "1", "currency": "GTQ"}, "transactions": []}'
+    )
+    result = run(capsys, str(path), "--dry-run", "--quiet")
+    assert result.code == 1
+    assert "export: integration: is required" in result.err.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("missing.csv", *ORIGIN), "dispersion submit: cannot read missing.csv"),
+        (("export.csv", "--config", "nowhere.toml"), "nowhere.toml: cannot read the configuration file"),
+    ],
+)
+def test_unreadable_file_or_configuration_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: tuple[str, ...], message: str
+) -> None:
+    (tmp_path / "export.csv").write_text(DOC_EXAMPLE)
+    result = run(capsys, *argv, "--dry-run")
+    assert result.code == 2
+    assert message in result.err
+    assert "Traceback" not in result.err
+
+
+@pytest.mark.parametrize("option", [("--encoding", "no-such-codec"), ("--delimiter", ";;")])
+def test_bad_encoding_or_delimiter_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: tuple[str, str]
+) -> None:
+    (tmp_path / "export.csv").write_text(DOC_EXAMPLE)
+    with pytest.raises(SystemExit) as exited:
+        submit.main(["export.csv", "--dry-run", *ORIGIN, *option])
+    assert exited.value.code == 2
+    assert f"argument {option[0]}" in capsys.readouterr().err
