@@ -58,6 +58,7 @@ log = structlog.get_logger("processor.authorization")
 
 # The store's `auth_attempts.flow_kind` column knows two values; registry kinds map onto them.
 _STORE_FLOW_KIND = {"file": "file", "mandate": "vrp", "vrp": "vrp"}
+_LOG_FIELD = {"file": "batch_id", "mandate": "mandate_id"}
 
 # The bank's consent status once the approver authorised it (file and VRP consents alike).
 CONSENT_AUTHORISED = "Authorised"
@@ -155,6 +156,11 @@ class FlowKinds:
 
     def __contains__(self, kind: object) -> bool:
         return kind in self._hooks
+
+    @staticmethod
+    def log_ids(kind: str, flow_id: str) -> dict[str, str]:
+        """The field a flow's id gets in log lines, as the workers name it (batch_id, mandate_id)."""
+        return {_LOG_FIELD.get(kind, "flow_id"): flow_id}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._hooks)
@@ -285,6 +291,10 @@ class Authorizer:
         refused = Outcome(404, "unknown_link", "This approval link is not valid. Check that it was copied whole.")
         if kind not in self.kinds or not token or len(token) > MAX_PARAM or len(flow_id) > MAX_PARAM:
             return refused
+        with structlog.contextvars.bound_contextvars(**self.kinds.log_ids(kind, flow_id)):
+            return await self._open_link(kind, flow_id, token, refused)
+
+    async def _open_link(self, kind: str, flow_id: str, token: str, refused: Outcome) -> Outcome:
         hooks = self.kinds.hooks(kind)
         pending = await self.store.arun(lambda tx: hooks.consent_for(tx, flow_id), write=False)
         if pending is None or not hmac.compare_digest(pending.approval_token.encode(), token.encode()):
@@ -354,7 +364,6 @@ class Authorizer:
         state = params.get("state", "")
         code = params.get("code", "")
         error = params.get("error", "")
-        iss = params.get("iss")
         if not state or len(state) > MAX_PARAM or len(code) > MAX_PARAM or len(error) > MAX_PARAM:
             return Outcome(400, "missing_state", "The redirect carries no valid state parameter.")
         if not code and not error:
@@ -364,9 +373,18 @@ class Authorizer:
             log.warning("redirect with an unknown state; ignored")
             return Outcome(400, "unknown_state", "This authorization response is not one we started.")
         kind = registry_kind(attempt.flow_kind)
-        where = {"kind": kind, "flow_id": attempt.flow_id}
         if kind not in self.kinds:
             return Outcome(400, "unknown_state", "This authorization response is not one we started.")
+        # Every line logged from here on (the bank client's E6 and A3 included) names the flow.
+        with structlog.contextvars.bound_contextvars(**self.kinds.log_ids(kind, attempt.flow_id)):
+            return await self._complete(attempt, kind, params)
+
+    async def _complete(self, attempt: AuthAttempt, kind: str, params: Mapping[str, str]) -> Outcome:
+        code = params.get("code", "")
+        error = params.get("error", "")
+        iss = params.get("iss")
+        state = params.get("state", "")
+        where = {"kind": kind, "flow_id": attempt.flow_id}
         try:
             integration = self.banks.integration(attempt.integration)
         except UnknownIntegrationError:

@@ -7,8 +7,10 @@ Two small processors guard what leaves the process, whatever a call site passed 
   are left alone: in our logs they are flow states and error codes);
 - `mask_accounts` keeps only the last four characters of values under keys that name an account number.
 
-Call sites bind `batch_id` / `mandate_id` and the bank client binds `correlation_id` (the
-`x-fapi-interaction-id`), so one batch's lines can be followed across instances.
+The engine's workers bind `batch_id` / `mandate_id` / `payment_id` for the item a task runs, the callback API
+binds the flow's id once the redirect or approval link names it (structlog's context variables), and the bank
+client logs `correlation_id` (the `x-fapi-interaction-id`) on each call, so one batch's lines can be followed
+across steps and instances. `timestamp` is UTC with milliseconds.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import structlog
@@ -66,6 +69,13 @@ def mask_accounts(_logger: Any, _method: str, event: MutableMapping[str, Any]) -
     return event
 
 
+def timestamp_ms(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: `timestamp`, UTC ISO 8601 with milliseconds (`2026-11-24T09:30:00.123Z`)."""
+    now = datetime.now(UTC)
+    event["timestamp"] = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return event
+
+
 def add_fields(**fields: str) -> structlog.types.Processor:
     """A processor adding constant fields (e.g. the instance name) to every line."""
 
@@ -86,7 +96,7 @@ def configure_logging(fmt: str = "json", *, level: int = logging.INFO, **fields:
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            timestamp_ms,
             add_fields(**fields),
             redact_secrets,
             mask_accounts,

@@ -206,6 +206,7 @@ class FileFlow:
     """The steps of flow A over the store. One instance serves any number of flows concurrently."""
 
     kind = KIND
+    log_field = "batch_id"
 
     def __init__(self, ctx: EngineContext, *, cache_transactions: int = 20_000) -> None:
         self.ctx = ctx

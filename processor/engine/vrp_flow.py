@@ -1160,6 +1160,7 @@ class _VrpWork:
     """Shared lease plumbing of the two VRP work sources (`processor.engine.worker.WorkSource`)."""
 
     kind = ""
+    log_field = ""
     states: tuple[str, ...] = ()
 
     def __init__(self, engine: VrpEngine) -> None:
@@ -1252,6 +1253,7 @@ class MandateWork(_VrpWork):
     """VRP mandates as leased work: B1 for new ones, the authorization watch for waiting ones."""
 
     kind = "vrp_mandate"
+    log_field = "mandate_id"
     states = (Mandate.RECEIVED.value, Mandate.AWAITING_AUTHORIZATION.value)
 
     def _repo(self, tx: StoreTx) -> Any:
@@ -1265,6 +1267,7 @@ class VrpPaymentWork(_VrpWork):
     """VRP payments as leased work: parked ones re-checked, submitted ones paid (B2), pending ones read."""
 
     kind = "vrp_payment"
+    log_field = "payment_id"
     states = (Payment.RECEIVED.value, Payment.SUBMITTED.value, Payment.PENDING.value)
 
     def _repo(self, tx: StoreTx) -> Any:

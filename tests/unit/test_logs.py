@@ -4,12 +4,14 @@ with structlog's own capture and with the JSON renderer the service uses)."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from structlog.testing import capture_logs
 
-from processor.logs import REDACTED, add_fields, mask_account, mask_accounts, redact_secrets
+from processor.logs import REDACTED, add_fields, mask_account, mask_accounts, redact_secrets, timestamp_ms
 
 
 def test_secret_named_fields_are_redacted_and_the_rest_kept() -> None:
@@ -69,3 +71,10 @@ def test_capture_logs_sees_the_fields_call_sites_bind() -> None:
     with capture_logs(processors=[redact_secrets]) as logs:
         structlog.get_logger("t").warning("refresh failed", mandate_id="M-1", refresh_token="rt")
     assert logs == [{"event": "refresh failed", "mandate_id": "M-1", "refresh_token": REDACTED, "log_level": "warning"}]
+
+
+def test_timestamps_are_utc_with_milliseconds() -> None:
+    event = timestamp_ms(None, "info", {"event": "x"})
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", event["timestamp"]), event
+    written = datetime.strptime(event["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert abs((datetime.now(UTC) - written).total_seconds()) < 60
