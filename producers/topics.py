@@ -198,7 +198,11 @@ def parser() -> argparse.ArgumentParser:
         prog="dispersion topics",
         description="Create the project's Kafka topics (idempotent): partitions, retention, size limits.",
     )
-    p.add_argument("--config", help="configuration file (its [kafka] table: bootstrap, topic names, client settings)")
+    p.add_argument(
+        "--config",
+        help="configuration file, its [kafka] table: bootstrap, topic names, client settings"
+        " (default: $DISPERSION_CONFIG, or ./dispersion.toml when present)",
+    )
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions per topic (default 12)")
     p.add_argument("--replication-factor", type=int, default=-1, help="default: the broker's default")
@@ -214,7 +218,9 @@ def main(argv: list[str]) -> int:
     """`dispersion topics`."""
     args = parser().parse_args(argv)
     try:
-        settings = settings_from_config(args.config, bootstrap=args.bootstrap)
+        from processor.config import optional_config_path
+
+        settings = settings_from_config(optional_config_path(args.config), bootstrap=args.bootstrap)
         specs = project_topics(
             settings,
             partitions=args.partitions,

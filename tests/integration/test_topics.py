@@ -1,0 +1,114 @@
+"""`dispersion topics` against a real broker: the six topics created with the wanted partitions, retention and size
+limits; a second run changes nothing; retention follows the options; a partition count is reported, never
+changed; `--check` changes nothing and exits 1 when something differs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from bank_support import key_pair
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+from producers.kafka import ALL_TOPICS, MAX_MESSAGE_BYTES, STATUS_TOPIC, KafkaSettings
+from producers.topics import HOUR_MS, ensure_topics, main, project_topics
+
+
+def _names() -> dict[str, str]:
+    run = uuid.uuid4().hex[:10]
+    return {logical: f"test.{run}.{logical}" for logical in ALL_TOPICS}
+
+
+def _described(bootstrap: str, names: list[str]) -> dict[str, tuple[int, dict[str, str | None]]]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(timeout=30)
+    futures = admin.describe_configs([ConfigResource("topic", name) for name in names], request_timeout=30)
+    configs = {resource.name: future.result(30) for resource, future in futures.items()}
+    return {
+        name: (len(metadata.topics[name].partitions), {k: e.value for k, e in configs[name].items()}) for name in names
+    }
+
+
+def test_topics_are_created_as_wanted_and_a_second_run_changes_nothing(kafka_bootstrap: str) -> None:
+    names = _names()
+    settings = KafkaSettings(bootstrap=kafka_bootstrap, topics=names)
+    specs = project_topics(settings, partitions=2, retention_hours=5, status_retention_hours=7)
+    first = ensure_topics(settings.config(), specs)
+    assert [(r.name, r.action, r.partitions) for r in first] == [(names[t], "created", 2) for t in ALL_TOPICS]
+
+    found = _described(kafka_bootstrap, list(names.values()))
+    for logical, physical in names.items():
+        partitions, config = found[physical]
+        hours = 7 if logical in (STATUS_TOPIC, "vrp.status") else 720 if logical.endswith(".dlq") else 5
+        assert partitions == 2, physical
+        assert config["retention.ms"] == str(hours * HOUR_MS), physical
+    assert found[names["payroll.batches"]][1]["max.message.bytes"] == str(MAX_MESSAGE_BYTES)
+
+    again = ensure_topics(settings.config(), specs)
+    assert [(r.action, r.changed_config, r.warnings) for r in again] == [("exists", (), ())] * len(ALL_TOPICS)
+
+
+def test_retention_is_aligned_and_a_partition_count_only_reported(kafka_bootstrap: str) -> None:
+    names = _names()
+    settings = KafkaSettings(bootstrap=kafka_bootstrap, topics=names)
+    ensure_topics(settings.config(), project_topics(settings, partitions=2))
+
+    changed = ensure_topics(settings.config(), project_topics(settings, partitions=3, retention_hours=1))
+    by_name = {r.name: r for r in changed}
+    batches = by_name[names["payroll.batches"]]
+    assert batches.changed_config == ("retention.ms",)
+    assert any("has 2 partitions, 3 wanted" in w for w in batches.warnings), batches.warnings
+    assert by_name[names[STATUS_TOPIC]].changed_config == ()  # its retention did not change
+    partitions, config = _described(kafka_bootstrap, [names["payroll.batches"]])[names["payroll.batches"]]
+    assert (partitions, config["retention.ms"]) == (2, str(HOUR_MS))
+
+
+def _config_file(path: Path, bootstrap: str, names: Mapping[str, str]) -> Path:
+    (path.parent / "signing-key.pem").write_text(key_pair().private_pem)
+    mapping = "".join(f'"{logical}" = "{physical}"\n' for logical, physical in names.items())
+    path.write_text(
+        f"""[kafka]
+bootstrap_servers = "{bootstrap}"
+
+[kafka.topics]
+{mapping}
+[integrations.sandbox]
+issuer = "http://127.0.0.1:8700"
+resource_server = "http://127.0.0.1:8700"
+client_id = "client-1"
+client_secret = "s3cret-value-for-tests"
+redirect_uri = "http://127.0.0.1:8600/callback"
+kid = "kid-1"
+signing_key_path = "signing-key.pem"
+financial_id = "0015800001041RHAAY"
+customer_ip = "127.0.0.1"
+"""
+    )
+    return path
+
+
+def test_the_command_creates_then_checks(
+    kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = _names()
+    config = _config_file(tmp_path / "dispersion.toml", kafka_bootstrap, names)
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("DISPERSION_CONFIG", str(config))  # found without --config, as the other commands do
+
+    assert main(["--check", "--partitions", "1"]) == 1  # nothing exists yet
+    assert "missing" in capsys.readouterr().out
+    assert _described_names(kafka_bootstrap) & set(names.values()) == set()  # --check created nothing
+
+    assert main(["--partitions", "1", "--retention-hours", "2"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name}: created (1 partitions)" in out for name in names.values()), out
+    assert main(["--check", "--partitions", "1", "--retention-hours", "2"]) == 0
+    assert main(["--check", "--partitions", "1", "--retention-hours", "3"]) == 1  # differs: reported ...
+    retention = _described(kafka_bootstrap, [names["payroll.batches"]])[names["payroll.batches"]][1]["retention.ms"]
+    assert retention == str(2 * HOUR_MS)  # ... and left alone
+
+
+def _described_names(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
