@@ -24,6 +24,7 @@ reaches the handler again, which recognises it (a duplicate batch id changes not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
@@ -128,10 +129,8 @@ def _record_lag(stats_json: str) -> None:
 def _forget_lag(partitions: list[TopicPartition]) -> None:
     # Another member reports these now; a series left behind would show a stale lag forever.
     for p in partitions:
-        try:
+        with contextlib.suppress(KeyError):
             CONSUMER_LAG.remove(p.topic, str(p.partition))
-        except KeyError:
-            pass
 
 
 class AtLeastOnceConsumer:
