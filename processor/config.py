@@ -220,18 +220,29 @@ def optional_config_path(explicit: str | None) -> str | None:
     return str(default) if os.environ.get(CONFIG_ENV) or default.is_file() else None
 
 
-def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
-    """Read, resolve (`*_env` keys) and validate a configuration file; ConfigError on any problem."""
-    file = Path(path)
+def _read_toml(file: Path) -> dict[str, Any]:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read the configuration file ({exc.strerror or exc})") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML ({exc})") from None
-    return parse_config(data, base_dir=file.resolve().parent, environ=environ, source=str(file))
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Read, resolve (`*_env` keys) and validate a configuration file; ConfigError on any problem."""
+    file = Path(path)
+    return parse_config(_read_toml(file), base_dir=file.resolve().parent, environ=environ, source=str(file))
+
+
+def load_kafka_settings(path: str | Path, environ: Mapping[str, str] | None = None) -> KafkaSettings:
+    """Only the `[kafka]` table of a configuration file, for commands that need nothing else (`status`,
+    `topics`): the integrations' secrets need not be set to read a topic."""
+    file = Path(path)
+    reader = _Reader(str(file), file.resolve().parent, os.environ if environ is None else environ)
+    return reader.kafka(_read_toml(file).get("kafka", {}))
 
 
 def parse_config(

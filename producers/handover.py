@@ -104,7 +104,9 @@ def published_event_ids(
         ends: dict[int, int] = {}
         assignment: list[TopicPartition] = []
         for start in starts:
-            if start.error is not None or start.offset == OFFSET_END or start.offset < 0:
+            if start.error is not None:  # unknown is not "nothing there": the keys must wait
+                raise HandoverScanError(f"{topic}[{start.partition}]: no offset for the start time: {start.error}")
+            if start.offset == OFFSET_END or start.offset < 0:
                 continue  # nothing written since then on this partition
             _, high = consumer.get_watermark_offsets(TopicPartition(topic, start.partition), timeout=_left(deadline))
             if start.offset < high:

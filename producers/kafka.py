@@ -102,10 +102,12 @@ def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> K
     """`KafkaSettings` from a configuration file (or none: `--bootstrap` / the environment alone)."""
     if path is None:
         return settings_from(bootstrap=bootstrap)
-    from processor.config import load_config  # late: the producers package works without the processor's config
+    # Late: the producers package works without the processor's config. Only the [kafka] table is read, so the
+    # integrations' secrets need not be set to read or create a topic.
+    from processor.config import load_kafka_settings
 
-    config = load_config(path)
-    return settings_from(config.kafka.options, bootstrap=bootstrap, configured=config.kafka.bootstrap_servers)
+    kafka = load_kafka_settings(path)
+    return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
 
 
 def librdkafka_logger(name: str) -> logging.Logger:

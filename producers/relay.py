@@ -24,8 +24,11 @@ Guarantees, and why:
   dies (or closes with Kafka down) after handing events to its producer may have got some of them into Kafka
   without marking them; the next owner of those keys (`Outbox.handovers`) reads the topic from the time they
   were first handed (producers/handover.py), marks what it finds published (`Outbox.adopt`) and produces only
-  the rest. If the topic cannot be read, the keys wait. Every event also carries its `event_id` (header and
-  field), so a consumer can still deduplicate should a relay stalled past its lease deliver late.
+  the rest. If the topic cannot be read, the keys wait. A delivery reported as failed may have been written
+  all the same: its key becomes a handover for this relay too (`Outbox.suspect`). A relay closed while Kafka is
+  unreachable keeps its keys leased (a dropped request may still land) until the lease runs out. Every event
+  also carries its `event_id` (header and field), so a consumer can still deduplicate should a relay stalled
+  past its lease deliver late.
 - An event that cannot be encoded (an engine bug) blocks its key only, with an error log, so later events of that
   batch never overtake it; other keys go on.
 """
@@ -59,6 +62,8 @@ IN_FLIGHT = Gauge("dispersion_outbox_in_flight", "Outbox events handed to the pr
 
 # The field of each status record that carries the message key.
 KEY_FIELDS: dict[str, str] = {"dispersion.status": "batch_id", "vrp.status": "mandate_id"}
+# Handed keys whose possible publications started within the same span are scanned together.
+HANDOVER_GROUP_SECONDS = 300
 
 
 class Clock(Protocol):
@@ -126,7 +131,7 @@ class RelayStats:
     published: int = 0
     delivery_failures: int = 0
     store_errors: int = 0
-    handovers: int = 0  # keys taken over from another relay after checking Kafka
+    handovers: int = 0  # handed keys checked in Kafka and adopted
     found_published: int = 0  # events found in Kafka on a handover, marked instead of produced again
 
 
@@ -159,13 +164,17 @@ class OutboxRelay:
         # Consumer properties for reading the topics on a handover (default: the producer's, adapted).
         self.handover_config = dict(handover_config) if handover_config is not None else scan_config(config)
         self.handover_timeout = handover_timeout
+        self._handover_backoff = 0.5
+        self._handover_retry_at = 0.0  # monotonic time before which handed keys wait without a scan
         self.stats = RelayStats()
-        # No local time limit: an event waits (in order) until Kafka takes it; see the module docstring.
-        self._producer = Producer({"message.timeout.ms": 0, "linger.ms": 5, **config})
+        # No local time limit: an event waits (in order) until Kafka takes it; see the module docstring. Set last,
+        # over any [kafka.client] setting: a timed-out message may have been written all the same.
+        self._producer = Producer({"linger.ms": 5, **config, "message.timeout.ms": 0})
         self._in_flight: dict[int, OutboxEvent] = {}  # handed to the producer, not yet marked published
         self._acked: list[int] = []  # acknowledged, to be marked published
         self._failed: list[tuple[int, KafkaError]] = []
         self._poisoned: dict[int, str] = {}  # outbox id -> why it cannot be encoded (logged once)
+        self._suspects: set[tuple[str, str]] = set()  # keys with a failed delivery, to be checked in Kafka first
         self._lock = threading.Lock()  # delivery callbacks run inside poll/flush, on the calling thread
 
     @property
@@ -197,6 +206,15 @@ class OutboxRelay:
             self.stats.delivery_failures += 1
             RELAY_ERRORS.labels("delivery").inc()
             log.error("outbox_delivery_failed", outbox_id=outbox_id, key=event.key if event else None, error=str(error))
+            if event is not None:
+                self._suspects.add((event.topic, event.key))  # it may be in Kafka all the same
+        if self._suspects:
+            suspects = set(self._suspects)
+            try:
+                self.store.run(lambda tx: tx.outbox.suspect(owner=self.owner, keys=suspects))
+                self._suspects -= suspects
+            except StoreError as exc:
+                log.warning("outbox_suspect_failed", keys=len(suspects), error=str(exc))  # blocked until recorded
         if not acked:
             IN_FLIGHT.set(len(self._in_flight))
             return 0
@@ -236,10 +254,11 @@ class OutboxRelay:
             RELAY_ERRORS.labels("store").inc()
             log.warning("outbox_claim_failed", error=str(exc))
             return done
-        blocked: set[tuple[str, str]] = set()
+        blocked: set[tuple[str, str]] = set(self._suspects)
         found: set[str] = set()
         if handed:
-            blocked, found = self._take_over(handed)
+            waiting, found = self._take_over(handed)
+            blocked |= waiting
         room = self.max_in_flight - len(self._in_flight)
         for event in claimed:
             if event.id in self._in_flight or event.event_id in found:
@@ -283,50 +302,65 @@ class OutboxRelay:
 
     def _take_over(self, handed: list[Handover]) -> tuple[set[tuple[str, str]], set[str]]:
         """Check Kafka for the handed keys' events and adopt the keys; returns (keys that must wait this round,
-        event ids found in Kafka and now marked published)."""
-        by_topic: dict[str, list[Handover]] = {}
+        event ids found in Kafka and now marked published).
+
+        All scans of one round share one deadline, well inside the lease, so the keys claimed at the start of the
+        round are still this relay's when it produces. Keys are scanned in groups of similar start time, newest
+        first: a key handed long ago (a long scan) holds up only its own group. After a failed scan, handed keys
+        wait without a scan until a backoff has passed."""
+        slots = {(item.topic, item.key) for item in handed}
+        if time.monotonic() < self._handover_retry_at:
+            return slots, set()
+        deadline = time.monotonic() + min(self.handover_timeout, self.lease_seconds / 4)
+        groups: dict[tuple[str, int], list[Handover]] = {}
         for item in handed:
-            by_topic.setdefault(item.topic, []).append(item)
-        blocked: set[tuple[str, str]] = set()
+            groups.setdefault((item.topic, int(item.since.timestamp()) // HANDOVER_GROUP_SECONDS), []).append(item)
         found: set[str] = set()
-        adopted: list[tuple[str, str]] = []
-        for topic, items in by_topic.items():
+        scanned: list[tuple[str, str]] = []
+        failed = False
+        for (topic, _bucket), items in sorted(groups.items(), key=lambda group: -group[0][1]):
+            left = deadline - time.monotonic()
             try:
+                if left <= 0:
+                    raise HandoverScanError("no time left in this round")
                 found |= published_event_ids(
                     self.handover_config,
                     self.topic_name(topic),
                     {item.key.encode("utf-8") for item in items},
                     since=min(item.since for item in items),
-                    timeout=self.handover_timeout,
+                    timeout=left,
                 )
             except HandoverScanError as exc:
-                blocked.update((topic, item.key) for item in items)
+                failed = True
                 RELAY_ERRORS.labels("handover").inc()
                 log.warning("outbox_handover_scan_failed", topic=topic, keys=len(items), error=str(exc))
                 continue
-            adopted.extend((topic, item.key) for item in items)
-        if not adopted:
-            return blocked, set()
+            scanned.extend((topic, item.key) for item in items)
+        self._handover_backoff = min(2 * self._handover_backoff, 30.0) if failed else 0.5
+        self._handover_retry_at = time.monotonic() + self._handover_backoff if failed else 0.0
+        if not scanned:
+            return slots, set()
         try:
-            marked = self.store.run(
+            adoption = self.store.run(
                 lambda tx: tx.outbox.adopt(
-                    owner=self.owner, keys=adopted, published_event_ids=found, now=self.clock.now()
+                    owner=self.owner, keys=scanned, published_event_ids=found, now=self.clock.now()
                 )
             )
         except StoreError as exc:
             self.stats.store_errors += 1
             RELAY_ERRORS.labels("store").inc()
-            log.warning("outbox_adopt_failed", keys=len(adopted), error=str(exc))
-            return blocked | set(adopted), set()
-        self.stats.handovers += len(adopted)
-        self.stats.found_published += marked
+            log.warning("outbox_adopt_failed", keys=len(scanned), error=str(exc))
+            return slots, set()
+        self.stats.handovers += len(scanned)
+        self.stats.found_published += adoption.marked
         log.info(
             "outbox_handover",
-            keys=len(adopted),
-            found_published=marked,
+            keys=len(scanned),
+            found_published=adoption.marked,
             previous_owners=sorted({item.previous_owner for item in handed}),
         )
-        return blocked, found
+        # Only the keys still held may be produced now (a key missing was fully published, or its lease lost).
+        return slots - set(adoption.keys), found
 
     def run(self, stop: threading.Event, *, idle: float = 0.2) -> None:
         """Relay until `stop` is set, then `close`."""
@@ -351,17 +385,24 @@ class OutboxRelay:
         return False
 
     def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is queued (up to `timeout`), mark it, and release this relay's keys."""
+        """Deliver what is queued (up to `timeout`), mark it, and release this relay's keys (unless something had to
+        be dropped: then the keys are left to their leases, see below)."""
         self._producer.flush(timeout)
-        if len(self._producer):
+        purged = len(self._producer) > 0
+        if purged:
             # Kafka is unreachable: drop the local copies; the events stay unpublished in the outbox.
             self._producer.purge()
             self._producer.poll(0)
         self._settle()
-        try:
-            self.store.run(lambda tx: tx.outbox.release(owner=self.owner))
-        except StoreError as exc:
-            log.warning("outbox_release_failed", error=str(exc))  # the leases run out on their own
+        if purged:
+            # A dropped request may still be written by the broker: the keys stay leased until the lease runs out,
+            # and the next owner checks Kafka for them first (they name this relay as the one that handed them).
+            log.warning("outbox_relay_closed_keys_left_to_their_leases", owner=self.owner)
+        else:
+            try:
+                self.store.run(lambda tx: tx.outbox.release(owner=self.owner))
+            except StoreError as exc:
+                log.warning("outbox_release_failed", error=str(exc))  # the leases run out on their own
         if self._in_flight:
             log.warning("outbox_relay_closed_with_unacknowledged", events=len(self._in_flight))
         log.info("outbox_relay_stopped", owner=self.owner, published=self.stats.published)

@@ -32,6 +32,7 @@ from processor.store.flows import (
 from processor.store.outbox import (
     DISPERSION_STATUS_RANKS,
     STATUS_TOPIC,
+    Adoption,
     Handover,
     OutboxEvent,
     StatusConflictError,
@@ -48,6 +49,7 @@ __all__ = [
     "STATUS_TOPIC",
     "TERMINAL_FLOW_STATES",
     "VRP_STATUS_TOPIC",
+    "Adoption",
     "AuthAttempt",
     "Cipher",
     "ConsentTokens",

@@ -92,6 +92,15 @@ class Handover:
 
 
 @dataclass(frozen=True)
+class Adoption:
+    """What `adopt` did: events found in Kafka and marked published; keys still held, whose remaining events
+    this relay may now produce (a key missing here was fully published or its lease was lost)."""
+
+    marked: int
+    keys: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class OutboxEvent:
     """One stored event. `payload` is the JSON document appended (Decimals were written as strings), parsed
     from `payload_text` on first use: a large event (100,000 transaction results) is parsed only by the
@@ -287,43 +296,65 @@ class Outbox:
         return [_event(r) for r in rows]
 
     def handovers(self, *, owner: str, now: datetime) -> list[Handover]:
-        """Keys this owner holds whose unpublished events another relay handed to its producer: check Kafka for
-        them (producers/handover.py) and `adopt` them before producing any of their events."""
+        """Keys this owner holds whose unpublished events another relay (or this one, before a delivery failure)
+        may have got into Kafka: check Kafka for them (producers/handover.py) and `adopt` them before producing
+        any of their events. `since` is the earliest time such an event can have been produced: the later of
+        when the key was first handed and when its oldest unpublished event was written."""
         rows = self.tx.fetchall(
-            "SELECT topic, event_key, handed_by, handed_since FROM outbox_keys"
-            " WHERE pending > 0 AND lease_owner = ? AND lease_expires_at > ? AND handed_by IS NOT NULL"
-            " AND handed_by <> ? ORDER BY topic, event_key",
+            "SELECT k.topic, k.event_key, k.handed_by, k.handed_since,"
+            " (SELECT MIN(o.created_at) FROM outbox AS o WHERE o.topic = k.topic AND o.event_key = k.event_key"
+            " AND o.published_at IS NULL) AS oldest"
+            " FROM outbox_keys AS k WHERE k.pending > 0 AND k.lease_owner = ? AND k.lease_expires_at > ?"
+            " AND k.handed_by IS NOT NULL AND k.handed_by <> ? ORDER BY k.topic, k.event_key",
             (owner, utc_ms(now), owner),
         )
         result = []
         for row in rows:
-            since = to_datetime(row["handed_since"])
-            assert since is not None
+            handed, oldest = to_datetime(row["handed_since"]), to_datetime(row["oldest"])
+            assert handed is not None
+            since = handed if oldest is None else max(handed, oldest)
             result.append(Handover(str(row["topic"]), str(row["event_key"]), since, str(row["handed_by"])))
         return result
 
     def adopt(
         self, *, owner: str, keys: Sequence[tuple[str, str]], published_event_ids: Collection[str], now: datetime
-    ) -> int:
-        """Take over handed keys: mark the events found in Kafka published, then record this owner as the one
-        handing the rest. Returns how many events were marked."""
-        marked = 0
+    ) -> Adoption:
+        """Take over handed keys: mark their events found in Kafka published, then record this owner as the one
+        handing the rest, for the keys it still holds (the others must not be produced: see `Adoption`)."""
+        wanted = set(keys)
+        ids: list[int] = []
         found = sorted(published_event_ids)
         for start in range(0, len(found), 500):
             chunk = found[start : start + 500]
             rows = self.tx.fetchall(
-                f"SELECT id FROM outbox WHERE event_id IN {in_clause(chunk)} AND published_at IS NULL",  # noqa: S608
+                f"SELECT id, topic, event_key FROM outbox WHERE event_id IN {in_clause(chunk)}"  # noqa: S608
+                " AND published_at IS NULL",
                 tuple(chunk),
             )
-            marked += self.mark_published([int(r["id"]) for r in rows], now=now)
+            ids.extend(int(r["id"]) for r in rows if (str(r["topic"]), str(r["event_key"])) in wanted)
+        marked = self.mark_published(ids, now=now)
         now = utc_ms(now)
-        for topic, key in sorted(keys):
-            self.tx.execute(
+        held = []
+        for topic, key in sorted(wanted):
+            if self.tx.execute(
                 "UPDATE outbox_keys SET handed_by = ?, handed_since = ?"
                 " WHERE topic = ? AND event_key = ? AND lease_owner = ? AND pending > 0",
                 (owner, now, topic, key, owner),
+            ):
+                held.append((topic, key))
+        return Adoption(marked, tuple(held))
+
+    def suspect(self, *, owner: str, keys: Collection[tuple[str, str]]) -> int:
+        """A delivery of these keys failed in a way that may still have written the message: make them a
+        handover for this owner too, so Kafka is checked before anything of them is produced again."""
+        changed = 0
+        for topic, key in sorted(keys):
+            changed += self.tx.execute(
+                "UPDATE outbox_keys SET handed_by = ? WHERE topic = ? AND event_key = ? AND lease_owner = ?"
+                " AND pending > 0 AND handed_by IS NOT NULL",
+                (f"{owner}#unacknowledged", topic, key, owner),
             )
-        return marked
+        return changed
 
     def mark_published(self, ids: Sequence[int], *, now: datetime) -> int:
         """Mark events published (those already marked are left alone); release keys with nothing left.

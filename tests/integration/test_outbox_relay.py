@@ -8,7 +8,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError
 
 from processor.store import OutboxEvent, Store
 from producers.relay import OutboxRelay
@@ -139,3 +139,44 @@ def test_when_the_topic_cannot_be_read_the_handed_keys_wait(
     finally:
         blind.close()
     assert _published(kafka_bootstrap, kafka_topic, len(events)) == [("batch-a", e.event_id) for e in events]
+
+
+def test_a_delivery_reported_failed_but_written_is_not_sent_again(
+    store: Store, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    events = _append(store, "batch-a", 2)
+    relay = _relay(store, kafka_bootstrap, kafka_topic)
+    try:
+        relay.step()
+        relay._producer.flush(20)  # both written and acknowledged ...
+        with relay._lock:  # ... but the first report is an error (as a timed-out, possibly written request is)
+            first = relay._acked.pop(0)
+            relay._failed.append((first, KafkaError(KafkaError._MSG_TIMED_OUT)))
+        assert relay.drain(timeout=30)
+    finally:
+        relay.close()
+    seen = _published(kafka_bootstrap, kafka_topic, len(events))
+    assert seen == [("batch-a", e.event_id) for e in events]  # once each, in order: Kafka was checked first
+    assert relay.stats.delivery_failures == 1 and relay.stats.found_published == 1
+
+
+def test_a_relay_closed_with_kafka_unreachable_leaves_its_keys_to_their_leases(
+    store: Store, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    _append(store, "batch-a", 1)
+    cut_off = OutboxRelay(
+        store,
+        {"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": True, "acks": "all"},
+        topic_name=lambda _logical: kafka_topic,
+        encoder=lambda event: event.payload_text.encode(),
+        lease_seconds=30,
+    )
+    cut_off.step()  # handed to its producer, which cannot reach a broker
+    cut_off.close(timeout=0.5)  # dropped: a request in flight might still be written, so the key is kept
+    now = datetime.now(UTC)
+    with store.transaction() as tx:
+        assert tx.outbox.claim(owner="other", now=now, limit=10, lease_seconds=30) == []
+    with store.transaction() as tx:  # after the lease: a handover, checked in Kafka before anything is sent
+        assert len(tx.outbox.claim(owner="other", now=now + timedelta(seconds=31), limit=10, lease_seconds=30)) == 1
+        (handed,) = tx.outbox.handovers(owner="other", now=now + timedelta(seconds=31))
+        assert handed.previous_owner == cut_off.owner

@@ -216,7 +216,8 @@ def test_a_key_handed_by_a_relay_that_died_is_a_handover_for_the_next_owner(stor
     assert len(taken) == 3
     assert [(h.key, h.since, h.previous_owner) for h in handed] == [("k", at(2), "r1"), ("quiet", at(2), "r1")]
     with store.transaction() as tx:  # r2 found k's first event in Kafka: it is marked, the second is r2's
-        assert tx.outbox.adopt(owner="r2", keys=[("t", "k")], published_event_ids={first.event_id}, now=at(41)) == 1
+        adoption = tx.outbox.adopt(owner="r2", keys=[("t", "k")], published_event_ids={first.event_id}, now=at(41))
+        assert (adoption.marked, adoption.keys) == (1, (("t", "k"),))
         assert [(h.key, h.previous_owner) for h in tx.outbox.handovers(owner="r2", now=at(41))] == [("quiet", "r1")]
         assert [e.id for e in tx.outbox.claim(owner="r2", now=at(42), limit=10, lease_seconds=30)] == [
             second.id,
@@ -235,3 +236,35 @@ def test_a_key_fully_published_forgets_who_handed_it(store: Store) -> None:
     with store.transaction() as tx:  # a later event of the key, claimed by another relay: nothing to check
         assert len(tx.outbox.claim(owner="r2", now=at(4), limit=10, lease_seconds=30)) == 1
         assert tx.outbox.handovers(owner="r2", now=at(4)) == []
+
+
+def test_a_handover_starts_at_the_oldest_unpublished_event_and_adopting_needs_the_lease(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.outbox.append("t", "k", {"n": 1}, now=T0)
+    with store.transaction() as tx:  # r1 hands k at 1, then k's first event is published ...
+        (first,) = tx.outbox.claim(owner="r1", now=at(1), limit=10, lease_seconds=30)
+        tx.outbox.append("t", "k", {"n": 2}, now=at(20))  # ... after a second one was written at 20
+        tx.outbox.mark_published([first.id], now=at(21))
+    with store.transaction() as tx:
+        tx.outbox.claim(owner="r2", now=at(60), limit=10, lease_seconds=30)
+        (handed,) = tx.outbox.handovers(owner="r2", now=at(60))
+        assert handed.since == at(20)  # nothing unpublished can have been produced before it was written
+        # r3 has no lease on k: adopting changes nothing and names no key it may produce
+        adoption = tx.outbox.adopt(owner="r3", keys=[("t", "k")], published_event_ids=set(), now=at(61))
+        assert adoption.keys == ()
+        assert [h.key for h in tx.outbox.handovers(owner="r2", now=at(61))] == ["k"]
+
+
+def test_a_suspected_key_is_a_handover_for_its_own_relay(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.outbox.append("t", "k", {"n": 1}, now=T0)
+    with store.transaction() as tx:
+        tx.outbox.claim(owner="r1", now=at(1), limit=10, lease_seconds=30)
+        assert tx.outbox.handovers(owner="r1", now=at(1)) == []
+        assert tx.outbox.suspect(owner="r1", keys={("t", "k")}) == 1  # a delivery failed: maybe written
+        (handed,) = tx.outbox.handovers(owner="r1", now=at(2))
+        assert (handed.key, handed.previous_owner, handed.since) == ("k", "r1#unacknowledged", at(1))
+        assert tx.outbox.adopt(owner="r1", keys=[("t", "k")], published_event_ids=set(), now=at(3)).keys == (
+            ("t", "k"),
+        )
+        assert tx.outbox.handovers(owner="r1", now=at(3)) == []

@@ -78,7 +78,7 @@ bootstrap_servers = "{bootstrap}"
 issuer = "http://127.0.0.1:8700"
 resource_server = "http://127.0.0.1:8700"
 client_id = "client-1"
-client_secret = "s3cret-value-for-tests"
+client_secret_env = "DISPERSION_TEST_SECRET_NOT_SET"
 redirect_uri = "http://127.0.0.1:8600/callback"
 kid = "kid-1"
 signing_key_path = "signing-key.pem"
@@ -95,6 +95,7 @@ def test_the_command_creates_then_checks(
     names = _names()
     config = _config_file(tmp_path / "dispersion.toml", kafka_bootstrap, names)
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.delenv("DISPERSION_TEST_SECRET_NOT_SET", raising=False)  # only [kafka] is read: secrets may be unset
     monkeypatch.setenv("DISPERSION_CONFIG", str(config))  # found without --config, as the other commands do
 
     assert main(["--check", "--partitions", "1"]) == 1  # nothing exists yet
