@@ -354,3 +354,16 @@ async def engine_rig(
             yield rig
         finally:
             await engine.aclose()
+
+
+async def pay(rig: Rig) -> str:
+    """Submit a batch, approve it at the bank through the approval link, drive it to COMPLETED; its id."""
+    document = batch()
+    batch_id = str(document["batch_id"])
+    await rig.submit(document)
+    await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
+    approval = await rig.approve(rig.approval_url(batch_id))
+    assert approval.callback is not None and approval.callback.status_code == 200
+    flow = await rig.to_state(batch_id, FlowState.COMPLETED, FlowState.FAILED)
+    assert flow.state == FlowState.COMPLETED, flow
+    return batch_id

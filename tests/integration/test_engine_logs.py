@@ -7,22 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from engine_support import batch, engine_rig
+from engine_support import engine_rig, pay
 
-from processor.store import FlowState, Store
+from processor.store import Store
 
 
 async def test_every_bank_call_for_a_batch_names_the_batch(store: Store) -> None:
     async with engine_rig(store) as rig:
         with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-            document = batch()
-            batch_id = str(document["batch_id"])
-            await rig.submit(document)
-            await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
-            approval = await rig.approve(rig.approval_url(batch_id))
-            assert approval.callback is not None and approval.callback.status_code == 200
-            flow = await rig.to_state(batch_id, FlowState.COMPLETED, FlowState.FAILED)
-        assert flow.state == FlowState.COMPLETED
+            batch_id = await pay(rig)
     calls: list[dict[str, Any]] = [entry for entry in logs if entry.get("event") == "bank call"]
     operations = {str(entry["operation"]).split(" ")[0] for entry in calls}
     # Worker steps (A1, A2, A3, A4), the approval link (E4 PAR) and the callback (E6 code exchange).

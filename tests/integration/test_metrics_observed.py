@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 from confluent_kafka import Message
-from engine_support import Rig, batch, engine_rig
+from engine_support import Rig, engine_rig, pay
 from kafka_layer_support import committed, new_topic, produce, settings_for
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,7 +30,7 @@ from starlette.applications import Starlette
 
 from consumers.loop import Accepted, AtLeastOnceConsumer, Rejected, consumer_config
 from processor.service import Processor
-from processor.store import FlowState, Store, StoreError
+from processor.store import Store, StoreError
 from producers.kafka import BATCHES_TOPIC
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -67,19 +67,6 @@ def changed(before: Samples, after: Samples, name: str) -> dict[frozenset[tuple[
     keys = {labels for sample, labels in (*before, *after) if sample == name}
     moved = {labels: after.get((name, labels), 0.0) - before.get((name, labels), 0.0) for labels in keys}
     return {labels: change for labels, change in moved.items() if change}
-
-
-async def pay(rig: Rig) -> str:
-    """Submit a batch, approve it at the bank, drive it to COMPLETED."""
-    document = batch()
-    batch_id = str(document["batch_id"])
-    await rig.submit(document)
-    await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
-    approval = await rig.approve(rig.approval_url(batch_id))
-    assert approval.callback is not None and approval.callback.status_code == 200
-    flow = await rig.to_state(batch_id, FlowState.COMPLETED, FlowState.FAILED)
-    assert flow.state == FlowState.COMPLETED, flow
-    return batch_id
 
 
 def requests_received(rig: Rig, path_suffix: str) -> int:

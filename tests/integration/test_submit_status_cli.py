@@ -22,14 +22,13 @@ import sys
 import threading
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bank_support import key_pair
+from cli_support import EXPORT, ORIGIN, Run, write_config
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 import schemas
@@ -37,23 +36,8 @@ from processor import statuscli, submit
 
 pytestmark = pytest.mark.kafka
 
-ORIGIN = ("--origin-account", "3001234567", "--origin-currency", "GTQ")
-EXPORT = """employee_reference,account_number,account_type,amount,currency,email,concept
-E-1001,2001002001,SAVINGS,8500.00,GTQ,ana.lopez@example.com,Payroll November
-E-1002,2001002002,SAVINGS,7250.50,GTQ,bruno.diaz@example.com,Payroll November
-E-1003,2001002003,MONETARY,12000.00,GTQ,carla.mendez@example.com,Payroll November
-E-1004,2001002004,SAVINGS,0.01,GTQ,dora.ruiz@example.com,Payroll November
-E-1005,2001002005,SAVINGS,15475.99,GTQ,eva.soto@example.com,Payroll November
-"""
 EXPORT_SUM = Decimal("43226.50")
 T0 = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
 
 
 @pytest.fixture(autouse=True)
@@ -63,38 +47,6 @@ def no_ambient_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("DISPERSION_CONFIG", raising=False)
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     monkeypatch.chdir(tmp_path)
-
-
-def write_config(path: Path, bootstrap: str, topics: Mapping[str, str] | None = None) -> Path:
-    """A configuration file with one integration (`sandbox`) and the given `[kafka]` table."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    (path.parent / "signing-key.pem").write_text(key_pair().private_pem)
-    mapping = "".join(f'"{logical}" = "{physical}"\n' for logical, physical in (topics or {}).items())
-    path.write_text(
-        f"""[processor]
-store = "sqlite:///{path.parent}/dispersion.sqlite"
-
-[kafka]
-bootstrap_servers = "{bootstrap}"
-
-[kafka.topics]
-{mapping}
-[integrations.sandbox]
-issuer = "http://127.0.0.1:8700"
-resource_server = "http://127.0.0.1:8700"
-client_id = "client-1"
-client_secret = "s3cret-value-for-tests"
-redirect_uri = "http://127.0.0.1:8600/callback"
-kid = "kid-1"
-signing_key_path = "signing-key.pem"
-financial_id = "0015800001041RHAAY"
-customer_ip = "127.0.0.1"
-token_auth_method = "private_key_jwt"
-grant_parameter = "grand_type"
-assertion_signing = "local"
-"""
-    )
-    return path
 
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Message]:

@@ -5,11 +5,10 @@ changed; `--check` changes nothing and exits 1 when something differs."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from bank_support import key_pair
+from cli_support import write_config
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from producers.kafka import ALL_TOPICS, MAX_MESSAGE_BYTES, STATUS_TOPIC, KafkaSettings
@@ -65,35 +64,13 @@ def test_retention_is_aligned_and_a_partition_count_only_reported(kafka_bootstra
     assert (partitions, config["retention.ms"]) == (2, str(HOUR_MS))
 
 
-def _config_file(path: Path, bootstrap: str, names: Mapping[str, str]) -> Path:
-    (path.parent / "signing-key.pem").write_text(key_pair().private_pem)
-    mapping = "".join(f'"{logical}" = "{physical}"\n' for logical, physical in names.items())
-    path.write_text(
-        f"""[kafka]
-bootstrap_servers = "{bootstrap}"
-
-[kafka.topics]
-{mapping}
-[integrations.sandbox]
-issuer = "http://127.0.0.1:8700"
-resource_server = "http://127.0.0.1:8700"
-client_id = "client-1"
-client_secret_env = "DISPERSION_TEST_SECRET_NOT_SET"
-redirect_uri = "http://127.0.0.1:8600/callback"
-kid = "kid-1"
-signing_key_path = "signing-key.pem"
-financial_id = "0015800001041RHAAY"
-customer_ip = "127.0.0.1"
-"""
-    )
-    return path
-
-
 def test_the_command_creates_then_checks(
     kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names = _names()
-    config = _config_file(tmp_path / "dispersion.toml", kafka_bootstrap, names)
+    config = write_config(
+        tmp_path / "dispersion.toml", kafka_bootstrap, names, secret_env="DISPERSION_TEST_SECRET_NOT_SET"
+    )
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     monkeypatch.delenv("DISPERSION_TEST_SECRET_NOT_SET", raising=False)  # only [kafka] is read: secrets may be unset
     monkeypatch.setenv("DISPERSION_CONFIG", str(config))  # found without --config, as the other commands do

@@ -9,30 +9,18 @@ import csv
 import hashlib
 import io
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from cli_support import EXPORT, ORIGIN, Run
 
 from processor import submit
 from processor.submit import BatchFields, Export, ExportError, check, default_batch_id, read_csv, sniff_delimiter
 
 NOW = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
-ORIGIN = ("--origin-account", "3001234567", "--origin-currency", "GTQ")
-DOC_EXAMPLE = """employee_reference,account_number,account_type,amount,currency,email,concept
-E-1001,2001002001,SAVINGS,8500.00,GTQ,ana.lopez@example.com,Payroll November
-E-1002,2001002002,SAVINGS,7250.50,GTQ,bruno.diaz@example.com,Payroll November
-E-1003,2001002003,MONETARY,12000.00,GTQ,carla.mendez@example.com,Payroll November
-"""
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
+DOC_EXAMPLE = "".join(EXPORT.splitlines(keepends=True)[:4])  # the header and three rows
 
 
 @pytest.fixture(autouse=True)
