@@ -212,7 +212,7 @@ def default_config_path() -> Path:
 
 
 def optional_config_path(explicit: str | None) -> str | None:
-    """For commands that also work without a configuration file (`submit`, `status`): `explicit` (`--config`),
+    """For commands that also work without a configuration file (`submit`, `status`, `topics`): `explicit`,
     else `$DISPERSION_CONFIG`, else `./dispersion.toml` when it exists, else None."""
     if explicit is not None:
         return explicit

@@ -23,6 +23,8 @@ from typing import Any, Final
 
 import structlog
 
+from processor.store.db import iso_ms
+
 SECRET_KEYS: Final = frozenset(
     {
         "access_token",
@@ -71,8 +73,7 @@ def mask_accounts(_logger: Any, _method: str, event: MutableMapping[str, Any]) -
 
 def timestamp_ms(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: `timestamp`, UTC ISO 8601 with milliseconds (`2026-11-24T09:30:00.123Z`)."""
-    now = datetime.now(UTC)
-    event["timestamp"] = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    event["timestamp"] = iso_ms(datetime.now(UTC))
     return event
 
 

@@ -24,25 +24,22 @@ import sys
 import threading
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from types import FrameType
 from typing import IO, Any, Final
 
+from processor.store.db import iso_ms
+
 TERMINAL: Final = {"COMPLETED": 0, "INVALID": 1, "REJECTED": 1, "EXPIRED": 1, "FAILED": 1}
 VRP_TERMINAL: Final = {"AUTHORIZED": 0, "REJECTED": 1, "EXPIRED": 1, "INVALID": 1}
-
-
-def _iso(moment: datetime) -> str:
-    moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return format(value, "f")
     if isinstance(value, datetime):
-        return _iso(value)
+        return iso_ms(value)
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -59,7 +56,7 @@ def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
     """One event as a human line: time, key, status, then the fields that are set."""
     key = record.get("batch_id") or record.get("mandate_id") or "?"
     occurred = record.get("occurred_at")
-    when = _iso(occurred) if isinstance(occurred, datetime) else str(occurred)
+    when = iso_ms(occurred) if isinstance(occurred, datetime) else str(occurred)
     parts = [when, str(key), str(record.get("status"))]
     labels = (
         ("payment_id", "payment"),
@@ -129,7 +126,6 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
     import schemas
-    from processor.config import optional_config_path
     from producers.kafka import STATUS_TOPIC, VRP_STATUS_TOPIC, KafkaSetupError, librdkafka_logger, settings_from_config
 
     args = parser().parse_args(argv)
@@ -139,7 +135,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
         return 2
     logical = VRP_STATUS_TOPIC if args.vrp else STATUS_TOPIC
     try:
-        settings = settings_from_config(optional_config_path(args.config), bootstrap=args.bootstrap)
+        settings = settings_from_config(args.config, bootstrap=args.bootstrap)
     except (KafkaSetupError, ValueError) as exc:
         print(f"dispersion status: {exc}", file=sys.stderr)
         return 2

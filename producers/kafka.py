@@ -99,13 +99,15 @@ def settings_from(
 
 
 def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> KafkaSettings:
-    """`KafkaSettings` from a configuration file (or none: `--bootstrap` / the environment alone)."""
-    if path is None:
-        return settings_from(bootstrap=bootstrap)
+    """`KafkaSettings` from a configuration file: `path` (`--config`), else `$DISPERSION_CONFIG`, else
+    `./dispersion.toml` when present, else none (`--bootstrap` / the environment alone)."""
     # Late: the producers package works without the processor's config. Only the [kafka] table is read, so the
     # integrations' secrets need not be set to read or create a topic.
-    from processor.config import load_kafka_settings
+    from processor.config import load_kafka_settings, optional_config_path
 
+    path = optional_config_path(path)
+    if path is None:
+        return settings_from(bootstrap=bootstrap)
     kafka = load_kafka_settings(path)
     return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
 

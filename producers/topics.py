@@ -218,9 +218,7 @@ def main(argv: list[str]) -> int:
     """`dispersion topics`."""
     args = parser().parse_args(argv)
     try:
-        from processor.config import optional_config_path
-
-        settings = settings_from_config(optional_config_path(args.config), bootstrap=args.bootstrap)
+        settings = settings_from_config(args.config, bootstrap=args.bootstrap)
         specs = project_topics(
             settings,
             partitions=args.partitions,
