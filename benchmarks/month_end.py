@@ -65,7 +65,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 import schemas
-from processor.kafka_local import LocalKafka
+from processor.devtools.kafka_local import LocalKafka
 from producers.kafka import ALL_TOPICS, BATCHES_TOPIC, STATUS_TOPIC, KafkaSettings, librdkafka_logger, producer_config
 from producers.topics import ensure_topics, project_topics
 
@@ -844,7 +844,7 @@ def broker(explicit: str | None) -> Iterator[str]:
     if existing:
         yield existing
         return
-    say("starting a local Kafka broker (processor.kafka_local.LocalKafka)")
+    say("starting a local Kafka broker (processor.devtools.kafka_local.LocalKafka)")
     with LocalKafka() as kafka:
         yield kafka.bootstrap
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from processor.batch import PayrollBatch, batch_from_json
-from processor.payload import prepare_file_payload
+from processor.domain.batch import PayrollBatch, batch_from_json
+from processor.domain.payload import prepare_file_payload
 
 CONCEPTS = ("Pago de planilla noviembre 2024", "Bonificación incentivo decreto 37-2001", "Aguinaldo 2024")
 

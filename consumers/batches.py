@@ -31,9 +31,9 @@ from confluent_kafka import Message
 
 import schemas
 from consumers.loop import Accepted, AtLeastOnceConsumer, Rejected, consumer_config
+from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.intake import accept_batch, prepare_batch
 from processor.store import FlowState, Store
-from processor.validation import DEFAULT_LIMITS, ValidationLimits
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, producer_config
 
@@ -52,7 +52,7 @@ class IntakeOutcome:
 
 
 class BatchIntake(Protocol):
-    """Durably accepts a batch document (`processor.batch` shape) and says what became of it. Must not call the
+    """Durably accepts a batch document (`processor.domain.batch` shape) and says what became of it. Must not call the
     bank; raises `StoreError` when the store cannot be reached (the message is then retried)."""
 
     def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome: ...

@@ -1,13 +1,13 @@
 """The payroll batch as the `payroll.batches` Avro record (docs/kafka.md) built from the engine's parsed
-`processor.batch.PayrollBatch`. The decoded record is itself a valid input of `processor.batch.batch_from_dict`
-(same field names), so the other direction needs no code. Pure: no I/O.
+`processor.domain.batch.PayrollBatch`. The decoded record is itself a valid input of
+`processor.domain.batch.batch_from_dict` (same field names), so the other direction needs no code. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from processor.batch import PayrollBatch
+from processor.domain.batch import PayrollBatch
 
 
 def batch_record(batch: PayrollBatch, *, source: str | None = None) -> dict[str, Any]:

@@ -31,9 +31,9 @@ from confluent_kafka import Message
 
 import schemas
 from consumers.loop import Accepted, AtLeastOnceConsumer, Handler, Rejected, consumer_config, route
+from processor.domain.vrp_requests import InvalidRequestError
+from processor.domain.vrp_states import Mandate, Payment
 from processor.engine.vrp_flow import VrpEngine
-from processor.engine.vrp_requests import InvalidRequestError
-from processor.engine.vrp_states import Mandate, Payment
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC, KafkaSettings, producer_config
 

@@ -76,7 +76,7 @@ def resolve_bootstrap(explicit: str | None = None, configured: str | None = None
 def settings_from(
     options: Mapping[str, Any] | None = None, *, bootstrap: str | None = None, configured: str | None = None
 ) -> KafkaSettings:
-    """Build `KafkaSettings` from the `[kafka]` table's extra keys (`processor.config.KafkaSettings.options`)."""
+    """Build `KafkaSettings` from the `[kafka]` table's extra keys (`processor.cli.config.KafkaSettings.options`)."""
     options = dict(options or {})
     unknown = set(options) - {"group_id", "topics", "client"}
     if unknown:
@@ -103,7 +103,7 @@ def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> K
     `./dispersion.toml` when present, else none (`--bootstrap` / the environment alone)."""
     # Late: the producers package works without the processor's config. Only the [kafka] table is read, so the
     # integrations' secrets need not be set to read or create a topic.
-    from processor.config import load_kafka_settings, optional_config_path
+    from processor.cli.config import load_kafka_settings, optional_config_path
 
     path = optional_config_path(path)
     if path is None:

@@ -25,7 +25,7 @@ import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from processor.config import Integration, parse_config
+from processor.cli.config import Integration, parse_config
 
 BASE = "http://bank.test"
 REDIRECT_URI = "http://127.0.0.1:8600/callback"

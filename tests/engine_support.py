@@ -24,7 +24,7 @@ import httpx
 import uvicorn
 from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
 
-from processor.config import Config, parse_config
+from processor.cli.config import Config, parse_config
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.intake import IntakeResult, accept_batch

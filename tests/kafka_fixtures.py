@@ -2,7 +2,7 @@
 
 - `kafka_bootstrap` (session): a bootstrap address. In order: `KAFKA_BOOTSTRAP_SERVERS` when set; a
   testcontainers broker when the optional `testcontainers` package imports and a Docker engine answers; else a
-  local single-node KRaft broker from the Maven Central jars (`processor.kafka_local`, the same broker as
+  local single-node KRaft broker from the Maven Central jars (`processor.devtools.kafka_local`, the same broker as
   `dispersion dev kafka`). What the fixture started is stopped at the end of the session.
 - `local_kafka` (per test): a dedicated local broker the test may stop, start and restart (same ports, same
   data), e.g. for broker-restart tests. Always the local broker, whatever `kafka_bootstrap` uses.
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from processor.kafka_local import KafkaLocalError, LocalKafka
+from processor.devtools.kafka_local import KafkaLocalError, LocalKafka
 
 REQUIRE_KAFKA_ENV = "DISPERSION_REQUIRE_KAFKA"
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"

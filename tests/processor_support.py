@@ -38,7 +38,7 @@ from engine_support import _Forms
 from sandbox_process import SandboxProcess, free_port, running_sandbox
 
 import schemas
-from processor.demo import toml_document
+from processor.devtools.demo import toml_document
 from processor.store import generate_key
 from producers.kafka import (
     ALL_TOPICS,

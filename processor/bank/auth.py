@@ -27,7 +27,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from processor.bank.clock import Clock, SystemClock
+from processor.domain.time import Clock, SystemClock
 
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 ALGORITHM = "PS256"

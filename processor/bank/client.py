@@ -35,7 +35,6 @@ from processor.bank.auth import (
     Pkce,
     Signer,
 )
-from processor.bank.clock import Clock, SystemClock
 from processor.bank.metrics import BANK_CALL_ERRORS, BANK_CALL_SECONDS, status_class
 from processor.bank.models import (
     Discovery,
@@ -54,7 +53,8 @@ from processor.bank.models import (
 )
 from processor.bank.retry import RetryDecision, RetryPolicy, run_with_retries
 from processor.bank.transport import bank_transport
-from processor.config import Integration
+from processor.cli.config import Integration
+from processor.domain.time import Clock, SystemClock
 
 T = TypeVar("T")
 INTERACTION = "x-fapi-interaction-id"

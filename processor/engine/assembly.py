@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 
-from processor.authorization import Authorizer, FlowKinds
-from processor.bank.clock import Clock, SystemClock
-from processor.callback_api import create_app
-from processor.config import Config
+from processor.api.callback import create_app
+from processor.cli.config import Config
+from processor.domain.time import Clock, SystemClock
+from processor.engine.authorization import Authorizer, FlowKinds
 from processor.engine.banks import BankPool
 from processor.engine.context import Checkpoint, EngineContext, _no_checkpoint
 from processor.engine.file_flow import FileAuthorizationHooks, FileFlow

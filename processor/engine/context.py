@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from processor.bank.clock import Clock, SystemClock
+from processor.domain.time import Clock, SystemClock
 from processor.engine.banks import BankPool
 from processor.engine.settings import EngineSettings
 from processor.store import Store

@@ -2,7 +2,7 @@
 
     RECEIVED         A1 create consent           -> CONSENT_CREATED
     CONSENT_CREATED  A2 upload the file          -> AWAITING_AUTHORIZATION   publishes AUTHORIZATION_REQUIRED
-    AWAITING_...     (the approver; processor.authorization moves it on)  -> AUTHORIZED | REJECTED
+    AWAITING_...     (the approver; processor.engine.authorization moves it on)  -> AUTHORIZED | REJECTED
                      due at the deadline         -> EXPIRED
     AUTHORIZED       A3 create the file payment  -> INITIATED                publishes INITIATED
     INITIATED        A4 read (backing off), report-file -> COMPLETED | FAILED with the per-transaction report
@@ -40,20 +40,20 @@ from typing import Any
 import orjson
 import structlog
 
-from processor.authorization import (
+from processor.bank import BankError, ProtocolError
+from processor.bank import errors as bank_errors
+from processor.bank.models import FilePaymentReport
+from processor.domain.batch import PayrollBatch, batch_from_json
+from processor.domain.file_states import BatchStatus, move, outcome_of_bank_status
+from processor.domain.payload import FilePayload, prepare_file_payload
+from processor.engine.authorization import (
     AuthorizationHooks,
     MissingTokensError,
     PendingAuthorization,
     approval_link,
     consent_access_token,
 )
-from processor.bank import BankError, ProtocolError
-from processor.bank import errors as bank_errors
-from processor.bank.models import FilePaymentReport
-from processor.batch import PayrollBatch, batch_from_json
 from processor.engine.context import EngineContext
-from processor.flow_states import BatchStatus, move, outcome_of_bank_status
-from processor.payload import FilePayload, prepare_file_payload
 from processor.store import (
     Flow,
     FlowState,
@@ -782,7 +782,7 @@ class FileFlow:
 
 
 class FileAuthorizationHooks(AuthorizationHooks):
-    """How processor.authorization sees and moves file flows (registered as kind "file")."""
+    """How processor.engine.authorization sees and moves file flows (registered as kind "file")."""
 
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx

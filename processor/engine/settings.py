@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from processor.config import Config, ConfigError
+from processor.cli.config import Config, ConfigError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@
     payment = await engine.follow_payment(payment_id)         # until COMPLETED or REJECTED
     await engine.run_due()                                    # a worker's tick: every mandate/payment due now
 
-State machines and the statuses they publish: `processor.engine.vrp_states`. Every state change and its
+State machines and the statuses they publish: `processor.domain.vrp_states`. Every state change and its
 `vrp.status` event (key = mandate id) commit in one transaction. Every resource-creating bank call (B1, B2)
 is recorded before it is made (`side_effects.begin`, which fixes its `x-idempotency-key`) and after
 (`complete` with the resource id, in the transaction of the state change). A process killed in between
@@ -21,7 +21,7 @@ Before B2 the access token is refreshed with the refresh grant when it is expire
 another instance refreshed first, its tokens are used); a B2 answered `token_expired` refreshes and repeats
 once, with the same idempotency key.
 
-The client-side check (`processor.vrp_limits`) runs in the transaction that stores the payment, with the
+The client-side check (`processor.domain.vrp_limits`) runs in the transaction that stores the payment, with the
 mandate row locked, against the payments already accepted (SUBMITTED, PENDING, COMPLETED), so two payments
 can never both pass a check only one of them fits. A refusal publishes LIMIT_EXCEEDED and no bank call is
 made. The bank stays the authority: its `UK.OBIE.Rules.FailsControlParameters` also ends in LIMIT_EXCEEDED,
@@ -41,13 +41,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
-from processor.authorization import MissingTokensError, PendingAuthorization, approval_link, consent_access_token
 from processor.bank import BankClient
 from processor.bank import errors as bank_errors
 from processor.bank.models import VrpConsent, dumps
-from processor.engine.banks import UnknownIntegrationError
-from processor.engine.context import EngineContext
-from processor.engine.vrp_requests import (
+from processor.domain.vrp_limits import PastPayment, check_payment
+from processor.domain.vrp_requests import (
     CONSENT_CREATED_KEY,
     InvalidRequestError,
     MandateRequest,
@@ -60,7 +58,7 @@ from processor.engine.vrp_requests import (
     payment_parts,
     status_record,
 )
-from processor.engine.vrp_states import (
+from processor.domain.vrp_states import (
     COUNTED_PAYMENT_STATES,
     MANDATE_STATUS_RANKS,
     Mandate,
@@ -73,6 +71,9 @@ from processor.engine.vrp_states import (
     payment_state_of_bank_status,
     payment_terminal,
 )
+from processor.engine.authorization import MissingTokensError, PendingAuthorization, approval_link, consent_access_token
+from processor.engine.banks import UnknownIntegrationError
+from processor.engine.context import EngineContext
 from processor.store import (
     VRP_STATUS_TOPIC,
     NotFoundError,
@@ -85,13 +86,12 @@ from processor.store import (
     utc_ms,
 )
 from processor.store.values import dump_json, json_text, load_json, sha256_hex
-from processor.vrp_limits import PastPayment, check_payment
 
 if TYPE_CHECKING:
     from processor.engine.assembly import Engine
 
 T = TypeVar("T")
-KIND = "mandate"  # the registry kind of the approval links (processor.authorization)
+KIND = "mandate"  # the registry kind of the approval links (processor.engine.authorization)
 BANK_REJECTED = "Rejected"
 BANK_AUTHORISED = "Authorised"
 
@@ -289,7 +289,7 @@ def settle_parked_payments(tx: StoreTx, mandate: VrpMandate, *, now: datetime) -
 
 
 class MandateAuthorizationHooks:
-    """The "mandate" kind of the authorization registry (`processor.authorization.FlowKinds`).
+    """The "mandate" kind of the authorization registry (`processor.engine.authorization.FlowKinds`).
 
     The approval link of a mandate works while it is AWAITING_AUTHORIZATION with a consent and before its
     authorization deadline; the callback's outcome moves it to AUTHORIZED (tokens stored in the same
@@ -1114,7 +1114,7 @@ class VrpEngine:
     async def access_token(self, bank: BankClient, consent_id: str, *, force: bool = False) -> str:
         """The consent's access token, refreshed first when expired or within the integration's
         `token_refresh_margin` (or `force`: the bank refused it). Shared with flow A:
-        `processor.authorization.consent_access_token` replaces the stored tokens atomically, and uses the
+        `processor.engine.authorization.consent_access_token` replaces the stored tokens atomically, and uses the
         winner's when another instance refreshed first. No token, or a refused refresh grant, raises
         `TokenUnavailableError`; a transient failure of the refresh raises the bank's error (retried later)."""
         try:

@@ -49,7 +49,7 @@ def new_secret_token() -> str:
 
 class FlowState(StrEnum):
     """Names for flow states. The column is free text, so the engine's state machine
-    (`processor.flow_states`) is the authority and may use states not listed here; the store itself only
+    (`processor.domain.file_states`) is the authority and may use states not listed here; the store itself only
     relies on `RECEIVED` (the default) and the terminal set below (`Flow.terminal`)."""
 
     RECEIVED = "RECEIVED"

@@ -100,7 +100,7 @@ def test_demo_runs_the_whole_flow_and_cleans_up(kafka_bootstrap: str, tmp_path: 
 def test_demo_starts_and_stops_its_own_broker(tmp_path: Path) -> None:
     """Without KAFKA_BOOTSTRAP_SERVERS the demo runs a local broker (the Maven jars, cached by `.ci/setup`) in its
     work directory and stops it at the end."""
-    from processor.kafka_local import cache_home, jars_ready
+    from processor.devtools.kafka_local import cache_home, jars_ready
 
     if not jars_ready(cache_home()):
         pytest.skip("the Kafka jar cache is cold (`dispersion dev kafka fetch`)")

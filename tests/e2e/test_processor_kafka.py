@@ -29,7 +29,7 @@ from processor_support import (
     vrp_payment,
 )
 
-from processor.kafka_local import LocalKafka
+from processor.devtools.kafka_local import LocalKafka
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
 

@@ -24,7 +24,7 @@ from bank_support import integration_table
 from engine_support import instant_sleep
 from test_engine_crashes import SETTINGS, Tripwire
 
-from processor.config import parse_config
+from processor.cli.config import parse_config
 from processor.engine.assembly import build_engine
 from processor.store import Cipher, Store
 

@@ -35,7 +35,7 @@ from bank_support import (
 from processor.bank import errors
 from processor.bank.auth import new_pkce, new_state
 from processor.bank.client import BankClient, new_idempotency_key
-from processor.config import load_config
+from processor.cli.config import load_config
 
 PAYMENTS = "/open-banking/v3.1/pisp/file-payments"
 CONSENTS = "/open-banking/v3.1/pisp/file-payment-consents"

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 from kafka_fixtures import create_topic
 
 import schemas
-from processor.kafka_local import LocalKafka, broker_answers
+from processor.devtools.kafka_local import LocalKafka, broker_answers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(900)]  # the first run may download the jars
 

@@ -6,7 +6,7 @@ instance is scraped and parsed (prometheus_client's own parser) and its samples 
   operation and status class of each (as many as the requests the bank received); a flow without faults adds
   no `dispersion_bank_call_errors_total`; a 503 and a dropped connection injected by the sandbox count against
   the operation that met them, with the error class, and the 5xx / transport outcome in the histogram;
-- the store's gauges (`processor.metrics.StoreCollector`, read at scrape time): batches by state and the outbox
+- the store's gauges (`processor.api.metrics.StoreCollector`, read at scrape time): batches by state and the outbox
   backlog follow the store, going down as events are marked published;
 - consumer lag (`consumers.loop._record_lag`, fed by librdkafka's statistics; read from the default registry that
   `/metrics` exposes): a consumer stuck behind the end of a real topic reports how many messages it is behind,
@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
 from consumers.loop import Accepted, AtLeastOnceConsumer, Rejected, consumer_config
-from processor.service import Processor
+from processor.cli.service import Processor
 from processor.store import Store, StoreError
 from producers.kafka import BATCHES_TOPIC
 

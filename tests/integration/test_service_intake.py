@@ -26,11 +26,11 @@ from vrp_engine_support import mandate_request, payment_request
 import schemas
 from consumers.loop import Accepted, Rejected
 from consumers.vrp import VrpIntake, vrp_handlers
-from processor.config import Config, parse_config
+from processor.cli.config import Config, parse_config
+from processor.cli.service import Processor
 from processor.engine.assembly import build_engine
 from processor.engine.intake import accept_batch
 from processor.engine.vrp_flow import attach_vrp
-from processor.service import Processor
 from processor.store import VRP_STATUS_TOPIC, Store
 from producers.kafka import KafkaSettings
 

@@ -32,7 +32,8 @@ from cli_support import EXPORT, ORIGIN, Run, write_config
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 import schemas
-from processor import statuscli, submit
+from processor.cli import status as statuscli
+from processor.cli import submit
 
 pytestmark = pytest.mark.kafka
 

@@ -17,7 +17,7 @@ from vrp_engine_support import (
 )
 
 import schemas
-from processor.engine.vrp_requests import avro_record
+from processor.domain.vrp_requests import avro_record
 from processor.store import Operation, Store
 
 

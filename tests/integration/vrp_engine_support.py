@@ -25,7 +25,7 @@ import pytest
 from bank_support import _Forms
 from sandbox_process import SandboxProcess, running_sandbox
 
-from processor.config import Config, load_config
+from processor.cli.config import Config, load_config
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.settings import EngineSettings

@@ -1,5 +1,5 @@
-"""The approver's HTML handling (processor/approver.py): finding the decision forms on the sandbox bank's real consent
-page template and on variations of it, and the browser-like sequence of requests (over httpx.MockTransport, no
+"""The approver's HTML handling (processor/devtools/approver.py): finding the decision forms on the sandbox bank's
+real consent page template and on variations of it, and the browser-like sequence of requests (over httpx.MockTransport, no
 network)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 import httpx
 import pytest
 
-from processor.approver import ApprovalError, approve, decision_form, page_text, parse_forms
+from processor.devtools.approver import ApprovalError, approve, decision_form, page_text, parse_forms
 from sandbox.consent_page import template
 
 REQUEST_URI = "urn:ietf:params:oauth:request_uri:abc&123"

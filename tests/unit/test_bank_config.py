@@ -11,7 +11,7 @@ from bank_support import integration_table, key_pair
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from processor.config import (
+from processor.cli.config import (
     ConfigError,
     RetrySettings,
     Secret,

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from processor.cli import COMMANDS
-from processor.config import load_config
+from processor.cli.config import load_config
 from processor.engine.settings import engine_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def _parser(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
     assert sub in COMMANDS, f"`dispersion {sub}` is not a subcommand (known: {sorted(COMMANDS)})"
     factories: dict[str, Callable[[], argparse.ArgumentParser]] = {}
     if sub == "processor":
-        from processor.service import parser as processor_parser
+        from processor.cli.service import parser as processor_parser
 
         factories[sub] = processor_parser
     elif sub == "sandbox" and rest[:1] == ["init"]:
@@ -49,15 +49,15 @@ def _parser(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
 
         factories[sub] = topics_parser
     elif sub == "submit":
-        from processor.submit import parser as submit_parser
+        from processor.cli.submit import parser as submit_parser
 
         factories[sub] = submit_parser
     elif sub == "status":
-        from processor.statuscli import parser as status_parser
+        from processor.cli.status import parser as status_parser
 
         factories[sub] = status_parser
     elif sub == "demo":
-        from processor.demo import parser as demo_parser
+        from processor.devtools.demo import parser as demo_parser
 
         factories[sub] = demo_parser
     else:

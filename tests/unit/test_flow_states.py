@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.flow_states import (
+from processor.domain.file_states import (
     FILE_MOVES,
     STATUS_RANK,
     BatchStatus,

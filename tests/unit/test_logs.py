@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 from structlog.testing import capture_logs
 
-from processor.logs import REDACTED, add_fields, mask_account, mask_accounts, redact_secrets, timestamp_ms
+from processor.cli.logs import REDACTED, add_fields, mask_account, mask_accounts, redact_secrets, timestamp_ms
 
 
 def test_secret_named_fields_are_redacted_and_the_rest_kept() -> None:

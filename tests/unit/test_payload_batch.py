@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from processor.batch import (
+from processor.domain.batch import (
     BatchParseError,
     OriginAccount,
     PayrollBatch,

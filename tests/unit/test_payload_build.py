@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import rfc8785
 
-from processor.batch import OriginAccount, PayrollBatch, Transfer, loads_exact
-from processor.canonical import canonicalize
-from processor.payload import (
+from processor.domain.batch import OriginAccount, PayrollBatch, Transfer, loads_exact
+from processor.domain.canonical import canonicalize
+from processor.domain.payload import (
     FILE_TYPE,
     PayloadSettings,
     _render,
@@ -23,7 +23,7 @@ from processor.payload import (
     file_hash,
     prepare_file_payload,
 )
-from processor.validation import InvalidBatchError, Reason, validated
+from processor.domain.validation import InvalidBatchError, Reason, validated
 
 CONSENT_ID = "pay-fi-6f1c2b9e-8a54-4b1e-9d7a-2f0c3e4d5a6b"
 

@@ -13,7 +13,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.canonical import (
+from processor.domain.canonical import (
     ORJSON_STRINGS_MATCH,
     CanonicalizationError,
     canonicalize,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.batch import OriginAccount, PayrollBatch, Transfer
-from processor.payload import prepare_file_payload
+from processor.domain.batch import OriginAccount, PayrollBatch, Transfer
+from processor.domain.payload import prepare_file_payload
 from sandbox import filecheck
 from sandbox.jsonutil import loads
 

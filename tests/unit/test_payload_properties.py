@@ -20,10 +20,10 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.batch import OriginAccount, PayrollBatch, Transfer, batch_from_json
-from processor.canonical import number_text
-from processor.payload import prepare_file_payload
-from processor.validation import Reason, ValidationLimits, validate, validated
+from processor.domain.batch import OriginAccount, PayrollBatch, Transfer, batch_from_json
+from processor.domain.canonical import number_text
+from processor.domain.payload import prepare_file_payload
+from processor.domain.validation import Reason, ValidationLimits, validate, validated
 
 ORIGIN = OriginAccount("0100123456", "MONETARY", "GTQ")
 CENT = Decimal("0.01")

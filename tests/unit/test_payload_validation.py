@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from processor.batch import OriginAccount, PayrollBatch, Transfer
-from processor.validation import (
+from processor.domain.batch import OriginAccount, PayrollBatch, Transfer
+from processor.domain.validation import (
     DEFAULT_LIMITS,
     InvalidBatchError,
     Issue,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from cli_support import EXPORT, ORIGIN, Run
 
-from processor import submit
-from processor.submit import BatchFields, Export, ExportError, check, default_batch_id, read_csv, sniff_delimiter
+from processor.cli import submit
+from processor.cli.submit import BatchFields, Export, ExportError, check, default_batch_id, read_csv, sniff_delimiter
 
 NOW = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
 DOC_EXAMPLE = "".join(EXPORT.splitlines(keepends=True)[:4])  # the header and three rows

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import schemas
-from processor.engine.vrp_requests import (
+from processor.domain.vrp_limits import check_payment
+from processor.domain.vrp_requests import (
     CONSENT_CREATED_KEY,
     InvalidRequestError,
     avro_record,
@@ -20,7 +21,6 @@ from processor.engine.vrp_requests import (
     payment_parts,
     status_record,
 )
-from processor.vrp_limits import check_payment
 
 NOW = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
@@ -191,7 +191,7 @@ def test_limits_view_counts_consent_periods_from_the_bank_s_creation_time() -> N
     assert limits_of(mandate, None, NOW).created_at == NOW
     assert CONSENT_CREATED_KEY == "ConsentCreationDateTime"
     # 600.50 per Consent-aligned week: 600.00 already in this week leaves room for 0.50 only.
-    from processor.vrp_limits import PastPayment
+    from processor.domain.vrp_limits import PastPayment
 
     history = [PastPayment(Decimal("600.00"), created + timedelta(hours=1))]
     breaches = check_payment(view, Decimal("0.51"), "GBP", created + timedelta(days=6), history)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import schemas
-from processor.engine.vrp_states import (
+from processor.domain.vrp_states import (
     COUNTED_PAYMENT_STATES,
     MANDATE_MOVES,
     MANDATE_STATUS_RANKS,

@@ -8,7 +8,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.vrp_limits import (
+from processor.domain.vrp_limits import (
     Alignment,
     Mandate,
     PastPayment,

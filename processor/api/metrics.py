@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from processor.store import Store, StoreError, StoreTx
 
-log = structlog.get_logger("processor.metrics")
+log = structlog.get_logger("processor.api.metrics")
 
 
 def _store_figures(tx: StoreTx) -> dict[str, Any]:

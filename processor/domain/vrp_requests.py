@@ -6,7 +6,7 @@
 - `MandateRequest.document()` / `PaymentRequest.document()` give the normalised form the store keeps; parsing it
   again gives the same request, so a resumed flow rebuilds byte-identical bank bodies.
 - `consent_parts` (B1) and `payment_parts` (B2) build the bank's bodies; `limits_of` gives the client-side
-  limit check (`processor.vrp_limits`) its view of a mandate.
+  limit check (`processor.domain.vrp_limits`) its view of a mandate.
 - `status_record` builds a `vrp.status` record as stored in the outbox (JSON: amounts as strings, instants as
   ISO 8601 text with milliseconds); `avro_record` turns that back into what `schemas.encode("vrp.status", ...)`
   takes.
@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from processor.vrp_limits import Alignment, PeriodicLimit, PeriodType
-from processor.vrp_limits import Mandate as LimitsView
+from processor.domain.vrp_limits import Alignment, PeriodicLimit, PeriodType
+from processor.domain.vrp_limits import Mandate as LimitsView
 
 SCA = "UK.OBIE.SCA"
 SWEEPING = "UK.OBIE.VRPType.Sweeping"
@@ -368,7 +368,7 @@ def consent_parts(request: MandateRequest, tpp_name: str) -> ConsentParts:
 def limits_of(
     request: MandateRequest, consent_created_at: datetime | None, fallback_created_at: datetime
 ) -> LimitsView:
-    """The mandate as `processor.vrp_limits.check_payment` sees it. `Consent`-aligned periods count from the
+    """The mandate as `processor.domain.vrp_limits.check_payment` sees it. `Consent`-aligned periods count from the
     consent's creation at the bank (`fallback_created_at` until that is known)."""
     return LimitsView(
         currency=request.currency,

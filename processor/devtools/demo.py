@@ -6,7 +6,7 @@
 
 Steps, each printed as it happens:
 
-1. Kafka: a local single-node KRaft broker from the Maven Central jars (`processor.kafka_local`, the broker of
+1. Kafka: a local single-node KRaft broker from the Maven Central jars (`processor.devtools.kafka_local`, the broker of
    `dispersion dev kafka`), unless a broker is given (`--bootstrap` or `KAFKA_BOOTSTRAP_SERVERS`). On a given
    broker the demo uses topics and a consumer group of its own (`demo.<run>.payroll.batches`, ...), so it never
    mixes with what else that broker carries.
@@ -18,7 +18,7 @@ Steps, each printed as it happens:
 4. An embedded payroll export (5 employees; one account ends in 9902, which the sandbox bank rejects as a closed
    account) is written to `payroll-export.csv` and submitted through `dispersion submit`'s code.
 5. `dispersion.status` is followed; on AUTHORIZATION_REQUIRED the approval link is printed and approved on the
-   bank's consent page as a browser would (`processor.approver`), unless `--no-approve` (then open the link
+   bank's consent page as a browser would (`processor.devtools.approver`), unless `--no-approve` (then open the link
    yourself). Every status event is printed until the batch's final status, with the per-transaction results.
 6. Everything the demo started is stopped (SIGTERM by pid, SIGKILL if ignored), also on failure or Ctrl-C.
 
@@ -201,7 +201,7 @@ def prepare_directory(directory: Path) -> Path:
 
 
 def _die_with_parent() -> Callable[[], None] | None:
-    from processor.kafka_local import _die_with_parent as tie
+    from processor.devtools.kafka_local import _die_with_parent as tie
 
     return tie()
 
@@ -288,7 +288,7 @@ class Demo:
     out: Any = field(default_factory=lambda: sys.stdout)
     started: float = field(default_factory=time.monotonic)
     children: list[Child] = field(default_factory=list)
-    kafka: Any = None  # processor.kafka_local.LocalKafka when the demo started the broker
+    kafka: Any = None  # processor.devtools.kafka_local.LocalKafka when the demo started the broker
     approved: bool = False
 
     @property
@@ -327,7 +327,7 @@ class Demo:
         if self.bootstrap:
             self.say(f"Kafka: using the broker at {self.bootstrap} (topics and consumer group of this run only)")
             return self.bootstrap
-        from processor.kafka_local import KafkaLocalError, LocalKafka, cache_home, jars_ready, kafka_version
+        from processor.devtools.kafka_local import KafkaLocalError, LocalKafka, cache_home, jars_ready, kafka_version
 
         version = kafka_version()
         if not jars_ready(cache_home(version)):
@@ -461,7 +461,7 @@ class Demo:
 
     def submit(self, config: Path, batch_id: str) -> Path:
         """Write the sample export and submit it (`dispersion submit`'s code)."""
-        from processor.submit import main as submit_main
+        from processor.cli.submit import main as submit_main
 
         export = self.directory / "payroll-export.csv"
         export.write_text(SAMPLE_EXPORT)
@@ -494,7 +494,7 @@ class Demo:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         import schemas
-        from processor.statuscli import as_text
+        from processor.cli.status import as_text
         from producers.kafka import STATUS_TOPIC, librdkafka_logger, settings_from_config
 
         settings = settings_from_config(str(config))
@@ -557,7 +557,7 @@ class Demo:
             return
         if self.approved:
             return
-        from processor.approver import ApprovalError, approve
+        from processor.devtools.approver import ApprovalError, approve
 
         self.say(f"approver: opening {link}")
         try:

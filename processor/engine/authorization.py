@@ -49,12 +49,12 @@ from urllib.parse import quote
 import structlog
 
 from processor.bank import BankClient, BankError, TokenResponse, new_pkce, new_state
-from processor.bank.clock import Clock, SystemClock
+from processor.domain.time import Clock, SystemClock
 from processor.engine.banks import BankPool, UnknownIntegrationError
 from processor.engine.settings import EngineSettings
 from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx, VersionConflictError, iso_ms
 
-log = structlog.get_logger("processor.authorization")
+log = structlog.get_logger("processor.engine.authorization")
 
 # The store's `auth_attempts.flow_kind` column knows two values; registry kinds map onto them.
 _STORE_FLOW_KIND = {"file": "file", "mandate": "vrp", "vrp": "vrp"}

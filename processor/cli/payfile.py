@@ -28,17 +28,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from processor.authorization import approval_link
 from processor.bank import IssuerMismatch
-from processor.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
-from processor.config import Config, ConfigError, default_config_path, load_config
+from processor.cli.config import Config, ConfigError, default_config_path, load_config
+from processor.cli.vrp import DONE, ENDED, USAGE, WAITING, CliError, _callback_api, _configure_logging
+from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
+from processor.domain.validation import validate
 from processor.engine.assembly import Engine, build_engine
+from processor.engine.authorization import approval_link
 from processor.engine.file_flow import KIND, results_of
 from processor.engine.intake import accept_batch, readable_batch_id
 from processor.store import STATUS_TOPIC, Flow, FlowState, Store, StoreError, iso_ms, load_cipher
 from processor.store.values import sha256_hex
-from processor.validation import validate
-from processor.vrpcli import DONE, ENDED, USAGE, WAITING, CliError, _callback_api, _configure_logging
 
 POLL_SECONDS = 0.25  # how often the command looks at the flow while the worker runs it
 

@@ -68,7 +68,7 @@ def cache_home(version: str | None = None) -> Path:
 def pom_xml(version: str) -> str:
     """The pom whose runtime dependencies are exactly what the broker needs on its class path."""
     return f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- Written by dispersion (processor/kafka_local.py): the jars of a local Apache Kafka broker. -->
+<!-- Written by dispersion (processor/devtools/kafka_local.py): the jars of a local Apache Kafka broker. -->
 <project xmlns="http://maven.apache.org/POM/4.0.0"
          xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
          xsi:schemaLocation="http://maven.apache.org/POM/4.0.0 http://maven.apache.org/xsd/maven-4.0.0.xsd">
@@ -225,7 +225,7 @@ def server_properties(directory: Path, port: int, controller_port: int, host: st
         "group.initial.rebalance.delay.ms": "0",
     }
     body = "".join(f"{key}={value}\n" for key, value in lines.items())
-    return "# Written by dispersion (processor/kafka_local.py); rewritten at every start.\n" + body
+    return "# Written by dispersion (processor/devtools/kafka_local.py); rewritten at every start.\n" + body
 
 
 def log4j2_properties(log_file: Path) -> str:

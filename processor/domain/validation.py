@@ -43,8 +43,8 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Final
 
-from processor.batch import PayrollBatch
-from processor.canonical import CanonicalizationError, number_text
+from processor.domain.batch import PayrollBatch
+from processor.domain.canonical import CanonicalizationError, number_text
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -15,7 +15,7 @@ One move goes back: AWAITING_AUTHORIZATION ──▶ RECEIVED when the bank hold
 tokens never reached us (the answer to the code exchange was lost): the flow creates a fresh consent behind the
 same approval link, and publishes nothing for it (AUTHORIZATION_REQUIRED went out once already).
 
-The VRP state machines are in `processor.engine.vrp_states`.
+The VRP state machines are in `processor.domain.vrp_states`.
 
 Entering some states publishes a status event (DESIGN.md "Contracts"); statuses only move forward and each
 is published once per batch, which the store enforces as well.

@@ -31,7 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Final
 
-from processor.batch import (
+from processor.domain.batch import (
     DEFAULT_DESTINATION_ACCOUNT_TYPE,
     DEFAULT_ORIGIN_ACCOUNT_TYPE,
     BatchParseError,
@@ -41,7 +41,7 @@ from processor.batch import (
     batch_from_dict,
     loads_exact,
 )
-from processor.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
+from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
 SOURCE: Final = "dispersion-submit"
 EXIT_INVALID: Final = 1
@@ -313,7 +313,7 @@ def read_csv(
 
 
 def read_json(data: bytes, fields: BatchFields, *, requested_at: datetime, defaults: BatchFields) -> Export:
-    """Build the batch from a JSON document in the `processor.batch` layout (the Avro record's field names);
+    """Build the batch from a JSON document in the `processor.domain.batch` layout (the Avro record's field names);
     command-line fields override the document's, defaults fill what it lacks."""
     try:
         document = loads_exact(data)
@@ -353,7 +353,7 @@ def read_json(data: bytes, fields: BatchFields, *, requested_at: datetime, defau
 def check(
     export: Export, *, integrations: Collection[str] | None = None, limits: ValidationLimits = DEFAULT_LIMITS
 ) -> list[Problem]:
-    """Business validation (`processor.validation`) with each bad row named by its line; empty when valid."""
+    """Business validation (`processor.domain.validation`) with each bad row named by its line; empty when valid."""
     problems: list[Problem] = list(export.problems)
     batch = export.batch
     if integrations is not None and batch.integration not in integrations:
@@ -439,7 +439,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _context(args: argparse.Namespace) -> _Context:
-    from processor.config import load_config, optional_config_path
+    from processor.cli.config import load_config, optional_config_path
 
     path = optional_config_path(args.config)
     if path is None:
@@ -495,7 +495,7 @@ def main(argv: list[str]) -> int:
     """`dispersion submit`."""
     args = parser().parse_args(argv)
     progress = Progress(enabled=not args.quiet)
-    from processor.config import ConfigError
+    from processor.cli.config import ConfigError
 
     try:
         context = _context(args)

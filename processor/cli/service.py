@@ -51,19 +51,19 @@ from starlette.routing import Mount, Route
 from consumers.batches import BatchHandler, EngineIntake
 from consumers.loop import AtLeastOnceConsumer, Handler, consumer_config, route
 from consumers.vrp import VrpIntake, vrp_handlers
+from processor.api.callback import create_app
+from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
-from processor.callback_api import create_app
-from processor.config import Config, ConfigError, default_config_path, load_config
+from processor.cli.config import Config, ConfigError, default_config_path, load_config
+from processor.cli.logs import configure_logging
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.vrp_flow import attach_vrp
-from processor.logs import configure_logging
-from processor.metrics import StoreCollector
 from processor.store import Store, StoreError, load_cipher
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, KafkaSetupError, producer_config, settings_from
 from producers.relay import OutboxRelay
 
-log = structlog.get_logger("processor.service")
+log = structlog.get_logger("processor.cli.service")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 ROLES = ("all", "api")

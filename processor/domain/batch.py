@@ -24,7 +24,7 @@ may `destination_account.account_type` (`SAVINGS`).
 
 Parsing checks shape and types only and reports every problem it finds at once (`BatchParseError.problems`,
 each with a path such as `transactions[3].amount`). Business rules (amount sign, decimals, currencies, account
-and e-mail formats, duplicates, limits) belong to `processor.validation`.
+and e-mail formats, duplicates, limits) belong to `processor.domain.validation`.
 """
 
 from __future__ import annotations

@@ -28,23 +28,23 @@ def _sandbox(argv: list[str]) -> int:
 
 
 def _demo(argv: list[str]) -> int:
-    demo_main: Callable[[list[str]], int] = importlib.import_module("processor.demo").main
+    demo_main: Callable[[list[str]], int] = importlib.import_module("processor.devtools.demo").main
     return demo_main(argv)
 
 
 def _dev(argv: list[str]) -> int:
-    from processor.dev import main as dev_main
+    from processor.devtools.dev import main as dev_main
 
     return dev_main(argv)
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"sandbox": _sandbox, "demo": _demo, "dev": _dev}
-COMMANDS["submit"] = lambda argv: importlib.import_module("processor.submit").main(argv)
-COMMANDS["status"] = lambda argv: importlib.import_module("processor.statuscli").main(argv)
+COMMANDS["submit"] = lambda argv: importlib.import_module("processor.cli.submit").main(argv)
+COMMANDS["status"] = lambda argv: importlib.import_module("processor.cli.status").main(argv)
 COMMANDS["topics"] = lambda argv: importlib.import_module("producers.topics").main(argv)
-COMMANDS["processor"] = lambda argv: importlib.import_module("processor.service").main(argv)
-COMMANDS["pay-file"] = lambda argv: importlib.import_module("processor.payfile").main(argv)
-COMMANDS["vrp"] = lambda argv: importlib.import_module("processor.vrpcli").main(argv)
+COMMANDS["processor"] = lambda argv: importlib.import_module("processor.cli.service").main(argv)
+COMMANDS["pay-file"] = lambda argv: importlib.import_module("processor.cli.payfile").main(argv)
+COMMANDS["vrp"] = lambda argv: importlib.import_module("processor.cli.vrp").main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +58,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dispersion: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
         return 2
     return command(args[1:])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -28,9 +28,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from processor.authorization import Authorizer, Outcome
+from processor.engine.authorization import Authorizer, Outcome
 
-log = structlog.get_logger("processor.callback_api")
+log = structlog.get_logger("processor.api.callback")
 
 MAX_BODY = 64 * 1024
 SECURITY_HEADERS = {

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from processor.kafka_local import (
+from processor.devtools.kafka_local import (
     DEFAULT_HEAP,
     KafkaLocalError,
     LocalKafka,

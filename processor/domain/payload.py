@@ -34,9 +34,9 @@ from typing import Any, Final
 
 import orjson
 
-from processor.batch import OriginAccount, PayrollBatch
-from processor.canonical import escape_string, string_literal
-from processor.validation import DEFAULT_LIMITS, ValidatedBatch, ValidationLimits, validated
+from processor.domain.batch import OriginAccount, PayrollBatch
+from processor.domain.canonical import escape_string, string_literal
+from processor.domain.validation import DEFAULT_LIMITS, ValidatedBatch, ValidationLimits, validated
 
 __all__ = [
     "DEFAULT_SETTINGS",

@@ -1,0 +1,1 @@
+"""HTTP surfaces over the engine: the callback API (approval link, redirect), health and metrics."""

@@ -1,0 +1,5 @@
+"""`python -m processor.cli` runs the `dispersion` command."""
+
+from processor.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Development tools: the local demo, a local Kafka broker, the scripted approver."""
