@@ -35,7 +35,8 @@ from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, Payment
 from processor.engine.vrp_flow import VrpEngine
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC, KafkaSettings, producer_config
+from producers.kafka import KafkaSettings, producer_config
+from schemas.topics import DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
 
 log = structlog.get_logger("consumers.vrp")
 

@@ -26,13 +26,6 @@ from typing import Any
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
-BATCHES_TOPIC = "payroll.batches"
-STATUS_TOPIC = "dispersion.status"
-DLQ_TOPIC = "payroll.batches.dlq"
-VRP_MANDATES_TOPIC = "vrp.mandates"
-VRP_PAYMENTS_TOPIC = "vrp.payments"
-VRP_STATUS_TOPIC = "vrp.status"
-ALL_TOPICS = (BATCHES_TOPIC, STATUS_TOPIC, DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC, VRP_STATUS_TOPIC)
 DEFAULT_GROUP_ID = "dispersion-processor"
 
 # A 100,000-transaction batch is about 10 MB of Avro, far above Kafka's 1 MB default: the batch and dead-letter
@@ -96,20 +89,6 @@ def settings_from(
         topics={str(k): str(v) for k, v in topics.items()},
         client={str(k): v for k, v in client.items()},
     )
-
-
-def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> KafkaSettings:
-    """`KafkaSettings` from a configuration file: `path` (`--config`), else `$DISPERSION_CONFIG`, else
-    `./dispersion.toml` when present, else none (`--bootstrap` / the environment alone)."""
-    # Late: the producers package works without the processor's config. Only the [kafka] table is read, so the
-    # integrations' secrets need not be set to read or create a topic.
-    from processor.cli.config import load_kafka_settings, optional_config_path
-
-    path = optional_config_path(path)
-    if path is None:
-        return settings_from(bootstrap=bootstrap)
-    kafka = load_kafka_settings(path)
-    return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
 
 
 def librdkafka_logger(name: str) -> logging.Logger:

@@ -40,7 +40,9 @@ from sandbox_process import SandboxProcess, free_port, running_sandbox
 import schemas
 from processor.devtools.demo import toml_document
 from processor.store import generate_key
-from producers.kafka import (
+from producers.kafka import KafkaSettings
+from producers.topics import ensure_topics, project_topics
+from schemas.topics import (
     ALL_TOPICS,
     BATCHES_TOPIC,
     DLQ_TOPIC,
@@ -48,9 +50,7 @@ from producers.kafka import (
     VRP_MANDATES_TOPIC,
     VRP_PAYMENTS_TOPIC,
     VRP_STATUS_TOPIC,
-    KafkaSettings,
 )
-from producers.topics import ensure_topics, project_topics
 
 __all__ = [
     "BATCHES_TOPIC",

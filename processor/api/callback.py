@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from processor.engine.assembly import Engine
 from processor.engine.authorization import Authorizer, Outcome
 
 log = structlog.get_logger("processor.api.callback")
@@ -198,3 +199,8 @@ async def _json_field(request: Request, name: str) -> object:
     if not isinstance(document, dict) or name not in document:
         raise BadInputError(f'the body must be a JSON object with "{name}"')
     return document[name]
+
+
+def callback_app(engine: Engine) -> Starlette:
+    """The callback API of an assembled engine: its authorizer, on every integration's redirect path."""
+    return create_app(engine.authorizer, redirect_paths=engine.redirect_paths())

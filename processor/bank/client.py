@@ -35,6 +35,7 @@ from processor.bank.auth import (
     Pkce,
     Signer,
 )
+from processor.bank.integration import Integration
 from processor.bank.metrics import BANK_CALL_ERRORS, BANK_CALL_SECONDS, status_class
 from processor.bank.models import (
     Discovery,
@@ -53,7 +54,6 @@ from processor.bank.models import (
 )
 from processor.bank.retry import RetryDecision, RetryPolicy, run_with_retries
 from processor.bank.transport import bank_transport
-from processor.cli.config import Integration
 from processor.domain.time import Clock, SystemClock
 
 T = TypeVar("T")

@@ -41,7 +41,7 @@ def _dev(argv: list[str]) -> int:
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"sandbox": _sandbox, "demo": _demo, "dev": _dev}
 COMMANDS["submit"] = lambda argv: importlib.import_module("processor.cli.submit").main(argv)
 COMMANDS["status"] = lambda argv: importlib.import_module("processor.cli.status").main(argv)
-COMMANDS["topics"] = lambda argv: importlib.import_module("producers.topics").main(argv)
+COMMANDS["topics"] = lambda argv: importlib.import_module("processor.cli.topics").main(argv)
 COMMANDS["processor"] = lambda argv: importlib.import_module("processor.cli.service").main(argv)
 COMMANDS["pay-file"] = lambda argv: importlib.import_module("processor.cli.payfile").main(argv)
 COMMANDS["vrp"] = lambda argv: importlib.import_module("processor.cli.vrp").main(argv)

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import structlog
 
-from processor.store.db import iso_ms
+from processor.domain.time import iso_ms
 
 SECRET_KEYS: Final = frozenset(
     {

@@ -29,16 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from processor.bank import IssuerMismatch
-from processor.cli.config import Config, ConfigError, default_config_path, load_config
+from processor.cli.config import Config, default_config_path, load_config
 from processor.cli.vrp import DONE, ENDED, USAGE, WAITING, CliError, _callback_api, _configure_logging
 from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
+from processor.domain.file_states import FlowState
+from processor.domain.settings import ConfigError
+from processor.domain.time import iso_ms
 from processor.domain.validation import validate
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.authorization import approval_link
 from processor.engine.file_flow import KIND, results_of
 from processor.engine.intake import accept_batch, readable_batch_id
-from processor.store import STATUS_TOPIC, Flow, FlowState, Store, StoreError, iso_ms, load_cipher
+from processor.store import Flow, Store, StoreError, load_cipher
 from processor.store.values import sha256_hex
+from schemas.topics import STATUS_TOPIC
 
 POLL_SECONDS = 0.25  # how often the command looks at the flow while the worker runs it
 

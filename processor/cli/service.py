@@ -54,14 +54,16 @@ from consumers.vrp import VrpIntake, vrp_handlers
 from processor.api.callback import create_app
 from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
-from processor.cli.config import Config, ConfigError, default_config_path, load_config
+from processor.cli.config import Config, default_config_path, load_config
 from processor.cli.logs import configure_logging
+from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.vrp_flow import attach_vrp
 from processor.store import Store, StoreError, load_cipher
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, KafkaSetupError, producer_config, settings_from
+from producers.kafka import KafkaSettings, KafkaSetupError, producer_config, settings_from
 from producers.relay import OutboxRelay
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 log = structlog.get_logger("processor.cli.service")
 

@@ -35,13 +35,17 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from processor.api.callback import callback_app
 from processor.bank import IssuerMismatch
-from processor.cli.config import Config, ConfigError, default_config_path, load_config
-from processor.domain.vrp_requests import InvalidRequestError, iso_ms
+from processor.cli.config import Config, default_config_path, load_config
+from processor.domain.settings import ConfigError
+from processor.domain.time import iso_ms
+from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, mandate_terminal, payment_terminal
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.vrp_flow import VrpEngine, attach_vrp
-from processor.store import VRP_STATUS_TOPIC, NotFoundError, Store, StoreError, VrpMandate, VrpPayment, load_cipher
+from processor.store import NotFoundError, Store, StoreError, VrpMandate, VrpPayment, load_cipher
+from schemas.topics import VRP_STATUS_TOPIC
 
 DONE, ENDED, USAGE, WAITING = 0, 1, 2, 3
 
@@ -259,7 +263,7 @@ async def _callback_api(engine: Engine, config: Config, listen: str | None, *, s
         print(f"note: cannot serve the callback API on {host}:{port} ({exc.strerror}); expecting another process to")
         yield
         return
-    server = uvicorn.Server(uvicorn.Config(engine.app(), log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(callback_app(engine), log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers no "started" event)

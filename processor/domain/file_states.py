@@ -25,10 +25,31 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from processor.store.flows import TERMINAL_FLOW_STATES, FlowState
+
+class FlowState(StrEnum):
+    """The file flow's states, as stored in the flows table's `state` column."""
+
+    RECEIVED = "RECEIVED"
+    CONSENT_CREATED = "CONSENT_CREATED"
+    UPLOADED = "UPLOADED"
+    AWAITING_AUTHORIZATION = "AWAITING_AUTHORIZATION"
+    AUTHORIZED = "AUTHORIZED"
+    PAYMENT_CREATED = "PAYMENT_CREATED"
+    INITIATED = "INITIATED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    INVALID = "INVALID"
+
+
+TERMINAL_FLOW_STATES = frozenset(
+    {FlowState.COMPLETED, FlowState.FAILED, FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID}
+)
+
 
 FileState = FlowState
-"""The file flow's states: the store's `FlowState` (kept as a name for readers of this module)."""
+"""Another name of `FlowState`, for readers of this module."""
 
 
 class IllegalTransitionError(ValueError):

@@ -18,10 +18,11 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from processor.domain.time import iso_ms, utc_ms
 from processor.domain.vrp_limits import Alignment, PeriodicLimit, PeriodType
 from processor.domain.vrp_limits import Mandate as LimitsView
 
@@ -152,18 +153,7 @@ class _Reader:
         if value.tzinfo is None or value.utcoffset() is None:
             self.fail(name, "must carry a UTC offset (e.g. Z or +00:00)")
             return None
-        return _ms(value)
-
-
-def _ms(moment: datetime) -> datetime:
-    moment = moment.astimezone(UTC)
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
-
-
-def iso_ms(moment: datetime) -> str:
-    """ISO 8601 UTC with milliseconds and `Z`."""
-    moment = _ms(moment)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+        return utc_ms(value)
 
 
 def money_text(amount: Decimal) -> str:

@@ -49,10 +49,10 @@ from urllib.parse import quote
 import structlog
 
 from processor.bank import BankClient, BankError, TokenResponse, new_pkce, new_state
-from processor.domain.time import Clock, SystemClock
+from processor.domain.time import Clock, SystemClock, iso_ms
 from processor.engine.banks import BankPool, UnknownIntegrationError
 from processor.engine.settings import EngineSettings
-from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx, VersionConflictError, iso_ms
+from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx, VersionConflictError
 
 log = structlog.get_logger("processor.engine.authorization")
 

@@ -44,8 +44,9 @@ from processor.bank import BankError, ProtocolError
 from processor.bank import errors as bank_errors
 from processor.bank.models import FilePaymentReport
 from processor.domain.batch import PayrollBatch, batch_from_json
-from processor.domain.file_states import BatchStatus, move, outcome_of_bank_status
+from processor.domain.file_states import BatchStatus, FlowState, move, outcome_of_bank_status
 from processor.domain.payload import FilePayload, prepare_file_payload
+from processor.domain.time import iso_ms
 from processor.engine.authorization import (
     AuthorizationHooks,
     MissingTokensError,
@@ -54,16 +55,8 @@ from processor.engine.authorization import (
     consent_access_token,
 )
 from processor.engine.context import EngineContext
-from processor.store import (
-    Flow,
-    FlowState,
-    Operation,
-    SideEffect,
-    StatusEvent,
-    StoreTx,
-    VersionConflictError,
-    iso_ms,
-)
+from processor.store import Flow, Operation, SideEffect, StatusEvent, StoreTx, VersionConflictError
+from schemas.topics import STATUS_TOPIC
 
 log = structlog.get_logger("processor.engine.file")
 
@@ -120,7 +113,7 @@ def status_event(
     status = move(flow.state, target, replacing=replacing)
     if status is None:
         return None
-    return StatusEvent(status.value, status_payload(flow, status, now, currency=currency, **overrides))
+    return StatusEvent(status.value, status_payload(flow, status, now, currency=currency, **overrides), STATUS_TOPIC)
 
 
 # The batch's `origin_account` is a flat object; in JSON text an unescaped `"origin_account"` followed by `:` can

@@ -44,6 +44,7 @@ import structlog
 from processor.bank import BankClient
 from processor.bank import errors as bank_errors
 from processor.bank.models import VrpConsent, dumps
+from processor.domain.time import iso_ms, utc_ms
 from processor.domain.vrp_limits import PastPayment, check_payment
 from processor.domain.vrp_requests import (
     CONSENT_CREATED_KEY,
@@ -51,7 +52,6 @@ from processor.domain.vrp_requests import (
     MandateRequest,
     PaymentRequest,
     consent_parts,
-    iso_ms,
     limits_of,
     parse_mandate,
     parse_payment,
@@ -74,18 +74,9 @@ from processor.domain.vrp_states import (
 from processor.engine.authorization import MissingTokensError, PendingAuthorization, approval_link, consent_access_token
 from processor.engine.banks import UnknownIntegrationError
 from processor.engine.context import EngineContext
-from processor.store import (
-    VRP_STATUS_TOPIC,
-    NotFoundError,
-    Operation,
-    StatusEvent,
-    StoreTx,
-    VersionConflictError,
-    VrpMandate,
-    VrpPayment,
-    utc_ms,
-)
+from processor.store import NotFoundError, Operation, StatusEvent, StoreTx, VersionConflictError, VrpMandate, VrpPayment
 from processor.store.values import dump_json, json_text, load_json, sha256_hex
+from schemas.topics import VRP_STATUS_TOPIC
 
 if TYPE_CHECKING:
     from processor.engine.assembly import Engine

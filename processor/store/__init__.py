@@ -4,25 +4,14 @@ Start at `Store` (`processor.store.session`); the design is described in docs/st
 """
 
 from processor.store.crypto import Cipher, StoreKeyError, generate_key, load_cipher
-from processor.store.db import (
-    ConstraintError,
-    Database,
-    StoreBusyError,
-    StoreError,
-    Tx,
-    connect,
-    iso_ms,
-    utc_ms,
-)
+from processor.store.db import ConstraintError, Database, StoreBusyError, StoreError, Tx, connect
 from processor.store.flows import (
-    TERMINAL_FLOW_STATES,
     AuthAttempt,
     ConsentTokens,
     Consumed,
     ConsumeOutcome,
     EffectStatus,
     Flow,
-    FlowState,
     Operation,
     SideEffect,
     SideEffectMismatchError,
@@ -31,7 +20,6 @@ from processor.store.flows import (
 )
 from processor.store.outbox import (
     DISPERSION_STATUS_RANKS,
-    STATUS_TOPIC,
     Adoption,
     Handover,
     OutboxEvent,
@@ -40,15 +28,12 @@ from processor.store.outbox import (
 )
 from processor.store.schema import MIGRATIONS, MigrationError, current_version, migrate
 from processor.store.session import Store, StoreTx
-from processor.store.vrp import VRP_STATUS_TOPIC, MandateState, VrpMandate, VrpPayment, VrpPaymentState
+from processor.store.vrp import MandateState, VrpMandate, VrpPayment, VrpPaymentState
 from processor.store.work import Created, NotFoundError, VersionConflictError
 
 __all__ = [
     "DISPERSION_STATUS_RANKS",
     "MIGRATIONS",
-    "STATUS_TOPIC",
-    "TERMINAL_FLOW_STATES",
-    "VRP_STATUS_TOPIC",
     "Adoption",
     "AuthAttempt",
     "Cipher",
@@ -60,7 +45,6 @@ __all__ = [
     "Database",
     "EffectStatus",
     "Flow",
-    "FlowState",
     "Handover",
     "MandateState",
     "MigrationError",
@@ -84,10 +68,8 @@ __all__ = [
     "connect",
     "current_version",
     "generate_key",
-    "iso_ms",
     "load_cipher",
     "migrate",
     "new_idempotency_key",
     "new_secret_token",
-    "utc_ms",
 ]

@@ -38,7 +38,8 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from processor.store.db import StoreError, Tx, in_clause, to_datetime, utc_ms
+from processor.domain.time import utc_ms
+from processor.store.db import StoreError, Tx, in_clause, to_datetime
 from processor.store.values import dump_json, load_json
 
 # Order of the `dispersion.status` values (DESIGN.md). Terminal statuses share the top rank, so after one of
@@ -53,7 +54,6 @@ DISPERSION_STATUS_RANKS: dict[str, int] = {
     "EXPIRED": 100,
     "INVALID": 100,
 }
-STATUS_TOPIC = "dispersion.status"
 
 
 class StatusConflictError(StoreError):
@@ -74,8 +74,8 @@ class StatusEvent:
 
     status: str
     payload: Mapping[str, Any]
+    topic: str
     key: str | None = None  # defaults to the item's key (batch id, mandate id, ...)
-    topic: str = STATUS_TOPIC
     rank: int | None = None  # defaults to DISPERSION_STATUS_RANKS[status]
     headers: Mapping[str, str] | None = None
     event_id: str | None = None  # defaults to a new UUID; pass the one you put in the payload to keep them equal

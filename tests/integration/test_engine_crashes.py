@@ -31,9 +31,10 @@ from bank_support import key_pair
 from engine_support import CLIENT_ID, CLIENT_SECRET, Rig, batch, engine_rig, instant_sleep
 from store_fixtures import StoreTarget
 
+from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.settings import EngineSettings
-from processor.store import Cipher, EffectStatus, FlowState, Operation, SideEffect, Store, StoreTx, generate_key
+from processor.store import Cipher, EffectStatus, Operation, SideEffect, Store, StoreTx, generate_key
 
 HERE = Path(__file__).parent
 KILLED = -9

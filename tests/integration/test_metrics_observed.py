@@ -31,7 +31,7 @@ from starlette.applications import Starlette
 from consumers.loop import Accepted, AtLeastOnceConsumer, Rejected, consumer_config
 from processor.cli.service import Processor
 from processor.store import Store, StoreError
-from producers.kafka import BATCHES_TOPIC
+from schemas.topics import BATCHES_TOPIC
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -9,15 +9,8 @@ from decimal import Decimal
 import pytest
 from store_fixtures import T0, StoreTarget, at
 
-from processor.store import (
-    VRP_STATUS_TOPIC,
-    ConstraintError,
-    MandateState,
-    StatusEvent,
-    Store,
-    VersionConflictError,
-    VrpPaymentState,
-)
+from processor.store import ConstraintError, MandateState, StatusEvent, Store, VersionConflictError, VrpPaymentState
+from schemas.topics import VRP_STATUS_TOPIC
 
 LIMITS = {
     "MaximumIndividualAmount": {"Amount": Decimal("100.00"), "Currency": "GBP"},

@@ -1,6 +1,6 @@
 """The approver's HTML handling (processor/devtools/approver.py): finding the decision forms on the sandbox bank's
-real consent page template and on variations of it, and the browser-like sequence of requests (over httpx.MockTransport, no
-network)."""
+real consent page template and on variations of it, and the browser-like sequence of requests (over
+httpx.MockTransport, no network)."""
 
 from __future__ import annotations
 
