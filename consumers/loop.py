@@ -6,12 +6,14 @@ it, or after its dead letter was acknowledged. A poison message never stops the 
     install_sigterm(stop)        # SIGTERM / Ctrl-C: stop polling, commit, leave the group
     consumer.run(stop)
 
-The handler gets each message in partition order and answers `Accepted` (done: the offset may move) or
-`Rejected(reason)` (dead-letter it first). It must be quick and must not wait on the bank: the engine's intake only
+The handler gets each message in partition order and answers with a verdict: `Accept` (done: the offset may
+move), `Retry(reason)` (a passing failure such as the store being down: try the same message again later, never
+skip it) or `Reject(reason)` (dead-letter it first). The loop knows nothing of what the handler talks to. It
+must be quick and must not wait on the bank: the engine's intake only
 writes to the store, so the time between two polls stays far below `max.poll.interval.ms` whatever the bank does.
 
 Failures:
-- the handler raises `StoreError` (the database is down or busy), or the dead letter is not acknowledged: the
+- the handler answers `Retry` (the database is down or busy), or the dead letter is not acknowledged: the
   message is retried in place (seek back, back off up to `max_backoff` seconds, poll again), never skipped;
 - the handler raises anything else (a bug that this message triggers): retried `poison_attempts` times, then
   dead-lettered with the exception as the reason, so one message cannot stop its partition for good.
@@ -37,7 +39,6 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import Counter, Gauge
 
-from processor.store import StoreError
 from producers.dlq import DeadLetterError
 from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
 
@@ -48,31 +49,39 @@ CONSUMER_LAG = Gauge("dispersion_consumer_lag", "Messages behind the end of the 
 
 
 @dataclass(frozen=True)
-class Accepted:
+class Accept:
     """The message is durably taken care of (or was a duplicate): its offset may move."""
 
     outcome: str = "accepted"  # a label for logs and metrics: accepted, duplicate, ...
 
 
 @dataclass(frozen=True)
-class Rejected:
+class Retry:
+    """The message could not be taken now for a passing reason: retry it in place later (never skipped)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reject:
     """The message cannot be accepted: dead-letter it with `reason`, then move its offset."""
 
     reason: str
     batch_id: str | None = None
 
 
-Handler = Callable[[Message], Accepted | Rejected]
+Verdict = Accept | Retry | Reject
+Handler = Callable[[Message], Verdict]
 
 
 def route(handlers: Mapping[str, Handler]) -> Handler:
     """One handler over several topics: each message goes to its topic's handler (so one consumer, one group
     member, serves every input topic of a processor)."""
 
-    def handle(message: Message) -> Accepted | Rejected:
+    def handle(message: Message) -> Verdict:
         handler = handlers.get(message.topic() or "")
         if handler is None:
-            return Rejected(f"no handler for topic {message.topic()!r}")
+            return Reject(f"no handler for topic {message.topic()!r}")
         return handler(message)
 
     return handle
@@ -234,7 +243,7 @@ class AtLeastOnceConsumer:
         try:
             try:
                 verdict = self.handler(message)
-            except (StoreError, DeadLetterError):
+            except DeadLetterError:
                 raise
             except Exception as exc:
                 attempts = self._failures.get(slot, 0) + 1
@@ -242,13 +251,18 @@ class AtLeastOnceConsumer:
                 log.exception("handler_failed", topic=topic, partition=partition, offset=offset, attempt=attempts)
                 if attempts < self.poison_attempts:
                     return False
-                verdict = Rejected(f"processing failed {attempts} times: {type(exc).__name__}: {exc}")
-            if isinstance(verdict, Rejected):
+                verdict = Reject(f"processing failed {attempts} times: {type(exc).__name__}: {exc}")
+            if isinstance(verdict, Retry):
+                log.warning(
+                    "message_retry_later", topic=topic, partition=partition, offset=offset, error=verdict.reason
+                )
+                return False
+            if isinstance(verdict, Reject):
                 self.dead_letters.publish(message, verdict.reason, batch_id=verdict.batch_id)
                 CONSUMED.labels(topic, "dead_letter").inc()
             else:
                 CONSUMED.labels(topic, verdict.outcome).inc()
-        except (StoreError, DeadLetterError) as exc:
+        except DeadLetterError as exc:
             log.warning("message_retry_later", topic=topic, partition=partition, offset=offset, error=str(exc))
             return False
         self._failures.pop(slot, None)

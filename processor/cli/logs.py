@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import structlog
 
+from processor.domain.masking import mask_account
 from processor.domain.time import iso_ms
 
 SECRET_KEYS: Final = frozenset(
@@ -55,12 +56,6 @@ def redact_secrets(_logger: Any, _method: str, event: MutableMapping[str, Any]) 
         if event[key] is not None:
             event[key] = REDACTED
     return event
-
-
-def mask_account(value: object) -> str:
-    """An account number with all but its last four characters replaced by `*`."""
-    text = str(value)
-    return "*" * max(0, len(text) - 4) + text[-4:]
 
 
 def mask_accounts(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -34,10 +34,9 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import structlog
 import uvicorn
@@ -54,6 +53,7 @@ from consumers.vrp import VrpIntake, vrp_handlers
 from processor.api.callback import create_app
 from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
+from processor.cli.common import QuietServer, bind, listen_address
 from processor.cli.config import Config, default_config_path, load_config
 from processor.cli.logs import configure_logging
 from processor.domain.settings import ConfigError
@@ -83,25 +83,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", choices=("debug", "info", "warning"), default="info")
     p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight steps may take at shutdown")
     return p
-
-
-def listen_address(value: str) -> tuple[str, int]:
-    """(host, port) from `HOST:PORT` or a URL (its default port when none is given)."""
-    if "://" in value:
-        parts = urlsplit(value)
-        return parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"--listen must be HOST:PORT, got {value!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling: the processor's handler stops every part, in order."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 @dataclass
@@ -231,7 +212,7 @@ class Processor:
     async def run(self, sock: socket.socket, *, ready: Callable[[], None] = lambda: None) -> int:
         """Run until `stop()`; the exit status."""
         loop = asyncio.get_running_loop()
-        server = _Server(uvicorn.Config(self.http_app(), log_level="warning", lifespan="off"))
+        server = QuietServer(uvicorn.Config(self.http_app(), log_level="warning", lifespan="off"))
         http = asyncio.create_task(server.serve(sockets=[sock]), name="http")
         worker_task: asyncio.Task[None] | None = None
         worker = None
@@ -266,19 +247,6 @@ class Processor:
             return EXIT_FAILED
         log.info("processor_stopped", instance=self.instance)
         return EXIT_OK
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (bound before anything starts, so a taken port fails fast and clearly)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(128)
-    return sock
 
 
 async def _serve(processor: Processor, sock: socket.socket) -> int:

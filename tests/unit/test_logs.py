@@ -11,7 +11,8 @@ from typing import Any
 import structlog
 from structlog.testing import capture_logs
 
-from processor.cli.logs import REDACTED, add_fields, mask_account, mask_accounts, redact_secrets, timestamp_ms
+from processor.cli.logs import REDACTED, add_fields, mask_accounts, redact_secrets, timestamp_ms
+from processor.domain.masking import mask_account
 
 
 def test_secret_named_fields_are_redacted_and_the_rest_kept() -> None:
@@ -45,10 +46,11 @@ def test_a_missing_secret_stays_none() -> None:
 
 
 def test_account_numbers_keep_their_last_four_characters() -> None:
-    assert mask_account("200100300") == "*****0300"
-    assert mask_account("123") == "123"
+    assert mask_account("200100300") == "****0300"
+    assert mask_account("123") == "****123"
+    assert mask_account(None) == mask_account("") == "?"
     out = mask_accounts(None, "info", {"event": "x", "account_number": "3001234567", "amount": "10.00"})
-    assert out == {"event": "x", "account_number": "******4567", "amount": "10.00"}
+    assert out == {"event": "x", "account_number": "****4567", "amount": "10.00"}
 
 
 def test_a_configured_logger_writes_no_secret() -> None:
