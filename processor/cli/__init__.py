@@ -21,30 +21,24 @@ commands:
 """
 
 
-def _sandbox(argv: list[str]) -> int:
-    from sandbox.cli import main as sandbox_main
-
-    return sandbox_main(argv)
-
-
-def _demo(argv: list[str]) -> int:
-    demo_main: Callable[[list[str]], int] = importlib.import_module("processor.devtools.demo").main
-    return demo_main(argv)
-
-
-def _dev(argv: list[str]) -> int:
-    from processor.devtools.dev import main as dev_main
-
-    return dev_main(argv)
+# Each command's module, imported only when the command runs (a command's dependencies load only for it; the
+# development tools sit above the commands they drive, so they are named here, not imported).
+MODULES: dict[str, str] = {
+    "sandbox": "sandbox.cli",
+    "demo": "processor.devtools.demo",
+    "dev": "processor.devtools.dev",
+    "submit": "processor.cli.submit",
+    "status": "processor.cli.status",
+    "topics": "processor.cli.topics",
+    "processor": "processor.cli.service",
+    "pay-file": "processor.cli.payfile",
+    "vrp": "processor.cli.vrp",
+}
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"sandbox": _sandbox, "demo": _demo, "dev": _dev}
-COMMANDS["submit"] = lambda argv: importlib.import_module("processor.cli.submit").main(argv)
-COMMANDS["status"] = lambda argv: importlib.import_module("processor.cli.status").main(argv)
-COMMANDS["topics"] = lambda argv: importlib.import_module("processor.cli.topics").main(argv)
-COMMANDS["processor"] = lambda argv: importlib.import_module("processor.cli.service").main(argv)
-COMMANDS["pay-file"] = lambda argv: importlib.import_module("processor.cli.payfile").main(argv)
-COMMANDS["vrp"] = lambda argv: importlib.import_module("processor.cli.vrp").main(argv)
+def _command(name: str) -> Callable[[list[str]], int]:
+    run: Callable[[list[str]], int] = importlib.import_module(MODULES[name]).main
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
-    command = COMMANDS.get(args[0])
-    if command is None:
+    if args[0] not in MODULES:
         print(f"dispersion: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
         return 2
-    return command(args[1:])
+    return _command(args[0])(args[1:])

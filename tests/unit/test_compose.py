@@ -16,7 +16,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from processor.cli import COMMANDS
+from processor.cli import MODULES
 from processor.cli.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ CONFIG_IN_CONTAINER = "/etc/dispersion/dispersion.toml"
 def _parser(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
     """The argparse parser of a `dispersion` command line and the arguments it parses."""
     sub, rest = words[0], words[1:]
-    assert sub in COMMANDS, f"`dispersion {sub}` is not a subcommand (known: {sorted(COMMANDS)})"
+    assert sub in MODULES, f"`dispersion {sub}` is not a subcommand (known: {sorted(MODULES)})"
     factories: dict[str, Callable[[], argparse.ArgumentParser]] = {}
     if sub == "processor":
         from processor.cli.service import parser as processor_parser

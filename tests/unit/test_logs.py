@@ -65,7 +65,7 @@ def test_a_configured_logger_writes_no_secret() -> None:
     finally:
         structlog.reset_defaults()
     record = json.loads(lines[0])
-    assert record == {"event": "exchange", "access_token": REDACTED, "account_number": "*****0399", "instance": "p-1"}
+    assert record == {"event": "exchange", "access_token": REDACTED, "account_number": "****0399", "instance": "p-1"}
     assert "at-secret-value" not in lines[0]
 
 
