@@ -7,18 +7,17 @@ import asyncio
 import contextlib
 import logging
 import socket
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import structlog
 import uvicorn
 from starlette.types import ASGIApp
 
 from processor.api.callback import callback_app
 from processor.bank import IssuerMismatch
 from processor.cli.config import Config, default_config_path, load_config
+from processor.cli.logs import configure_logging
 from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
 from processor.store import Store, load_cipher
@@ -31,16 +30,9 @@ class CliError(Exception):
 
 
 def configure_command_logging(verbose: bool) -> None:
-    """The command's own output goes to stdout; the engine's log lines to stderr, warnings only unless verbose."""
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.dev.ConsoleRenderer(colors=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO if verbose else logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
+    """The command's own output goes to stdout; the engine's log lines to stderr (console form, redacted like the
+    processor's), warnings only unless verbose."""
+    configure_logging("console", level=logging.INFO if verbose else logging.WARNING)
 
 
 def listen_address(value: str) -> tuple[str, int]:
@@ -78,7 +70,7 @@ class QuietServer(uvicorn.Server):
 @contextlib.asynccontextmanager
 async def serving(app: ASGIApp, sock: socket.socket) -> AsyncIterator[QuietServer]:
     """Serve `app` on a bound socket for the duration of the block; stopped (and the socket closed) after it."""
-    server = QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off", log_config=None))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers no "started" event)

@@ -212,7 +212,7 @@ class Processor:
     async def run(self, sock: socket.socket, *, ready: Callable[[], None] = lambda: None) -> int:
         """Run until `stop()`; the exit status."""
         loop = asyncio.get_running_loop()
-        server = QuietServer(uvicorn.Config(self.http_app(), log_level="warning", lifespan="off"))
+        server = QuietServer(uvicorn.Config(self.http_app(), log_level="warning", lifespan="off", log_config=None))
         http = asyncio.create_task(server.serve(sockets=[sock]), name="http")
         worker_task: asyncio.Task[None] | None = None
         worker = None

@@ -80,3 +80,23 @@ def test_timestamps_are_utc_with_milliseconds() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", event["timestamp"]), event
     written = datetime.strptime(event["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     assert abs((datetime.now(UTC) - written).total_seconds()) < 60
+
+
+def test_nested_secrets_and_secrets_in_text_are_redacted() -> None:
+    from processor.cli.logs import scrub, scrub_text
+
+    event: dict[str, Any] = {
+        "event": "exchange failed for http://h/callback?code=abc123&state=s-xyz&iss=http%3A%2F%2Fbank",
+        "request": {"headers": {"authorization": "Basic Zm9vOmJhcg=="}, "form": {"code_verifier": "v" * 43}},
+        "attempts": [{"access_token": "at-1"}, "Bearer eyJ.a.b"],
+        "batch_id": "B-1",
+    }
+    out = scrub_text(None, "error", redact_secrets(None, "error", event))
+    text = json.dumps(out)
+    for secret in ("abc123", "s-xyz", "Zm9vOmJhcg", "v" * 43, "at-1", "eyJ.a.b"):
+        assert secret not in text, secret
+    assert out["batch_id"] == "B-1" and "iss=http%3A%2F%2Fbank" in out["event"]  # the rest is kept
+    assert (
+        scrub('{"access_token": "at-9", "token_type": "Bearer"}')
+        == '{"access_token": "[redacted]", "token_type": "Bearer"}'
+    )
