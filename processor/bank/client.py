@@ -52,7 +52,7 @@ from processor.bank.models import (
     loads,
     loads_echo,
 )
-from processor.bank.retry import RetryDecision, RetryPolicy, run_with_retries
+from processor.bank.retry import RESEND_MIN_DELAY, RetryDecision, RetryPolicy, run_with_retries
 from processor.bank.transport import bank_transport
 from processor.domain.time import Clock, SystemClock
 
@@ -314,6 +314,7 @@ class BankClient:
                 monotonic=self._monotonic,
                 rand=self._rand,
                 on_retry=on_retry,
+                min_delay=RESEND_MIN_DELAY if idempotency_key is not None else 0.0,
             )
         except _BodyBuildError as failed:
             raise failed.error from None
