@@ -22,6 +22,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from processor.domain.text import unsafe_character
 from processor.domain.time import iso_ms, utc_ms
 from processor.domain.vrp_limits import Alignment, PeriodicLimit, PeriodType
 from processor.domain.vrp_limits import Mandate as LimitsView
@@ -98,6 +99,10 @@ class _Reader:
             return None
         if len(value) > max_len:
             self.fail(name, f"must be at most {max_len} characters")
+            return None
+        unsafe = unsafe_character(value)
+        if unsafe is not None:
+            self.fail(name, f"holds a control or bidi character ({unsafe})")
             return None
         return value
 
