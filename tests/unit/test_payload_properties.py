@@ -94,7 +94,7 @@ def test_control_sum_of_many_cents_and_tenths_is_not_float_rounded() -> None:
 
 # Free text as ERPs send it: any character but controls and bidi formatting (refused: processor/domain/text.py).
 SAFE_CHARACTERS = st.characters(
-    blacklist_categories=("Cc",),
+    blacklist_categories=("Cc", "Cs"),
     blacklist_characters="\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
 )
 concepts = st.text(SAFE_CHARACTERS, max_size=60)
