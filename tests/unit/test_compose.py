@@ -162,6 +162,8 @@ def test_the_processors_form_one_group_and_the_api_serves_http_only() -> None:
         "processor-2": ("all", "processor-2"),
         "api": ("api", "api"),
     }
+    # Each name is the static group.instance.id of one container: a service scaled above 1 would share it.
+    assert all("deploy" not in SERVICES[name] or SERVICES[name]["deploy"].get("replicas", 1) == 1 for name in roles)
     assert "127.0.0.1:8600:8600" in SERVICES["api"]["ports"]
 
 
@@ -188,6 +190,7 @@ def test_the_compose_configuration_loads_and_matches_the_services(monkeypatch: p
     engine_settings(config)  # the [engine] table is valid
     assert config.processor.store.startswith("postgresql://")
     assert config.kafka.bootstrap_servers == "kafka:9092"
+    assert config.kafka.options["static_membership"] is True  # restarted containers keep their partitions
     integration = config.integrations["sandbox"]
 
     (init,) = dispersion_commands(SERVICES["bank-init"])
