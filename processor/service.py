@@ -15,9 +15,11 @@ With `--role all` (the default) the instance runs, over the configured store:
 `--role api` serves only the HTTP part (for a separate, public callback API deployment): the redirect is checked
 and the code exchanged there; the payment is then due work for any processor's worker.
 
-SIGTERM or Ctrl-C: the consumer stops taking messages, commits what it handled and leaves the group; the worker
-stops claiming and lets in-flight steps finish (`--grace` seconds, then cancels them: each step is safe to
-resume); the relay delivers what it handed to Kafka; the HTTP server closes. Exit status 0.
+SIGTERM or Ctrl-C: the consumer stops taking messages, commits what it handled and closes (a static member,
+`group.instance.id` = `--instance`, keeps its partitions until it is back or its session expires; a dynamic one
+leaves the group); the worker stops claiming and lets in-flight steps finish (`--grace` seconds, then cancels
+them: each step is safe to resume); the relay delivers what it handed to Kafka; the HTTP server closes. Exit
+status 0. Fenced by a live instance of the same name: the message says so, exit status 1.
 
 The first line on standard output is `processor ready: api=http://HOST:PORT instance=NAME` once everything runs.
 """
