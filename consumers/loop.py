@@ -18,6 +18,13 @@ Failures:
 - the handler raises anything else (a bug that this message triggers): retried `poison_attempts` times, then
   dead-lettered with the exception as the reason, so one message cannot stop its partition for good.
 
+Static group membership: a consumer built for a named instance (`consumer_config(..., instance=NAME)`) joins with
+`group.instance.id = NAME` unless `[kafka] static_membership = false`. The broker then keeps the instance's
+partitions for it until `session.timeout.ms` (45 s) passes, so an instance restarted under the same name within that
+time takes them back at once, without a rebalance; the price is that a stopped static member's partitions wait that
+long before they move (it does not leave the group on close). Two live instances must never share a name: the
+broker fences the older one, whose loop then stops with `ConsumerFencedError`.
+
 Offsets are committed synchronously, explicitly (the offset after each handled message), after every polled
 batch; on a rebalance the partitions being revoked are committed first, and on shutdown everything handled is
 committed before `close()` leaves the group. A redelivered message (after a crash between acceptance and commit)
@@ -93,11 +100,19 @@ class DeadLetterSink(Protocol):
     def publish(self, message: Any, reason: str, *, batch_id: str | None = None) -> None: ...
 
 
-def consumer_config(settings: KafkaSettings, name: str, **extra: Any) -> dict[str, Any]:
-    """Consumer properties: manual commits, earliest start for a new group, large messages allowed."""
+class ConsumerFencedError(KafkaException):
+    """The broker fenced this consumer: another live member of the group joined with the same `group.instance.id`
+    (two instances with one name). Fatal: the consumer cannot continue."""
+
+
+def consumer_config(settings: KafkaSettings, name: str, *, instance: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Consumer properties: manual commits, earliest start for a new group, large messages allowed; with `instance`
+    (a name unique among the live members) and `settings.static_membership`, static membership."""
+    membership = {"group.instance.id": instance} if instance and settings.static_membership else {}
     return settings.config(
         **{
             "group.id": settings.group_id,
+            **membership,
             "client.id": f"dispersion-{name}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -165,6 +180,8 @@ class AtLeastOnceConsumer:
         self.max_backoff = max_backoff
         self.poison_attempts = poison_attempts
         self._consumer = Consumer({"stats_cb": _record_lag, **config})
+        self._group_id = str(config.get("group.id", ""))
+        self._instance_id = config.get("group.instance.id")
         self._done: dict[tuple[str, int], int] = {}  # handled, not yet committed: next offset per partition
         self._failures: dict[tuple[str, int, int], int] = {}  # (topic, partition, offset) -> failed attempts
         self._backoff = 0.0
@@ -223,8 +240,8 @@ class AtLeastOnceConsumer:
         for index, message in enumerate(messages):
             error = message.error()
             if error is not None:
-                if error.fatal():
-                    raise KafkaException(error)
+                if error.fatal() or error.code() == KafkaError._FATAL:
+                    raise self._fatal(error)
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer_error", error=str(error))
                 continue
@@ -235,6 +252,19 @@ class AtLeastOnceConsumer:
         self.commit()
         self.handled += handled
         return handled
+
+    def _fatal(self, error: KafkaError) -> KafkaException:
+        # librdkafka reports a fatal consumer error as _FATAL with the cause in the text; a fence by a member with
+        # the same group.instance.id is the one an operator can cause (and must fix), so it gets its own message.
+        text = str(error)
+        if error.code() in (KafkaError._FENCED, KafkaError.FENCED_INSTANCE_ID) or "group.instance.id" in text:
+            instance = self._instance_id or "?"
+            return ConsumerFencedError(
+                f"Kafka fenced this consumer: another live member of group {self._group_id!r} uses "
+                f"group.instance.id {instance!r}. Instance names (--instance) must be unique among running "
+                f"instances; this one stops ({text})"
+            )
+        return KafkaException(error)
 
     def _handle(self, message: Message) -> bool:
         """Handle one message; False when it must be retried (the caller rewinds)."""

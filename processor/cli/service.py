@@ -15,9 +15,11 @@ With `--role all` (the default) the instance runs, over the configured store:
 `--role api` serves only the HTTP part (for a separate, public callback API deployment): the redirect is checked
 and the code exchanged there; the payment is then due work for any processor's worker.
 
-SIGTERM or Ctrl-C: the consumer stops taking messages, commits what it handled and leaves the group; the worker
-stops claiming and lets in-flight steps finish (`--grace` seconds, then cancels them: each step is safe to
-resume); the relay delivers what it handed to Kafka; the HTTP server closes. Exit status 0.
+SIGTERM or Ctrl-C: the consumer stops taking messages, commits what it handled and closes (a static member,
+`group.instance.id` = `--instance`, keeps its partitions until it is back or its session expires; a dynamic one
+leaves the group); the worker stops claiming and lets in-flight steps finish (`--grace` seconds, then cancels
+them: each step is safe to resume); the relay delivers what it handed to Kafka; the HTTP server closes. Exit
+status 0. Fenced by a live instance of the same name: the message says so, exit status 1.
 
 The first line on standard output is `processor ready: api=http://HOST:PORT instance=NAME` once everything runs.
 """
@@ -48,7 +50,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 
 from consumers.batches import BatchHandler, EngineIntake
-from consumers.loop import AtLeastOnceConsumer, Handler, consumer_config, route
+from consumers.loop import AtLeastOnceConsumer, ConsumerFencedError, Handler, consumer_config, route
 from consumers.vrp import VrpIntake, vrp_handlers
 from processor.api.callback import create_app
 from processor.api.metrics import StoreCollector
@@ -78,7 +80,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--listen", help="HOST:PORT of the HTTP server (default: the host and port of public_url)")
     p.add_argument("--role", choices=ROLES, default="all", help="all (default) or api (HTTP only)")
-    p.add_argument("--instance", help="name in logs, lease owners and client ids (default: host-pid)")
+    p.add_argument(
+        "--instance",
+        help="name in logs, lease owners, client ids and the Kafka group.instance.id; unique among running "
+        "instances, the same across restarts (default: host-pid)",
+    )
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.add_argument("--log-level", choices=("debug", "info", "warning"), default="info")
     p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight steps may take at shutdown")
@@ -180,7 +186,9 @@ class Processor:
         dead_letters = DeadLetterPublisher(
             producer_config(self.kafka, f"dlq-{self.instance}"), topic=self.kafka.topic(DLQ_TOPIC)
         )
-        config = consumer_config(self.kafka, "processor", **{"client.id": f"dispersion-processor-{self.instance}"})
+        config = consumer_config(
+            self.kafka, "processor", instance=self.instance, **{"client.id": f"dispersion-processor-{self.instance}"}
+        )
         return AtLeastOnceConsumer(config, list(handlers), route(handlers), dead_letters)
 
     def _start_threads(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -242,6 +250,9 @@ class Processor:
         await asyncio.gather(http, watch, return_exceptions=True)
         await self.engine.aclose()
         died = [t.name for t in self.threads if t.error is not None]
+        for component in self.threads:
+            if isinstance(component.error, ConsumerFencedError):  # an operator's mistake: say so plainly
+                print(f"dispersion processor: {component.error}", file=sys.stderr, flush=True)
         if failed or died:
             log.error("processor_stopped_after_failure", instance=self.instance, components=died or ["http"])
             return EXIT_FAILED
