@@ -36,7 +36,7 @@ def test_version_prints_the_installed_distribution_version() -> None:
 
 
 def test_the_entry_module_is_marked_for_argcomplete() -> None:
-    head = (ROOT / "processor" / "cli.py").read_bytes()[:1024]
+    head = (ROOT / "processor" / "cli" / "__init__.py").read_bytes()[:1024]
     assert b"PYTHON_ARGCOMPLETE_OK" in head  # argcomplete's global completion looks for it there
 
 
