@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox.errors import OAuthError
 from sandbox.oauth.answer import OAuthAnswer
 from sandbox.oauth.client_auth import authenticate_basic
 from sandbox.state import Bank
@@ -102,5 +103,8 @@ def discovery_document(issuer: str) -> dict[str, Any]:
 
 def discovery(bank: Bank, authorization: str | None) -> OAuthAnswer:
     """E1: the discovery document, for a client authenticated with `Authorization: Basic`."""
-    authenticate_basic(bank, authorization)
+    try:
+        authenticate_basic(bank, authorization)
+    except OAuthError as exc:
+        return OAuthAnswer.of_error(exc)
     return OAuthAnswer.json(discovery_document(bank.config.issuer))
