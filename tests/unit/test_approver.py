@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from processor.devtools.approver import ApprovalError, approve, decision_form, page_text, parse_forms
-from sandbox.consent_page import template
+from sandbox.pages import template
 
 REQUEST_URI = "urn:ietf:params:oauth:request_uri:abc&123"
 
