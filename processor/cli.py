@@ -14,7 +14,8 @@ commands:
   dev kafka   start a local single-node Apache Kafka (KRaft) from the Maven Central jars
   processor   run one processor instance: consumers, flow engine, outbox relay, callback API, metrics
   pay-file    run flow A for one batch without Kafka: authorization URL, redirect, result per transfer
-  submit      turn an ERP payroll export (CSV or JSON) into a payroll.batches event (validated first)
+  submit      turn an ERP payroll export (CSV, JSON, or any layout via --profile) into a payroll.batches event
+  exports     `exports check`: validate the [exports.NAME] profiles against sample exports
   status      print status events (`--follow` as they arrive, `--batch ID` for one batch)
   topics      create the project's Kafka topics (idempotent)
   vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
@@ -40,6 +41,7 @@ def _dev(argv: list[str]) -> int:
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"sandbox": _sandbox, "demo": _demo, "dev": _dev}
 COMMANDS["submit"] = lambda argv: importlib.import_module("processor.submit").main(argv)
+COMMANDS["exports"] = lambda argv: importlib.import_module("processor.exportscli").main(argv)
 COMMANDS["status"] = lambda argv: importlib.import_module("processor.statuscli").main(argv)
 COMMANDS["topics"] = lambda argv: importlib.import_module("producers.topics").main(argv)
 COMMANDS["processor"] = lambda argv: importlib.import_module("processor.service").main(argv)

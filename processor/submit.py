@@ -41,6 +41,14 @@ from processor.batch import (
     batch_from_dict,
     loads_exact,
 )
+from processor.domain.export_profile import (
+    BATCH_COLUMNS,
+    REQUIRED_COLUMNS,
+    ROW_COLUMNS,
+    ExportProfile,
+    sniff_delimiter,
+)
+from processor.domain.export_rows import Explanation
 from processor.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
 SOURCE: Final = "dispersion-submit"
@@ -48,16 +56,6 @@ EXIT_INVALID: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_KAFKA: Final = 3
 
-REQUIRED_COLUMNS: Final = ("account_number", "amount", "email", "concept")
-ROW_COLUMNS: Final = ("account_type", "currency", "employee_reference")
-BATCH_COLUMNS: Final = (
-    "batch_id",
-    "integration",
-    "file_reference",
-    "origin_account_number",
-    "origin_account_type",
-    "origin_currency",
-)
 # Digits, optionally '.' and decimals, optional leading minus (validation then refuses it with its own reason).
 _AMOUNT_TEXT: Final = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 
@@ -72,14 +70,16 @@ class ExportError(Exception):
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem in the export; `line` is the 1-based line in the file (None: the file as a whole)."""
+    """One problem in the export; `line` is the 1-based line in the file (None: the file as a whole), or the row
+    (`unit` "row") of an export read through a profile."""
 
     line: int | None
     field: str
     message: str
+    unit: str = "line"
 
     def __str__(self) -> str:
-        where = f"line {self.line}" if self.line is not None else "export"
+        where = f"{self.unit} {self.line}" if self.line is not None else "export"
         return f"{where}: {self.field}: {self.message}"
 
 
@@ -106,6 +106,8 @@ class Export:
     size: int = 0
     problems: tuple[Problem, ...] = ()  # row problems found while reading (validation adds its own)
     unreadable_amounts: frozenset[int] = frozenset()  # transactions whose amount could not be read
+    labels: Mapping[str, str] = field(default_factory=dict)  # validation field -> the ERP's column (profiles)
+    unit: str = "line"  # how `lines` count: file lines, or rows (profiles)
 
 
 class Progress:
@@ -165,18 +167,18 @@ def _normalise(name: str) -> str:
     return re.sub(r"[\s\-]+", "_", name.strip().lower())
 
 
-def sniff_delimiter(header_line: str) -> str:
-    """The most frequent of `,`, `;` and tab in the header line (`,` when none appears)."""
-    counts = {delimiter: header_line.count(delimiter) for delimiter in (",", ";", "\t")}
-    best = max(counts, key=lambda d: counts[d])
-    return best if counts[best] else ","
-
-
 def default_batch_id(path: Path, digest: str) -> str:
     """`<file name without extension>-<first 16 hex digits of its SHA-256>`: the same file submitted twice is the
     same batch (the processor ignores the repeat), a changed file is a new one."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-") or "export"
     return f"{stem[:60]}-{digest[:16]}"
+
+
+def file_defaults(path: Path, digest: str, integrations: Collection[str] | None) -> BatchFields:
+    """The defaults of docs/submit.md: the batch id from the file (`default_batch_id`), the integration when the
+    configuration has exactly one."""
+    only = sorted(integrations)[0] if integrations and len(integrations) == 1 else None
+    return BatchFields(batch_id=default_batch_id(path, digest), integration=only)
 
 
 def read_csv(
@@ -369,9 +371,9 @@ def check(
             continue  # already reported as unreadable (its value is unknown, so it is no known duplicate either)
         line = export.lines[issue.index] if export.lines is not None else None
         where = "" if line is not None else f"transactions[{issue.index}]."
-        problems.append(
-            Problem(line, f"{where}{issue.field}", f"{issue.reason.value}: {issue.message} (transaction {issue.index})")
-        )
+        name = export.labels.get(issue.field, issue.field)
+        message = f"{issue.reason.value}: {issue.message} (transaction {issue.index})"
+        problems.append(Problem(line, f"{where}{name}", message, export.unit))
     problems.sort(key=lambda p: (p.line is not None, p.line or 0))  # the file as a whole first, then by line
     return problems
 
@@ -390,6 +392,7 @@ class _Context:
     config_path: str | None = None
     kafka_options: Mapping[str, Any] = field(default_factory=dict)
     configured_bootstrap: str | None = None
+    exports: object = None  # the configuration's raw [exports] table
 
 
 def _delimiter(text: str) -> str:
@@ -423,9 +426,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--delimiter", type=_delimiter, help="CSV delimiter (default: detected from the header: ',', ';' or tab)"
     )
-    p.add_argument(
-        "--encoding", type=_encoding, default="utf-8-sig", help="CSV text encoding (default UTF-8, BOM allowed)"
-    )
+    p.add_argument("--encoding", type=_encoding, help="CSV text encoding (default utf-8-sig: UTF-8, BOM allowed)")
+    p.add_argument("--profile", help="read the export through the configuration's [exports.NAME] profile")
+    p.add_argument("--explain", action="store_true", help="with --profile: show how the first rows were read")
     p.add_argument("--batch-id", help="default: the batch_id column, else <file name>-<SHA-256 prefix>")
     p.add_argument("--integration", help="bank configuration (default: the column, or the only configured one)")
     p.add_argument("--file-reference", help="FileReference (default: the column, else the batch id)")
@@ -450,21 +453,46 @@ def _context(args: argparse.Namespace) -> _Context:
         config_path=path,
         kafka_options=config.kafka.options,
         configured_bootstrap=config.kafka.bootstrap_servers,
+        exports=config.sections.get("exports"),
     )
 
 
-def _read(args: argparse.Namespace, fields: BatchFields, defaults: BatchFields, progress: Progress) -> Export:
+def _read(
+    args: argparse.Namespace,
+    fields: BatchFields,
+    defaults: BatchFields,
+    progress: Progress,
+    profile: ExportProfile | None = None,
+) -> Export:
     fmt = args.format or ("json" if args.export.suffix.lower() == ".json" else "csv")
     size = args.export.stat().st_size
     now = datetime.now(UTC)
     requested_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
+    if profile is not None:
+        from processor.submit_profile import explain_lines, read_profiled
+
+        def explain(explanation: Explanation) -> None:
+            print("\n".join(explain_lines(explanation, args.export, profile.constants)))
+
+        return replace(
+            read_profiled(
+                args.export,
+                profile,
+                fields,
+                requested_at=requested_at,
+                defaults=defaults,
+                explain=explain if args.explain else None,
+                on_row=lambda count: progress.update(f"reading {args.export.name}: {count:,} rows"),
+            ),
+            size=size,
+        )
     if fmt == "json":
         data = args.export.read_bytes()
         progress.update(f"read {size:,} bytes", force=True)
         return replace(read_json(data, fields, requested_at=requested_at, defaults=defaults), size=size)
     with args.export.open("rb") as raw:
         counter = _CountingReader(raw)
-        text = io.TextIOWrapper(io.BufferedReader(counter), encoding=args.encoding, newline="")
+        text = io.TextIOWrapper(io.BufferedReader(counter), encoding=args.encoding or "utf-8-sig", newline="")
         first = text.readline()
         delimiter = args.delimiter or sniff_delimiter(first)
         reader = csv.reader(_chain(first, text), delimiter=delimiter)
@@ -477,6 +505,28 @@ def _read(args: argparse.Namespace, fields: BatchFields, defaults: BatchFields, 
             reader, fields, requested_at=requested_at, defaults=defaults, on_row=on_row, line_of=lambda: reader.line_num
         )
     return replace(export, size=size)
+
+
+def _profile(args: argparse.Namespace, context: _Context) -> ExportProfile | None:
+    """The `--profile` named (None without one); ConfigError when it cannot be used with these arguments."""
+    from processor.config import ConfigError
+
+    if args.profile is None:
+        if args.explain:
+            raise ConfigError("--explain needs --profile NAME (an [exports.NAME] profile)")
+        return None
+    if context.config_path is None:
+        raise ConfigError("--profile needs a configuration (--config, $DISPERSION_CONFIG or ./dispersion.toml)")
+    clashing = [option for option in ("format", "delimiter", "encoding") if getattr(args, option) is not None]
+    if clashing:
+        raise ConfigError(f"--{clashing[0]} cannot be combined with --profile (set it in the profile)")
+    from processor.domain.export_profile import ProfileError
+    from processor.submit_profile import profile_named
+
+    try:
+        return profile_named(context.exports, args.profile, context.config_path)
+    except ProfileError as exc:
+        raise ConfigError("\n".join(exc.problems)) from None
 
 
 def _chain(first: str, rest: IO[str]) -> Iterator[str]:
@@ -499,6 +549,7 @@ def main(argv: list[str]) -> int:
 
     try:
         context = _context(args)
+        profile = _profile(args, context)
     except ConfigError as exc:
         print(f"dispersion submit: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -507,8 +558,7 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"dispersion submit: cannot read {args.export}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    only = sorted(context.integrations)[0] if context.integrations and len(context.integrations) == 1 else None
-    defaults = BatchFields(batch_id=default_batch_id(args.export, digest), integration=only)
+    defaults = file_defaults(args.export, digest, context.integrations)
     fields = BatchFields(
         batch_id=args.batch_id,
         integration=args.integration,
@@ -519,12 +569,12 @@ def main(argv: list[str]) -> int:
     )
     started = time.monotonic()
     try:
-        export = _read(args, fields, defaults, progress)
+        export = _read(args, fields, defaults, progress, profile)
     except ExportError as exc:
         _report(exc.problems, progress)
         return EXIT_INVALID
     except (UnicodeDecodeError, csv.Error) as exc:
-        _report([Problem(None, "file", f"cannot be read as {args.encoding} CSV: {exc}")], progress)
+        _report([Problem(None, "file", f"cannot be read as {args.encoding or 'utf-8-sig'} CSV: {exc}")], progress)
         return EXIT_INVALID
     batch = export.batch
     count = len(batch.transactions)

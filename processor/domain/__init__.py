@@ -1,0 +1,1 @@
+"""Pure domain logic: imports nothing else of ours and no I/O library."""
