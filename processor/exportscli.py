@@ -83,20 +83,19 @@ def main(argv: list[str]) -> int:
     failed = 0
     checks = 0
     for name in selected:
-        checks += 1
+        samples = [file for profile_name, file in pairs if profile_name == name]
+        checks += max(len(samples), 1)
         try:
             profile = parse_profile(name, exports[name])
         except ProfileError as exc:
-            failed += 1
+            failed += max(len(samples), 1)
             print(f"{name}: the profile has {len(exc.problems)} problem(s)")
             for problem in exc.problems:
                 print(f"  {path}: {problem}")
             continue
-        samples = [file for profile_name, file in pairs if profile_name == name]
         if not samples:
             print(f"{name}: the profile is valid (no sample given)")
         for file in samples:
-            checks += 1
             failed += not _check_sample(profile, file, frozenset(config.integrations), explain=args.explain)
     if failed:
         print(f"exports check: problems in {failed} of {checks} check(s)")

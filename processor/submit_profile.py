@@ -125,7 +125,8 @@ def _renamed(problem: Problem, labels: Mapping[str, str]) -> Problem:
     if problem.line is None and problem.field in _OPTION_OF:
         hint = f" (or {_OPTION_OF[problem.field]} in the profile)"
         return replace(problem, message=problem.message + hint, unit=UNIT)
-    return replace(problem, field=labels.get(problem.field, problem.field), unit=UNIT)
+    message = problem.message.replace(" on line ", f" on {UNIT} ")  # the first row holding another batch value
+    return replace(problem, field=labels.get(problem.field, problem.field), message=message, unit=UNIT)
 
 
 def explain_lines(explanation: Explanation, path: Path, constants: Mapping[str, Any]) -> list[str]:

@@ -67,14 +67,15 @@ def parse_amount(text: str, style: NumberStyle) -> Decimal:
     body = text.strip()
     if not body:
         raise NumberError("is empty")
+    signs = 0
     negative = False
     if body.startswith("(") and body.endswith(")"):
-        negative, body = True, body[1:-1].strip()
+        signs, negative, body = 1, True, body[1:-1].strip()
     if body[:1] in MINUS_SIGNS or body[:1] == "+":
-        negative, body = negative or body[0] != "+", body[1:].strip()
+        signs, negative, body = signs + 1, body[0] != "+", body[1:].strip()
     elif body[-1:] in MINUS_SIGNS:
-        negative, body = True, body[:-1].strip()
-    if body[:1] in MINUS_SIGNS or body[-1:] in MINUS_SIGNS or body[:1] in "(+" or body[-1:] == ")":
+        signs, negative, body = signs + 1, True, body[:-1].strip()
+    if signs > 1 or body[:1] in MINUS_SIGNS or body[-1:] in MINUS_SIGNS or body[:1] in "(+" or body[-1:] == ")":
         raise NumberError(f"{text.strip()!r}: more than one sign")
     for char in body:
         if not (char.isascii() and char.isdigit()) and char != style.decimal and not style.is_separator(char):
@@ -150,7 +151,7 @@ def format_shows(number_format: str, value: Decimal) -> Shown:
         section = sections[0]
     code = section.strip()
     lowered = code.lower()
-    if lowered in ("", "general", "@") or number_format.strip().lower() == "general":
+    if lowered in ("general", "@") or not number_format.strip():
         return Shown(None)
     if "%" in code:
         raise NumberError(f"the cell is formatted as a percentage ({number_format!r})")
