@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+import tracemalloc
 import zipfile
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -448,3 +449,23 @@ def test_columns_by_position_without_a_header() -> None:
         ("2002", "", "b@example.com", ""),
     ]
     assert [(p.row, p.column) for p in result.problems] == [(2, "column 2")]
+
+
+def test_a_workbook_is_read_streaming(tmp_path: Path) -> None:
+    """5,000 rows read in read-only mode hold one row at a time: the peak of Python allocations stays a small
+    fraction of what loading the sheet (30,000 cells) would take. benchmarks/exports_xlsx.py measures 100,000."""
+    book = Workbook(write_only=True)
+    sheet = book.create_sheet("Nómina")
+    sheet.append(["No. Cuenta", "Nombre", "Monto", "Correo", "Concepto", "Código"])
+    for index in range(5000):
+        sheet.append([f"{index:010d}", f"Empleado {index}", index + 0.25, f"e{index}@example.com", "Sueldo", index])
+    path = tmp_path / "grande.xlsx"
+    book.save(path)
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in xlsx_rows(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 5001
+    assert peak < 4 * 2**20, f"peak {peak / 2**20:.1f} MiB"
