@@ -3,6 +3,11 @@
     dispersion submit --config dispersion.toml export.csv [--origin-account 3001234567 --origin-currency GTQ]
                       [--batch-id ID] [--integration NAME] [--file-reference REF] [--bootstrap HOST:PORT]
                       [--topic T] [--delimiter ';'] [--dry-run] [--quiet]
+    dispersion submit --config dispersion.toml --profile NAME FILE [--dry-run [--explain]] [options as above]
+
+`--profile NAME` reads the ERP's own export (CSV in any encoding and number format, or `.xlsx`) through the
+configuration's `[exports.NAME]` profile (`processor.submit_profile`; docs/submit.md, "Bring your ERP's export");
+`--explain` prints how its first rows were read (ERP column -> our field -> value) before the result line.
 
 The export is read and checked completely before anything is sent: every unreadable or invalid row is reported
 (with its line in the file) and, if there is any, nothing is produced (exit 1). A valid batch is encoded as Avro

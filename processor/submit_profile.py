@@ -146,10 +146,11 @@ def explain_lines(explanation: Explanation, path: Path, constants: Mapping[str, 
         lines.append(f"header: row {explanation.header_row}")
     elif not profile.header:
         lines.append("no header row: columns by position")
-    for column, ours in explanation.columns:
-        lines.append(f"  {column} -> {ours}")
-    for ours, value in constants.items():
-        lines.append(f"  (profile) -> {ours} = {value}")
+    named = [*explanation.columns, *(("(profile)", f"{ours} = {value}") for ours, value in constants.items())]
+    if named:
+        lines.append("columns:")
+        width = max(len(column) for column, _ in named)
+        lines.extend(f"  {column:<{width}} -> {ours}" for column, ours in named)
     if explanation.ignored_columns:
         lines.append(f"ignored column(s): {', '.join(explanation.ignored_columns)}")
     for number, cells in explanation.rows:
