@@ -210,6 +210,7 @@ class _ProfileReader:
             return {}
         known = (*REQUIRED_COLUMNS, *ROW_COLUMNS, *BATCH_COLUMNS)
         columns: dict[str, ColumnRef] = {}
+        given = set(raw)  # a required field given badly is reported as bad, not also as missing
         for ours, ref in raw.items():
             key = f"columns.{ours}"
             if ours not in known:
@@ -233,7 +234,7 @@ class _ProfileReader:
             if ref.name is not None and names.count(header_key(ref.name)) > 1:
                 self.fail(f"columns.{ours}", f"{ref.name!r} is mapped to more than one of our fields")
         for ours in PROFILE_REQUIRED:
-            if ours not in columns and f"columns.{ours}" not in "".join(self.problems):
+            if ours not in given:
                 self.fail(f"columns.{ours}", "is required (the ERP column that holds it)")
         return columns
 
