@@ -126,16 +126,16 @@ def _check_sample(profile: ExportProfile, file: Path, integrations: frozenset[st
         problems = check(export, integrations=integrations)
         batch = export.batch
         summary = f"{len(batch.transactions):,} rows, control sum {control_sum(batch)} {batch.origin.currency}"
-    if explain and explained:
-        print("\n".join(f"  | {line}" for line in explain_lines(explained[0], file, profile.constants)))
+    total = explained[0].total if explained else None
     if problems:
         print(f"{profile.name}: {file}: {len(problems)} problem(s)")
-        for problem in problems:
-            print(f"  {problem}")
-        return False
-    total = explained[0].total if explained else None
-    print(f"{profile.name}: {file}: ok: {summary}" + (f"; total row {total.row} matches" if total else ""))
-    return True
+    else:
+        print(f"{profile.name}: {file}: ok: {summary}" + (f"; total row {total.row} matches" if total else ""))
+    if explain and explained:
+        print("\n".join(f"  | {line}" for line in explain_lines(explained[0], file, profile.constants)))
+    for problem in problems:
+        print(f"  {problem}")
+    return not problems
 
 
 def _usage(message: str) -> int:

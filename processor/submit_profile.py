@@ -162,7 +162,10 @@ def explain_lines(explanation: Explanation, path: Path, constants: Mapping[str, 
     if explanation.data_rows > len(explanation.rows):
         lines.append(f"... {explanation.data_rows - len(explanation.rows):,} more row(s)")
     total = explanation.total
-    if total is not None:
+    if total is not None and (total.stated is None or total.computed is None):
+        stated = "unreadable" if total.stated is None else total.stated
+        lines.append(f"total row {total.row}: {stated} (not checked: an amount is unreadable)")
+    elif total is not None:
         verdict = "matches" if total.matches else "DIFFERS"
         lines.append(f"total row {total.row}: {total.stated} (sum of {total.rows:,} rows: {total.computed}) {verdict}")
     elif profile.total_label is not None:
