@@ -53,7 +53,6 @@ from processor.domain.export_profile import (
     ExportProfile,
     sniff_delimiter,
 )
-from processor.domain.export_rows import Explanation
 from processor.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
 SOURCE: Final = "dispersion-submit"
@@ -474,23 +473,10 @@ def _read(
     now = datetime.now(UTC)
     requested_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
     if profile is not None:
-        from processor.submit_profile import explain_lines, read_profiled
+        from processor.submit_profile import read_for_submit
 
-        def explain(explanation: Explanation) -> None:
-            print("\n".join(explain_lines(explanation, args.export, profile.constants)))
-
-        return replace(
-            read_profiled(
-                args.export,
-                profile,
-                fields,
-                requested_at=requested_at,
-                defaults=defaults,
-                explain=explain if args.explain else None,
-                on_row=lambda count: progress.update(f"reading {args.export.name}: {count:,} rows"),
-            ),
-            size=size,
-        )
+        export = read_for_submit(args, profile, fields, defaults, requested_at=requested_at, progress=progress.update)
+        return replace(export, size=size)
     if fmt == "json":
         data = args.export.read_bytes()
         progress.update(f"read {size:,} bytes", force=True)
@@ -510,28 +496,6 @@ def _read(
             reader, fields, requested_at=requested_at, defaults=defaults, on_row=on_row, line_of=lambda: reader.line_num
         )
     return replace(export, size=size)
-
-
-def _profile(args: argparse.Namespace, context: _Context) -> ExportProfile | None:
-    """The `--profile` named (None without one); ConfigError when it cannot be used with these arguments."""
-    from processor.config import ConfigError
-
-    if args.profile is None:
-        if args.explain:
-            raise ConfigError("--explain needs --profile NAME (an [exports.NAME] profile)")
-        return None
-    if context.config_path is None:
-        raise ConfigError("--profile needs a configuration (--config, $DISPERSION_CONFIG or ./dispersion.toml)")
-    clashing = [option for option in ("format", "delimiter", "encoding") if getattr(args, option) is not None]
-    if clashing:
-        raise ConfigError(f"--{clashing[0]} cannot be combined with --profile (set it in the profile)")
-    from processor.domain.export_profile import ProfileError
-    from processor.submit_profile import profile_named
-
-    try:
-        return profile_named(context.exports, args.profile, context.config_path)
-    except ProfileError as exc:
-        raise ConfigError("\n".join(exc.problems)) from None
 
 
 def _chain(first: str, rest: IO[str]) -> Iterator[str]:
@@ -554,7 +518,11 @@ def main(argv: list[str]) -> int:
 
     try:
         context = _context(args)
-        profile = _profile(args, context)
+        profile = None
+        if args.profile is not None or args.explain:
+            from processor.submit_profile import profile_for_submit
+
+            profile = profile_for_submit(args, context.exports, context.config_path)
     except ConfigError as exc:
         print(f"dispersion submit: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -8,6 +8,7 @@ ERP's column.
 
 from __future__ import annotations
 
+import argparse
 import csv
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -15,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from processor.config import ConfigError
 from processor.domain.export_profile import CONSTANTS, ExportProfile, ProfileError, format_for, parse_profile
 from processor.domain.export_rows import Explanation, MappingResult, RowMapper, RowProblem
 from processor.exports import ExportFileError, read_rows
@@ -32,6 +34,47 @@ _VALIDATION_FIELDS = {
     "employee_reference": "employee_reference",
 }
 _OPTION_OF = {target: key for key, target in CONSTANTS.items()}
+
+
+def profile_for_submit(args: argparse.Namespace, exports: object, config_path: str | None) -> ExportProfile:
+    """`submit --profile NAME [--explain]`: the profile; ConfigError (exit 2) when it cannot be used so."""
+    if args.profile is None:
+        raise ConfigError("--explain needs --profile NAME (an [exports.NAME] profile)")
+    if config_path is None:
+        raise ConfigError("--profile needs a configuration (--config, $DISPERSION_CONFIG or ./dispersion.toml)")
+    clashing = [option for option in ("format", "delimiter", "encoding") if getattr(args, option) is not None]
+    if clashing:
+        raise ConfigError(f"--{clashing[0]} cannot be combined with --profile (set it in the profile)")
+    try:
+        return profile_named(exports, args.profile, config_path)
+    except ProfileError as exc:
+        raise ConfigError("\n".join(exc.problems)) from None
+
+
+def read_for_submit(
+    args: argparse.Namespace,
+    profile: ExportProfile,
+    fields: BatchFields,
+    defaults: BatchFields,
+    *,
+    requested_at: datetime,
+    progress: Callable[[str], None],
+) -> Export:
+    """`submit --profile`'s reading: `read_profiled`, printing the explanation with `--explain`."""
+    path: Path = args.export
+
+    def explain(explanation: Explanation) -> None:
+        print("\n".join(explain_lines(explanation, path, profile.constants)))
+
+    return read_profiled(
+        path,
+        profile,
+        fields,
+        requested_at=requested_at,
+        defaults=defaults,
+        explain=explain if args.explain else None,
+        on_row=lambda count: progress(f"reading {path.name}: {count:,} rows"),
+    )
 
 
 def profile_named(exports: object, name: str, source: str) -> ExportProfile:
