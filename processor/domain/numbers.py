@@ -63,7 +63,26 @@ class NumberStyle:
 
 
 def parse_amount(text: str, style: NumberStyle) -> Decimal:
-    """The exact value of `text` written in `style`; NumberError with the reason otherwise."""
+    """The exact value of `text` written in `style`; NumberError with the reason otherwise (naming the other
+    style when the text is written in it: `1,234.56` in a `1.234,56` profile)."""
+    try:
+        return _parse(text, style)
+    except NumberError:
+        if {style.decimal, style.thousands} == {".", ","}:
+            other = NumberStyle(style.thousands, style.decimal)
+            try:
+                _parse(text, other)
+            except NumberError:
+                pass
+            else:
+                raise NumberError(
+                    f"{text.strip()!r} is written like {other.example}, but this profile expects numbers like"
+                    f" {style.example}"
+                ) from None
+        raise
+
+
+def _parse(text: str, style: NumberStyle) -> Decimal:
     body = text.strip()
     if not body:
         raise NumberError("is empty")

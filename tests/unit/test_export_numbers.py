@@ -44,15 +44,19 @@ def test_local_formats_are_read_exactly(text: str, style: NumberStyle, expected:
 @pytest.mark.parametrize(
     ("text", "style", "reason"),
     [
-        ("1,234.56", SPANISH, "a thousands separator after the decimal separator"),  # English text, Spanish profile
-        ("1234.56", SPANISH, "'.' must group the digits in threes"),
+        ("1,234.56", SPANISH, "is written like 1,234.56, but this profile expects numbers like 1.234,56"),
+        ("1234.56", SPANISH, "is written like 1,234.56, but this profile expects numbers like 1.234,56"),
+        ("12.34", SPANISH, "is written like 1,234.56"),  # '.' grouping two digits: read the other way
+        ("1.234.56", SPANISH, "must group the digits in threes"),  # no style reads it
         ("1.23,45", SPANISH, "must group the digits in threes"),
-        ("1,5", ENGLISH, "must group the digits in threes"),
+        ("1,5", ENGLISH, "is written like 1.234,56, but this profile expects numbers like 1,234.56"),
+        ("1 23", SPACED, "' ' must group the digits in threes"),
         ("1.234,56", PLAIN, "',' is not a separator of this profile"),
         ("1 234.56", PLAIN, "' ' is not a separator of this profile"),
         ("1,234,56", SPANISH, "more than one decimal separator"),
         ("1234,", SPANISH, "no digits after the decimal separator"),
-        ("1.234,5", ENGLISH, "a thousands separator after the decimal separator"),
+        ("1.234,5", ENGLISH, "is written like 1.234,56"),
+        ("1,234.5.6", SPANISH, "a thousands separator after the decimal separator"),
         ("Q 1.234,56", SPANISH, "unexpected character 'Q'"),
         ("--5", PLAIN, "more than one sign"),
         ("(-5)", PLAIN, "more than one sign"),

@@ -105,8 +105,7 @@ def test_bad_cells_are_reported_by_row_erp_column_and_reason(
     assert result.code == 1
     assert result.out == ""
     assert result.err.splitlines() == [
-        "row 4: Monto: '7,250.50': a thousands separator after the decimal separator (this profile expects numbers"
-        " like 1.234,56: ',' before the decimals, '.' between thousands)",
+        "row 4: Monto: '7,250.50' is written like 1,234.56, but this profile expects numbers like 1.234,56",
         "row 5: No. Cuenta: malformed_account_number: must be 1-34 ASCII letters or digits (transaction 2)",
         "row 6: Monto: is empty",
         "row 6: Correo: malformed_email: must be an address like name@example.com (ASCII, at most 254 characters)"
