@@ -61,7 +61,10 @@ def xlsx_rows(path: Path, *, sheet: str | None = None) -> Iterator[tuple[int, li
         else:
             names = ", ".join(repr(name) for name in workbook.sheetnames)
             raise ExportFileError(f"{path.name}: no sheet named {sheet!r} (sheets: {names})")
-        yield from _rows(workbook, worksheet)
+        try:
+            yield from _rows(workbook, worksheet)
+        except (SyntaxError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # ParseError: SyntaxError
+            raise ExportFileError(f"{path.name}: the sheet cannot be read ({exc.__class__.__name__}: {exc})") from None
     finally:
         workbook.close()
 

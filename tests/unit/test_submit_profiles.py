@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 import tracemalloc
+import zipfile
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -368,3 +369,23 @@ def test_a_workbook_is_read_streaming(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert count == 5001
     assert peak < 4 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+
+
+def test_a_damaged_workbook_is_a_clear_problem(
+    capsys: pytest.CaptureFixture[str], config: Path, tmp_path: Path
+) -> None:
+    path = workbook(tmp_path / "nomina.xlsx")
+    with zipfile.ZipFile(path) as archive:
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    parts["xl/worksheets/sheet1.xml"] = parts["xl/worksheets/sheet1.xml"][:-200]  # cut short
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    result = run(capsys, "--config", str(config), "--profile", "nomina", str(path), "--dry-run", "--quiet")
+    assert result.code == 1
+    assert "export: file: nomina.xlsx: the sheet cannot be read (ParseError" in result.err
+    assert "Traceback" not in result.err
+    (tmp_path / "nomina.xlsx").write_text("No. Cuenta;Monto\n")
+    result = run(capsys, "--config", str(config), "--profile", "nomina", str(path), "--dry-run", "--quiet")
+    assert result.code == 1
+    assert "export: file: nomina.xlsx: not an .xlsx workbook" in result.err
