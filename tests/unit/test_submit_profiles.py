@@ -7,6 +7,8 @@ profile definitions. Producing to Kafka is the same code as the default layout's
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 import tracemalloc
 import zipfile
@@ -389,3 +391,18 @@ def test_a_damaged_workbook_is_a_clear_problem(
     result = run(capsys, "--config", str(config), "--profile", "nomina", str(path), "--dry-run", "--quiet")
     assert result.code == 1
     assert "export: file: nomina.xlsx: not an .xlsx workbook" in result.err
+
+
+def test_the_dispersion_command_dispatches_exports(config: Path, tmp_path: Path) -> None:
+    """`dispersion exports check` as a process (processor/cli.py registers the command)."""
+    csv_path = spanish_csv(tmp_path / "planilla.csv")
+    done = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "exports", "check", "--config", str(config), f"planilla={csv_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"planilla: {csv_path}: ok: 5 rows, control sum 43226.50 GTQ; total row 8 matches" in done.stdout
+    assert "nomina: the profile is valid (no sample given)" in done.stdout
