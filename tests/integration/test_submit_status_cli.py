@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import EXPORT, ORIGIN, Run, write_config
+from cli_support import EXPORT, NOMINA, ORIGIN, Run, workbook, write_config
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 import schemas
@@ -228,6 +228,29 @@ def test_configuration_from_environment_names_bootstrap_topic_and_integration(
     assert refused.code == 1
     assert "export: integration: 'other' is not configured (configured: sandbox)" in refused.err.splitlines()
     assert len(read_topic(kafka_bootstrap, kafka_topic)) == 1
+
+
+def test_a_workbook_read_through_a_profile_becomes_one_exact_event(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """`submit --profile nomina` over an `.xlsx` (docs/submit.md, "Bring your ERP's export"): the amounts are the
+    decimals the cells show, the text account numbers keep their zeros, the batch id comes from its column."""
+    config = write_config(tmp_path / "dispersion.toml", kafka_bootstrap, {"payroll.batches": kafka_topic})
+    config.write_text(config.read_text() + NOMINA)
+    path = workbook(tmp_path / "nomina.xlsx")
+    result = submit_run(capsys, "--config", str(config), "--profile", "nomina", str(path), "--quiet")
+    assert result.code == 0, result.err
+    summary = "submitted batch NOM-2024-11: 3 transactions, control sum 8501.31 GTQ"
+    assert result.out.startswith(f"{summary} -> {kafka_topic} partition ")
+    (message,) = read_topic(kafka_bootstrap, kafka_topic)
+    assert message.key() == b"NOM-2024-11"
+    value = message.value()
+    assert value is not None
+    event = schemas.decode("payroll.batches", value)
+    assert [t["amount"] for t in event["transactions"]] == [Decimal("0.30"), Decimal("8500.00"), Decimal("1.01")]
+    accounts = [t["destination_account"]["account_number"] for t in event["transactions"]]
+    assert accounts == ["0012003003", "2001002001", "2001002002"]
+    assert event["origin_account"]["account_number"] == "3001234567"
 
 
 def test_progress_goes_to_stderr_and_the_result_to_stdout(
