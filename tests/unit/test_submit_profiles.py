@@ -20,7 +20,8 @@ import pytest
 from cli_support import HEADER, NOMINA, PLANILLA, ROWS, TITLE, Run, spanish_csv, workbook, write_config
 from openpyxl import Workbook
 
-from processor import exportscli, submit
+from processor.cli import exports as exportscli
+from processor.cli import submit
 from processor.cli.submit import BatchFields, check
 from processor.cli.submit_profile import profile_named, read_profiled
 from processor.domain.export_profile import ProfileError, parse_profile
