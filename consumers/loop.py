@@ -11,8 +11,9 @@ The handler gets each message in partition order and answers `Accepted` (done: t
 writes to the store, so the time between two polls stays far below `max.poll.interval.ms` whatever the bank does.
 
 Failures:
-- the handler raises `StoreError` (the database is down or busy), or the dead letter is not acknowledged: the
-  message is retried in place (seek back, back off up to `max_backoff` seconds, poll again), never skipped;
+- the handler raises `StoreError` (the database is down or busy) or `schemas.RegistryUnavailableError` (the
+  schema registry cannot serve), or the dead letter is not acknowledged: the message is retried in place (seek
+  back, back off up to `max_backoff` seconds, poll again), never skipped;
 - the handler raises anything else (a bug that this message triggers): retried `poison_attempts` times, then
   dead-lettered with the exception as the reason, so one message cannot stop its partition for good.
 
@@ -40,8 +41,12 @@ from prometheus_client import Counter, Gauge
 from processor.store import StoreError
 from producers.dlq import DeadLetterError
 from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
+from schemas import RegistryUnavailableError
 
 log = structlog.get_logger("consumers")
+
+# Failures that are not the message's fault: it is retried where it is, never skipped or dead-lettered.
+RETRY_IN_PLACE = (StoreError, DeadLetterError, RegistryUnavailableError)
 
 CONSUMED = Counter("dispersion_consumed_messages_total", "Messages handled by the consumers", ["topic", "outcome"])
 CONSUMER_LAG = Gauge("dispersion_consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])
@@ -234,7 +239,7 @@ class AtLeastOnceConsumer:
         try:
             try:
                 verdict = self.handler(message)
-            except (StoreError, DeadLetterError):
+            except RETRY_IN_PLACE:
                 raise
             except Exception as exc:
                 attempts = self._failures.get(slot, 0) + 1
@@ -248,7 +253,7 @@ class AtLeastOnceConsumer:
                 CONSUMED.labels(topic, "dead_letter").inc()
             else:
                 CONSUMED.labels(topic, verdict.outcome).inc()
-        except (StoreError, DeadLetterError) as exc:
+        except RETRY_IN_PLACE as exc:
             log.warning("message_retry_later", topic=topic, partition=partition, offset=offset, error=str(exc))
             return False
         self._failures.pop(slot, None)

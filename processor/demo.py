@@ -499,7 +499,7 @@ class Demo:
 
         settings = settings_from_config(str(config))
         topic = settings.topic(STATUS_TOPIC)
-        codec = schemas.Codec(STATUS_TOPIC)
+        codec = schemas.WireCodec(STATUS_TOPIC, settings.wire)
         consumer = Consumer(
             settings.config(
                 **{
@@ -532,7 +532,10 @@ class Demo:
                     continue
                 if message.key() != wanted:
                     continue
-                record = codec.decode(message.value() or b"")
+                try:
+                    record = codec.decode(message.value() or b"", topic)
+                except schemas.SchemaError as exc:
+                    raise DemoError(f"reading {topic}: {exc}") from exc
                 if record["event_id"] in seen:
                     continue
                 seen.add(record["event_id"])

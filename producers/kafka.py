@@ -8,12 +8,17 @@ The `[kafka]` table of the configuration file may also hold (all optional):
     [kafka]
     bootstrap_servers = "broker-1:9092,broker-2:9092"
     group_id = "dispersion-processor"        # consumer group of the processor instances
+    wire_format = "single-object"            # or "confluent" (needs schema_registry_url), docs/kafka.md
+    schema_registry_url = "http://registry:8080/apis/ccompat/v7"   # read Confluent-framed records; write them
+    schema_registry_username = "dispersion"  # HTTP basic, optional
+    schema_registry_password_env = "SCHEMA_REGISTRY_PASSWORD"
     [kafka.topics]                            # physical names, when a deployment prefixes or renames them
     "payroll.batches" = "acme.payroll.batches"
     [kafka.client]                            # extra librdkafka properties for every client (TLS, SASL, ...)
     "security.protocol" = "SASL_SSL"
 
-Values of `[kafka.client]` may hold secrets (`sasl.password`): they are handed to librdkafka and never logged.
+Values of `[kafka.client]` may hold secrets (`sasl.password`): they are handed to librdkafka and never logged;
+the registry password likewise goes only to the registry client.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from schemas.codec import Registry, WireSettings
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -40,6 +47,19 @@ DEFAULT_GROUP_ID = "dispersion-processor"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
+KNOWN_OPTIONS = frozenset(
+    {
+        "group_id",
+        "topics",
+        "client",
+        "wire_format",
+        "schema_registry_url",
+        "schema_registry_username",
+        "schema_registry_password",
+    }
+)
+
+
 class KafkaSetupError(RuntimeError):
     """The Kafka settings are unusable (no bootstrap address, a bad `[kafka]` table)."""
 
@@ -52,6 +72,7 @@ class KafkaSettings:
     group_id: str = DEFAULT_GROUP_ID
     topics: Mapping[str, str] = field(default_factory=dict)  # logical name -> physical name
     client: Mapping[str, Any] = field(default_factory=dict, repr=False)  # extra librdkafka properties
+    wire: WireSettings = field(default_factory=WireSettings)  # wire format and schema registry
 
     def topic(self, logical: str) -> str:
         """The physical name of a logical topic (the same unless `[kafka.topics]` renames it)."""
@@ -78,9 +99,10 @@ def settings_from(
 ) -> KafkaSettings:
     """Build `KafkaSettings` from the `[kafka]` table's extra keys (`processor.config.KafkaSettings.options`)."""
     options = dict(options or {})
-    unknown = set(options) - {"group_id", "topics", "client"}
+    unknown = set(options) - KNOWN_OPTIONS
     if unknown:
-        raise KafkaSetupError(f"[kafka]: unknown key(s) {', '.join(sorted(unknown))} (known: group_id, topics, client)")
+        known = ", ".join(sorted(KNOWN_OPTIONS))
+        raise KafkaSetupError(f"[kafka]: unknown key(s) {', '.join(sorted(unknown))} (known: {known})")
     group_id = options.get("group_id", DEFAULT_GROUP_ID)
     topics = options.get("topics", {})
     client = options.get("client", {})
@@ -95,7 +117,28 @@ def settings_from(
         group_id=group_id,
         topics={str(k): str(v) for k, v in topics.items()},
         client={str(k): v for k, v in client.items()},
+        wire=wire_settings(options),
     )
+
+
+def wire_settings(options: Mapping[str, Any]) -> WireSettings:
+    """The wire format and schema registry from the `[kafka]` table's keys (`wire_format`, `schema_registry_*`)."""
+    values: dict[str, str | None] = {}
+    for key in ("wire_format", "schema_registry_url", "schema_registry_username", "schema_registry_password"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise KafkaSetupError(f"[kafka] {key} must be a non-empty string")
+        values[key] = value.strip() if isinstance(value, str) else None
+    try:
+        url = values["schema_registry_url"]
+        registry = None
+        if url is not None:
+            registry = Registry(url, values["schema_registry_username"], values["schema_registry_password"])
+        elif values["schema_registry_username"] or values["schema_registry_password"]:
+            raise ValueError("schema_registry_username/password without schema_registry_url")
+        return WireSettings(values["wire_format"] or "single-object", registry)
+    except ValueError as exc:
+        raise KafkaSetupError(f"[kafka] {exc}") from None
 
 
 def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> KafkaSettings:
