@@ -12,13 +12,17 @@ Idempotent: a topic that exists is left as it is, except that its retention and 
 the wanted values (`incremental_alter_configs`, a harmless change). A partition count that differs is reported,
 never changed: adding partitions moves keys to other partitions and would break the per-batch order of events in
 flight.
+
+With a schema registry configured (`[kafka] schema_registry_url`), every topic's subject `<topic>-value` gets
+BACKWARD compatibility and every released version of the topic's schema, oldest first (the registry refuses a
+version that breaks its readers). Producers never register on their own: this command is the one that does.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +31,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
+import schemas
 from producers.kafka import (
     BATCHES_TOPIC,
     DLQ_TOPIC,
@@ -41,6 +46,7 @@ from producers.kafka import (
     settings_from_config,
 )
 
+COMPATIBILITY = "BACKWARD"  # consumers with the new schema read data written with the previous one
 HOUR_MS = 3_600_000
 DEFAULT_PARTITIONS = 12
 DEFAULT_RETENTION_HOURS = 7 * 24  # inputs: a week to replay
@@ -192,6 +198,70 @@ def _align(
     return TopicResult(spec.name, "exists", partitions, tuple(sorted(changes)), tuple(warnings))
 
 
+@dataclass(frozen=True)
+class SubjectResult:
+    """What `ensure_subjects` did for one topic's subject."""
+
+    subject: str
+    action: str  # "registered", "exists" or "missing" (with check_only)
+    schema_ids: tuple[int, ...] = ()  # per released version, oldest first (registered or found)
+    changed_compatibility: bool = False
+
+
+def _registry_call(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a registry request; None on 404, `RegistryUnavailableError` when it cannot be answered. A version
+    refused as incompatible (409) raises `SchemaRegistryError`: a schema change to look at, not to retry."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        return call(*args, **kwargs)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code == 404:
+            return None
+        if exc.http_status_code == 409:
+            raise
+        raise schemas.RegistryUnavailableError(f"{what}: {exc}") from exc
+    except schemas.registry_transport_errors() as exc:
+        raise schemas.RegistryUnavailableError(f"{what}: unreachable: {type(exc).__name__}: {exc}") from exc
+
+
+def ensure_subjects(
+    registry: schemas.Registry, settings: KafkaSettings | None = None, *, check_only: bool = False
+) -> list[SubjectResult]:
+    """Register every released schema version of every topic under `<physical topic>-value` with BACKWARD
+    compatibility (idempotent). A version the registry refuses as incompatible raises `SchemaRegistryError`."""
+    from confluent_kafka.schema_registry import Schema
+
+    client = schemas.registry_client(registry)
+    name = settings.topic if settings is not None else (lambda logical: logical)
+    results: list[SubjectResult] = []
+    for logical in schemas.TOPICS:
+        subject = schemas.subject_name(name(logical))
+        level = _registry_call(subject, client.get_compatibility, subject)
+        change = level != COMPATIBILITY
+        if change and not check_only:
+            _registry_call(subject, client.set_compatibility, subject_name=subject, level=COMPATIBILITY)
+        ids: list[int] = []
+        added = False
+        for version in schemas.versions(logical):
+            candidate = Schema(version.path.read_text(encoding="utf-8"), "AVRO")
+            found = _registry_call(subject, client.lookup_schema, subject, candidate)
+            if found is None and check_only:
+                results.append(SubjectResult(subject, "missing", tuple(ids), change))
+                break
+            if found is None:
+                registered = _registry_call(subject, client.register_schema, subject, candidate)
+                if registered is None:
+                    raise schemas.RegistryUnavailableError(f"{subject}: the registry did not register the schema")
+                ids.append(int(registered))
+                added = True
+            else:
+                ids.append(int(found.schema_id))
+        else:
+            results.append(SubjectResult(subject, "registered" if added else "exists", tuple(ids), change))
+    return results
+
+
 def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion topics`."""
     p = argparse.ArgumentParser(
@@ -228,8 +298,13 @@ def main(argv: list[str]) -> int:
             replication_factor=args.replication_factor,
         )
         results = ensure_topics(settings.config(), specs, timeout=args.timeout, check_only=args.check)
-    except (KafkaSetupError, ValueError, KafkaException) as exc:
+        registry = settings.wire.registry
+        subjects = ensure_subjects(registry, settings, check_only=args.check) if registry is not None else []
+    except (KafkaSetupError, ValueError, KafkaException, schemas.SchemaError) as exc:
         print(f"dispersion topics: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # SchemaRegistryError: the registry refused a version (incompatible)
+        print(f"dispersion topics: schema registry: {exc}", file=sys.stderr)
         return 1
     differs = False
     for result in results:
@@ -240,4 +315,11 @@ def main(argv: list[str]) -> int:
         for warning in result.warnings:
             print(f"  warning: {warning}", file=sys.stderr)
         differs = differs or result.action == "missing" or bool(result.warnings) or bool(result.changed_config)
+    for subject in subjects:
+        ids = ", ".join(str(i) for i in subject.schema_ids)
+        detail = f"schema id {ids}; " if ids else ""
+        verb = "differs" if args.check else "set"
+        detail += f"{COMPATIBILITY}" + (f" ({verb})" if subject.changed_compatibility else "")
+        print(f"{subject.subject}: {subject.action} ({detail})")
+        differs = differs or subject.action == "missing" or subject.changed_compatibility
     return 1 if args.check and differs else 0

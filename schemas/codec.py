@@ -318,7 +318,7 @@ def registry_client(registry: Registry) -> SchemaRegistryClient:
 
 
 @cache
-def _transport_errors() -> tuple[type[BaseException], ...]:
+def registry_transport_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "the registry could not be reached" (the client's HTTP library, whichever it is)."""
     import httpx
 
@@ -382,7 +382,7 @@ class WireCodec:
                     f"{self.registry.url if self.registry else '?'}; `dispersion topics` registers it ({exc})"
                 ) from exc
             raise RegistryUnavailableError(f"{subject_name(physical)}: schema registry: {exc}") from exc
-        except _transport_errors() as exc:
+        except registry_transport_errors() as exc:
             raise RegistryUnavailableError(f"schema registry unreachable: {type(exc).__name__}: {exc}") from exc
         except Exception as exc:  # fastavro refuses the record
             raise EncodeError(f"record does not fit {self.topic}: {exc}") from exc
@@ -425,7 +425,7 @@ class WireCodec:
                     f"{self.topic}: the schema registry does not know this record's schema: {exc}"
                 ) from exc
             raise RegistryUnavailableError(f"schema registry: {exc}") from exc
-        except _transport_errors() as exc:
+        except registry_transport_errors() as exc:
             raise RegistryUnavailableError(f"schema registry unreachable: {type(exc).__name__}: {exc}") from exc
         except Exception as exc:  # a short frame, a writer schema that does not resolve, a corrupt body
             why = f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,1 @@
+"""Development tools: local services for the demo, the tests and newcomers."""
