@@ -244,7 +244,7 @@ def ensure_subjects(
         ids: list[int] = []
         added = False
         for version in schemas.versions(logical):
-            candidate = Schema(version.path.read_text(encoding="utf-8"), "AVRO")
+            candidate = Schema(schemas.registry_text(logical, version.version), "AVRO")
             found = _registry_call(subject, client.lookup_schema, subject, candidate)
             if found is None and check_only:
                 results.append(SubjectResult(subject, "missing", tuple(ids), change))

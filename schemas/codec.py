@@ -277,7 +277,8 @@ class Registry:
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"schema_registry_url must be an http:// or https:// address, got {self.url!r}")
+            shown = self.url if "@" not in self.url else "an address with credentials"
+            raise ValueError(f"schema_registry_url must be an http:// or https:// address, got {shown!r}")
         if parts.username is not None or parts.password is not None:
             raise ValueError(
                 "schema_registry_url must not hold credentials; use schema_registry_username and "
@@ -332,8 +333,10 @@ def registry_transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-def _raw_schema_text(topic: str) -> str:
-    return schema(topic).path.read_text(encoding="utf-8")
+def registry_text(topic: str, version: int | None = None) -> str:
+    """A schema version's text as the registry holds it. Stripped, as confluent_kafka's serializer strips it before
+    looking it up: a registry comparing text (Apicurio does) would not find it otherwise."""
+    return schema(topic, version).path.read_text(encoding="utf-8").strip()
 
 
 class WireCodec:
@@ -371,7 +374,7 @@ class WireCodec:
             assert self.registry is not None  # WireSettings insists
             # The subjects are registered (with their compatibility) by `dispersion topics`, not by each producer.
             self._serializer = AvroSerializer(
-                registry_client(self.registry), _raw_schema_text(self.topic), conf={"auto.register.schemas": False}
+                registry_client(self.registry), registry_text(self.topic), conf={"auto.register.schemas": False}
             )
         try:
             data = self._serializer(dict(record), SerializationContext(physical, MessageField.VALUE))
@@ -416,7 +419,7 @@ class WireCodec:
             from confluent_kafka.schema_registry.avro import AvroDeserializer
 
             assert self.registry is not None
-            self._deserializer = AvroDeserializer(registry_client(self.registry), _raw_schema_text(self.topic))
+            self._deserializer = AvroDeserializer(registry_client(self.registry), registry_text(self.topic))
         try:
             record = self._deserializer(bytes(data), SerializationContext(physical, MessageField.VALUE))
         except SchemaRegistryError as exc:
