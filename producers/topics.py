@@ -319,7 +319,7 @@ def main(argv: list[str]) -> int:
         ids = ", ".join(str(i) for i in subject.schema_ids)
         detail = f"schema id {ids}; " if ids else ""
         verb = "differs" if args.check else "set"
-        detail += f"{COMPATIBILITY}" + (f" ({verb})" if subject.changed_compatibility else "")
+        detail += f"compatibility {COMPATIBILITY}" + (f" ({verb})" if subject.changed_compatibility else "")
         print(f"{subject.subject}: {subject.action} ({detail})")
         differs = differs or subject.action == "missing" or subject.changed_compatibility
     return 1 if args.check and differs else 0
