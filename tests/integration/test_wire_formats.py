@@ -251,3 +251,73 @@ def test_a_java_style_consumer_reads_our_status_event_by_schema_id(
     assert isinstance(record, dict)
     assert (record["batch_id"], record["status"], record["reason"]) == ("JAVA-1", "INVALID", "bad rows")
     assert record == WireCodec(STATUS_TOPIC, wire).decode(data, topic)
+
+
+def test_producers_wait_for_a_registry_that_cannot_serve(
+    kafka_bootstrap: str,
+    schema_registry_url: str,
+    sqlite_store: Store,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The relay keeps the events in the outbox (and keeps running), a dead letter is not acknowledged (so the
+    consumer retries the message), `submit` produces nothing and says why; all go on once the registry answers."""
+    topics = {
+        BATCHES_TOPIC: new_topic(kafka_bootstrap, "batches", 1),
+        DLQ_TOPIC: new_topic(kafka_bootstrap, "dlq", 1),
+        STATUS_TOPIC: new_topic(kafka_bootstrap, "status", 1),
+    }
+    good = WireSettings(CONFLUENT, Registry(schema_registry_url))
+    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"))
+    register_subjects(settings_for(kafka_bootstrap, topics, good))
+
+    with sqlite_store.transaction() as tx:
+        tx.outbox.append_status(STATUS_TOPIC, "REG-DOWN-1", "INVALID", {"reason": "x"}, now=datetime.now(UTC))
+    stalled = settings_for(kafka_bootstrap, topics, down)
+    relay = OutboxRelay(sqlite_store, producer_config(stalled, "relay"), topic_name=stalled.topic, wire=down)
+    try:
+        relay.step()
+        assert relay.stats.produced == 0
+    finally:
+        relay.close()
+    assert sqlite_store.run(lambda tx: tx.outbox.backlog(), write=False)[0] == 1  # still waiting, not lost
+    relay = OutboxRelay(sqlite_store, producer_config(stalled, "relay"), topic_name=stalled.topic, wire=good)
+    try:
+        assert relay.drain(30)
+    finally:
+        relay.close()
+    (event,) = read_topic(kafka_bootstrap, topics[STATUS_TOPIC], expect=1)
+    assert WireCodec(STATUS_TOPIC, good).decode(event.value or b"", topics[STATUS_TOPIC])["batch_id"] == "REG-DOWN-1"
+
+    produce(kafka_bootstrap, topics[BATCHES_TOPIC], [(b"junk", b"\xc3\x01 not a record", None)])
+    intake = EngineIntake(sqlite_store)
+    consumer = batch_consumer(stalled, intake, max_backoff=0.5)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            consumer.poll_once()
+        assert consumer.handled == 0  # the dead letter could not be written: the message waits
+    finally:
+        consumer.close()
+    consumer = batch_consumer(replace(stalled, wire=good), intake)
+    try:
+        consume_until(consumer, 1)
+    finally:
+        consumer.close()
+        intake.close()
+    (letter,) = read_topic(kafka_bootstrap, topics[DLQ_TOPIC], expect=1)
+    assert WireCodec(DLQ_TOPIC, good).decode(letter.value or b"", topics[DLQ_TOPIC])["original_key"] == b"junk"
+
+    config = write_config(
+        tmp_path / "dispersion.toml",
+        kafka_bootstrap,
+        topics,
+        kafka={"wire_format": CONFLUENT, "schema_registry_url": down.registry.url if down.registry else ""},
+    )
+    export = tmp_path / "payroll-export.csv"
+    export.write_text(EXPORT)
+    assert submit.main(["--config", str(config), str(export), *ORIGIN, "--batch-id", "REG-DOWN-2", "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert "schema registry unreachable" in err and "nothing was produced" in err
+    assert "Traceback" not in err
+    assert len(read_topic(kafka_bootstrap, topics[BATCHES_TOPIC], expect=1)) == 1  # only the junk from above
