@@ -33,6 +33,7 @@ from consumers.loop import AtLeastOnceConsumer
 from processor import statuscli, submit
 from processor.kafka_local import free_port
 from processor.store import Store
+from producers.dlq import DeadLetterPublisher
 from producers.kafka import ALL_TOPICS, BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC, producer_config, settings_from_config
 from producers.relay import OutboxRelay
 from producers.topics import main as topics_main
@@ -198,7 +199,10 @@ def test_a_registry_that_cannot_serve_is_waited_for_never_dead_lettered(
     down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"))
     stuck_settings = settings_for(kafka_bootstrap, topics, down)
     intake = EngineIntake(sqlite_store)
-    stuck = batch_consumer(stuck_settings, intake, max_backoff=0.5)
+    # Dead letters that would go out (single-object: no registry needed) and no second chance for a failing
+    # message: only the registry failure being recognised as "retry later" keeps the record from the DLQ.
+    letters = DeadLetterPublisher(producer_config(stuck_settings, "dlq"), topic=topics[DLQ_TOPIC])
+    stuck = batch_consumer(stuck_settings, intake, dead_letters=letters, max_backoff=0.5, poison_attempts=1)
     try:
         deadline = time.monotonic() + 6
         while time.monotonic() < deadline:
