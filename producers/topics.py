@@ -266,7 +266,8 @@ def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion topics`."""
     p = argparse.ArgumentParser(
         prog="dispersion topics",
-        description="Create the project's Kafka topics (idempotent): partitions, retention, size limits.",
+        description="Create the project's Kafka topics (idempotent): partitions, retention, size limits; with "
+        "[kafka] schema_registry_url also register their subjects <topic>-value with BACKWARD compatibility.",
     )
     p.add_argument(
         "--config",
@@ -286,6 +287,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """`dispersion topics`."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
     args = parser().parse_args(argv)
     try:
         settings = settings_from_config(args.config, bootstrap=args.bootstrap)
@@ -303,8 +306,8 @@ def main(argv: list[str]) -> int:
     except (KafkaSetupError, ValueError, KafkaException, schemas.SchemaError) as exc:
         print(f"dispersion topics: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # SchemaRegistryError: the registry refused a version (incompatible)
-        print(f"dispersion topics: schema registry: {exc}", file=sys.stderr)
+    except SchemaRegistryError as exc:  # 409: a released version breaks what the subject holds
+        print(f"dispersion topics: the schema registry refused a version ({COMPATIBILITY}): {exc}", file=sys.stderr)
         return 1
     differs = False
     for result in results:

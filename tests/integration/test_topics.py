@@ -130,3 +130,23 @@ def test_subjects_get_backward_compatibility_and_the_registry_guards_schema_evol
         registry.register_schema(subject, Schema(json.dumps(incompatible), "AVRO"))
     assert refused.value.http_status_code == 409
     assert len(registry.get_versions(subject)) == 2  # the released version and the compatible change
+
+
+def test_a_schema_the_registry_refuses_fails_the_command_clearly(
+    kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    names = _names()
+    registry = SchemaRegistryClient({"url": schema_registry_url})
+    subject = f"{names[STATUS_TOPIC]}-value"
+    # Someone else's record already lives under the subject, and BACKWARD forbids replacing it with ours.
+    registry.set_compatibility(subject_name=subject, level="BACKWARD")
+    registry.register_schema(subject, Schema(schemas.registry_text("vrp.payments"), "AVRO"))
+    wire = {"wire_format": "confluent", "schema_registry_url": schema_registry_url}
+    config = write_config(tmp_path / "dispersion.toml", kafka_bootstrap, names, kafka=wire)
+    assert main(["--config", str(config), "--partitions", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dispersion topics: the schema registry refused a version (BACKWARD): ")
+    assert "Traceback" not in err
+    assert len(registry.get_versions(subject)) == 1
