@@ -33,21 +33,27 @@ class Run:
 
 
 def write_config(
-    path: Path, bootstrap: str, topics: Mapping[str, str] | None = None, *, secret_env: str | None = None
+    path: Path,
+    bootstrap: str,
+    topics: Mapping[str, str] | None = None,
+    *,
+    secret_env: str | None = None,
+    kafka: Mapping[str, str] | None = None,
 ) -> Path:
-    """A configuration file with one integration (`sandbox`) and the given `[kafka]` table; with `secret_env`,
-    the client secret comes from that environment variable."""
+    """A configuration file with one integration (`sandbox`) and the given `[kafka]` table (`kafka`: more string
+    keys of it, e.g. `wire_format`); with `secret_env`, the client secret comes from that environment variable."""
     path.parent.mkdir(parents=True, exist_ok=True)
     (path.parent / "signing-key.pem").write_text(key_pair().private_pem)
     mapping = "".join(f'"{logical}" = "{physical}"\n' for logical, physical in (topics or {}).items())
     secret = f'client_secret_env = "{secret_env}"' if secret_env else 'client_secret = "s3cret-value-for-tests"'
+    extra = "".join(f'{key} = "{value}"\n' for key, value in (kafka or {}).items())
     path.write_text(
         f"""[processor]
 store = "sqlite:///{path.parent}/dispersion.sqlite"
 
 [kafka]
 bootstrap_servers = "{bootstrap}"
-
+{extra}
 [kafka.topics]
 {mapping}
 [integrations.sandbox]

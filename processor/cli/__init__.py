@@ -21,6 +21,8 @@ commands:
   sandbox     run the sandbox bank (`dispersion sandbox init DIR` writes keys and config)
   demo        run the local demo with the embedded defaults
   dev kafka   start a local single-node Apache Kafka (KRaft) from the Maven Central jars
+  dev registry
+              start a local schema registry (Apicurio Registry, in memory) from Maven Central
   processor   run one processor instance: consumers, flow engine, outbox relay, callback API, metrics
   pay-file    run flow A for one batch without Kafka: authorization URL, redirect, result per transfer
   submit      turn an ERP payroll export (CSV, JSON, or any layout via --profile) into a payroll.batches event

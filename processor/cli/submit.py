@@ -586,7 +586,12 @@ def _produce(
         return EXIT_USAGE
     topic = args.topic or settings.topic(BATCHES_TOPIC)
     progress.update("encoding", force=True)
-    value = schemas.encode(BATCHES_TOPIC, batch_record(batch, source=SOURCE))
+    try:
+        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=SOURCE), topic)
+    except schemas.RegistryUnavailableError as exc:
+        progress.done("")
+        print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
+        return EXIT_KAFKA
     progress.update(f"producing {len(value):,} bytes to {topic}", force=True)
     producer = Producer(
         producer_config(
