@@ -15,15 +15,6 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from processor.devtools.registry_local import DEFAULT_HEAP as REGISTRY_HEAP
-from processor.devtools.registry_local import (
-    LocalRegistry,
-    RegistryLocalError,
-    fetch_registry,
-    registry_version,
-)
-from processor.devtools.registry_local import cache_home as registry_home
-from processor.devtools.registry_local import stop_detached as stop_registry
 from processor.devtools.kafka_local import (
     DEFAULT_HEAP,
     KafkaLocalError,
@@ -33,6 +24,15 @@ from processor.devtools.kafka_local import (
     kafka_version,
     stop_detached,
 )
+from processor.devtools.registry_local import DEFAULT_HEAP as REGISTRY_HEAP
+from processor.devtools.registry_local import (
+    LocalRegistry,
+    RegistryLocalError,
+    fetch_registry,
+    registry_version,
+)
+from processor.devtools.registry_local import cache_home as registry_home
+from processor.devtools.registry_local import stop_detached as stop_registry
 
 USAGE = """usage: dispersion dev SERVICE [ARGS...]
 

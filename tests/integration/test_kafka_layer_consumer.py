@@ -25,8 +25,8 @@ from consumers.loop import AtLeastOnceConsumer
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import KafkaSettings, producer_config
-from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 from schemas import WireCodec, WireSettings
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
