@@ -33,12 +33,12 @@ from consumers.loop import AtLeastOnceConsumer
 from processor.cli import status as statuscli
 from processor.cli import submit
 from processor.cli.config import settings_from_config
+from processor.cli.topics import main as topics_main
 from processor.devtools.kafka_local import free_port
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import producer_config
 from producers.relay import OutboxRelay
-from producers.topics import main as topics_main
 from schemas import CONFLUENT, SINGLE_OBJECT, Registry, WireCodec, WireSettings
 from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
