@@ -205,11 +205,12 @@ def test_invalid_export_lists_every_problem_and_produces_nothing(
         " most 254 characters) (transaction 1)",
         "line 3: amount: too_many_decimals: has more than 2 decimals (transaction 1)",
         "line 6: amount: expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)",
+        "line 6: concept: invalid_text: holds a control or bidi character (U+000A at position 8) (transaction 2)",
         "line 7: batch_id: 'NOV-2' differs from 'NOV-1' on line 2 (one file, one batch)",
         "line 7: amount: non_positive_amount: must be greater than zero (transaction 3)",
         "line 8: row: has 3 fields, the header has 5",
     ]
-    assert result.err.splitlines()[-1] == "dispersion submit: 7 problem(s); nothing was produced"
+    assert result.err.splitlines()[-1] == "dispersion submit: 8 problem(s); nothing was produced"
     assert "Traceback" not in result.err
     assert read_topic(kafka_bootstrap, kafka_topic) == []
 
