@@ -31,9 +31,10 @@ from confluent_kafka import Message
 
 import schemas
 from consumers.loop import Accepted, AtLeastOnceConsumer, Rejected, consumer_config
+from processor.domain.file_states import FlowState
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.intake import accept_batch, prepare_batch
-from processor.store import FlowState, Store
+from processor.store import Store
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, producer_config
 

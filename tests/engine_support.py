@@ -25,11 +25,12 @@ import uvicorn
 from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
 
 from processor.cli.config import Config, parse_config
+from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.intake import IntakeResult, accept_batch
 from processor.engine.settings import EngineSettings
-from processor.store import STATUS_TOPIC, Flow, FlowState, Store
+from processor.store import STATUS_TOPIC, Flow, Store
 from sandbox.app import create_app as create_sandbox_app
 from sandbox.clients import Client, ClientRegistry
 from sandbox.clock import ManualClock

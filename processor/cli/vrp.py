@@ -40,7 +40,7 @@ from processor.cli.config import Config, ConfigError, default_config_path, load_
 from processor.domain.vrp_requests import InvalidRequestError, iso_ms
 from processor.domain.vrp_states import Mandate, mandate_terminal, payment_terminal
 from processor.engine.assembly import Engine, build_engine
-from processor.engine.vrp_flow import VrpEngine, attach_vrp
+from processor.engine.vrp import VrpEngine, attach_vrp
 from processor.store import VRP_STATUS_TOPIC, NotFoundError, Store, StoreError, VrpMandate, VrpPayment, load_cipher
 
 DONE, ENDED, USAGE, WAITING = 0, 1, 2, 3

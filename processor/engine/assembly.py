@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 
 from processor.api.callback import create_app
 from processor.cli.config import Config
+from processor.domain.kinds import Kind
 from processor.domain.time import Clock, SystemClock
 from processor.engine.authorization import Authorizer, FlowKinds
 from processor.engine.banks import BankPool
@@ -104,7 +105,7 @@ def build_engine(
         checkpoint=checkpoint,
     )
     kinds = FlowKinds()
-    kinds.register("file", FileAuthorizationHooks(ctx))
+    kinds.register(Kind.FILE, FileAuthorizationHooks(ctx))
     file_flow = FileFlow(ctx)
     engine = Engine(
         config=config,

@@ -20,12 +20,12 @@ from decimal import Decimal
 from typing import Any
 
 from processor.domain.batch import BatchParseError, batch_from_dict, loads_exact
-from processor.domain.file_states import BatchStatus
+from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.payload import build_file_payload
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
-from processor.engine.file_flow import status_payload
-from processor.store import STATUS_TOPIC, Flow, FlowState, Store, StoreTx
+from processor.engine.file_events import status_payload
+from processor.store import STATUS_TOPIC, Flow, Store, StoreTx
 from processor.store.values import money, sha256_hex
 
 REASON_LIMIT = 50  # bad rows named in an INVALID event's reason; the rest are counted

@@ -15,14 +15,12 @@ from processor.store.db import (
     utc_ms,
 )
 from processor.store.flows import (
-    TERMINAL_FLOW_STATES,
     AuthAttempt,
     ConsentTokens,
     Consumed,
     ConsumeOutcome,
     EffectStatus,
     Flow,
-    FlowState,
     Operation,
     SideEffect,
     SideEffectMismatchError,
@@ -30,7 +28,6 @@ from processor.store.flows import (
     new_secret_token,
 )
 from processor.store.outbox import (
-    DISPERSION_STATUS_RANKS,
     STATUS_TOPIC,
     Adoption,
     Handover,
@@ -40,14 +37,12 @@ from processor.store.outbox import (
 )
 from processor.store.schema import MIGRATIONS, MigrationError, current_version, migrate
 from processor.store.session import Store, StoreTx
-from processor.store.vrp import VRP_STATUS_TOPIC, MandateState, VrpMandate, VrpPayment, VrpPaymentState
+from processor.store.vrp import VRP_STATUS_TOPIC, VrpMandate, VrpPayment
 from processor.store.work import Created, NotFoundError, VersionConflictError
 
 __all__ = [
-    "DISPERSION_STATUS_RANKS",
     "MIGRATIONS",
     "STATUS_TOPIC",
-    "TERMINAL_FLOW_STATES",
     "VRP_STATUS_TOPIC",
     "Adoption",
     "AuthAttempt",
@@ -60,9 +55,7 @@ __all__ = [
     "Database",
     "EffectStatus",
     "Flow",
-    "FlowState",
     "Handover",
-    "MandateState",
     "MigrationError",
     "NotFoundError",
     "Operation",
@@ -80,7 +73,6 @@ __all__ = [
     "VersionConflictError",
     "VrpMandate",
     "VrpPayment",
-    "VrpPaymentState",
     "connect",
     "current_version",
     "generate_key",

@@ -30,6 +30,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any, ClassVar, TypedDict, Unpack
 
+from processor.domain.file_states import TERMINAL_FLOW_STATES, FlowState
 from processor.store.crypto import Cipher, StoreKeyError
 from processor.store.db import StoreError, Tx, to_datetime, utc_ms
 from processor.store.outbox import Outbox, StatusEvent
@@ -45,30 +46,6 @@ def new_secret_token() -> str:
 
 
 # -- flows ------------------------------------------------------------------------------------------------------
-
-
-class FlowState(StrEnum):
-    """Names for flow states. The column is free text, so the engine's state machine
-    (`processor.domain.file_states`) is the authority and may use states not listed here; the store itself only
-    relies on `RECEIVED` (the default) and the terminal set below (`Flow.terminal`)."""
-
-    RECEIVED = "RECEIVED"
-    CONSENT_CREATED = "CONSENT_CREATED"
-    UPLOADED = "UPLOADED"
-    AWAITING_AUTHORIZATION = "AWAITING_AUTHORIZATION"
-    AUTHORIZED = "AUTHORIZED"
-    PAYMENT_CREATED = "PAYMENT_CREATED"
-    INITIATED = "INITIATED"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    REJECTED = "REJECTED"
-    EXPIRED = "EXPIRED"
-    INVALID = "INVALID"
-
-
-TERMINAL_FLOW_STATES = frozenset(
-    {FlowState.COMPLETED, FlowState.FAILED, FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID}
-)
 
 
 @dataclass(frozen=True)
@@ -786,7 +763,6 @@ __all__ = [
     "FlowChanges",
     "FlowFields",
     "FlowRepo",
-    "FlowState",
     "Operation",
     "SideEffect",
     "SideEffectMismatchError",

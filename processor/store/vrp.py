@@ -14,9 +14,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from enum import StrEnum
 from typing import Any, ClassVar, TypedDict, Unpack
 
+from processor.domain.vrp_states import Mandate, Payment
 from processor.store.db import in_clause, utc_ms
 from processor.store.flows import new_secret_token
 from processor.store.outbox import Outbox, StatusEvent
@@ -24,32 +24,6 @@ from processor.store.values import Kind, dump_json, json_text, money, read_money
 from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
 
 VRP_STATUS_TOPIC = "vrp.status"
-
-
-class MandateState(StrEnum):
-    """Suggested mandate states (the column is free text)."""
-
-    RECEIVED = "RECEIVED"
-    CONSENT_CREATED = "CONSENT_CREATED"
-    AWAITING_AUTHORIZATION = "AWAITING_AUTHORIZATION"
-    AUTHORIZED = "AUTHORIZED"
-    REJECTED = "REJECTED"
-    EXPIRED = "EXPIRED"
-    REVOKED = "REVOKED"
-    FAILED = "FAILED"
-    INVALID = "INVALID"
-
-
-class VrpPaymentState(StrEnum):
-    """Suggested VRP payment states (the column is free text)."""
-
-    RECEIVED = "RECEIVED"
-    REFUSED = "REFUSED"  # refused client-side: outside the mandate's limits or validity
-    SUBMITTED = "SUBMITTED"
-    PENDING = "PENDING"
-    COMPLETED = "COMPLETED"
-    REJECTED = "REJECTED"
-    FAILED = "FAILED"
 
 
 @dataclass(frozen=True)
@@ -151,7 +125,7 @@ class MandateRepo(WorkRepo[VrpMandate]):
         currency: str | None = None,
         valid_from: datetime | None = None,
         valid_to: datetime | None = None,
-        state: str = MandateState.RECEIVED,
+        state: str = Mandate.RECEIVED,
         authorization_deadline: datetime | None = None,
         next_action_at: datetime | None = None,
         approval_token: str | None = None,
@@ -318,7 +292,7 @@ class VrpPaymentRepo(WorkRepo[VrpPayment]):
         currency: str,
         instruction: str | bytes | Mapping[str, Any],
         now: datetime,
-        state: str = VrpPaymentState.RECEIVED,
+        state: str = Payment.RECEIVED,
         next_action_at: datetime | None = None,
     ) -> Created[VrpPayment]:
         """Insert a payment unless its id exists (a duplicate changes nothing: `created=False`). The mandate

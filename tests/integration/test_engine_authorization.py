@@ -9,8 +9,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 from engine_support import CALLBACK_PATH, Rig, batch, engine_rig
 
+from processor.domain.file_states import FlowState
 from processor.engine.settings import EngineSettings
-from processor.store import FlowState, Store
+from processor.store import Store
 
 
 async def awaiting(rig: Rig) -> str:

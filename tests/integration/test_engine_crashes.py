@@ -31,9 +31,10 @@ from bank_support import key_pair
 from engine_support import CLIENT_ID, CLIENT_SECRET, Rig, batch, engine_rig, instant_sleep
 from store_fixtures import StoreTarget
 
+from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.settings import EngineSettings
-from processor.store import Cipher, EffectStatus, FlowState, Operation, SideEffect, Store, StoreTx, generate_key
+from processor.store import Cipher, EffectStatus, Operation, SideEffect, Store, StoreTx, generate_key
 
 HERE = Path(__file__).parent
 KILLED = -9
@@ -317,7 +318,7 @@ async def run_child(rig: Rig, target: StoreTarget, key: str, batch_id: str, poin
         "point": point,
         "batch_id": batch_id,
     }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parent.parent)])}
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         str(HERE / "file_engine_child.py"),

@@ -17,7 +17,8 @@ from datetime import timedelta
 import pytest
 from engine_support import Rig, batch, engine_rig
 
-from processor.store import EffectStatus, FlowState, Operation, Store
+from processor.domain.file_states import FlowState
+from processor.store import EffectStatus, Operation, Store
 
 STORY = ["AUTHORIZATION_REQUIRED", "AUTHORIZED", "INITIATED", "COMPLETED"]
 OPERATIONS = {

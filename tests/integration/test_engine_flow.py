@@ -7,8 +7,9 @@ from decimal import Decimal
 
 from engine_support import Rig, batch, engine_rig
 
-from processor.engine.file_flow import results_of
-from processor.store import FlowState, Store
+from processor.domain.file_states import FlowState
+from processor.engine.file_events import results_of
+from processor.store import Store
 
 
 async def test_approved_batch_completes_with_per_transaction_results(store: Store) -> None:

@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 from store_fixtures import T0, StoreTarget, at, worker_claim_all
 
-from processor.store import FlowState, Store, VersionConflictError
+from processor.domain.file_states import FlowState
+from processor.store import Store, VersionConflictError
 
 
 def _flows(store: Store, count: int, *, due_in: float = 0) -> None:

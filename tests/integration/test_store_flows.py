@@ -8,14 +8,8 @@ from decimal import Decimal
 import pytest
 from store_fixtures import T0, StoreTarget, at
 
-from processor.store import (
-    ConstraintError,
-    FlowState,
-    StatusConflictError,
-    StatusEvent,
-    Store,
-    VersionConflictError,
-)
+from processor.domain.file_states import FlowState
+from processor.store import ConstraintError, StatusConflictError, StatusEvent, Store, VersionConflictError
 
 PAYLOAD = '{"batch_id":"b-1","transactions":[{"amount":"100.10"},{"amount":"0.05"}]}'
 

@@ -7,11 +7,11 @@ import multiprocessing
 import pytest
 from store_fixtures import T0, StoreTarget, at, worker_begin_then_die
 
+from processor.domain.file_states import FlowState
 from processor.store import (
     Cipher,
     ConstraintError,
     EffectStatus,
-    FlowState,
     Operation,
     SideEffectMismatchError,
     Store,

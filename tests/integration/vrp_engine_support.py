@@ -29,7 +29,7 @@ from processor.cli.config import Config, load_config
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.settings import EngineSettings
-from processor.engine.vrp_flow import VrpEngine, attach_vrp
+from processor.engine.vrp import VrpEngine, attach_vrp
 from processor.store import VRP_STATUS_TOPIC, Store, VrpMandate, VrpPayment
 
 VRP_DELAY = 5  # seconds a domestic VRP stays Pending at the sandbox

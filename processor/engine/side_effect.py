@@ -1,0 +1,113 @@
+"""The guarded side effect: every resource-creating bank call of every flow (A1, A2, A3, B1, B2) goes
+begin -> call -> disposition -> complete | ambiguous | fail.
+
+    guard = Guarded(flow, flow_row.key, Operation.CREATE_CONSENT)
+    effect = await guard.begin(request_sha256)             # 1. a PENDING record holding the idempotency key, committed
+    if effect.done: ...                                    #    created before: use effect.resource_id, call nothing
+    try:
+        consent = await guard.call(lambda again: bank.create_file_consent(..., idempotency_key=effect.idempotency_key))
+    except BankError as exc:                               # 2. the call failed: the one disposition decides
+        return await guard.failed(row, owner, exc, refuse)  #    retry | resolve (AMBIGUOUS) | refuse (FAILED)
+    ... in the transaction of the flow's move:
+        guard.complete(tx, consent.consent_id)             # 3. DONE with the resource, with the state change
+
+A process that dies between 1 and 3 leaves the record PENDING and the row in its earlier state; the next `begin`
+finds it (`effect.resumed`) and the handler resolves the outcome (the same key again, or a read) instead of
+creating anything new. Nothing ever calls a creating operation with a new key for the same flow.
+
+`call` makes the checkpoints `{operation}:before` and `{operation}:after` (where the crash tests abort), and
+when the bank refuses the access token (`Disposition.REAUTHENTICATE`) repeats the call once with a refreshed
+token (`attempt(True)`), with the same key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+import structlog
+
+from processor.bank.errors import BankError, Disposition, disposition
+from processor.engine.leased import LeasedFlow, T
+from processor.engine.tokens import TokenUnavailableError
+from processor.store import Operation, SideEffect, StoreTx
+
+log = structlog.get_logger("processor.engine.side_effect")
+
+R = TypeVar("R")
+V = TypeVar("V")
+
+Refusal = BankError | TokenUnavailableError
+"""Why a creating call ended for good: the bank's refusal, or no token to make it with."""
+
+
+class Guarded(Generic[T]):
+    """One resource-creating call of one flow row (`scope_id`: its key)."""
+
+    def __init__(self, flow: LeasedFlow[T], scope_id: str, operation: Operation) -> None:
+        self.flow = flow
+        self.ctx = flow.ctx
+        self.scope_id = scope_id
+        self.operation = operation
+
+    async def begin(self, request_sha256: str | None) -> SideEffect:
+        """Record the call before it is made (committed); see `SideEffects.begin`."""
+        effect, _ = await self.begin_with(request_sha256, None)
+        return effect
+
+    async def begin_with(
+        self, request_sha256: str | None, also: Callable[[StoreTx, SideEffect], V] | None
+    ) -> tuple[SideEffect, V | None]:
+        """`begin`, with `also(tx, effect)` written in the same transaction (e.g. the key on the row)."""
+        now = self.flow.now()
+
+        def work(tx: StoreTx) -> tuple[SideEffect, V | None]:
+            effect = tx.side_effects.begin(self.scope_id, self.operation, now=now, request_sha256=request_sha256)
+            return effect, None if also is None else also(tx, effect)
+
+        effect, extra = await self.ctx.store.arun(work)
+        if effect.resumed:
+            log.info(
+                "resuming a call whose outcome is unknown; resolving it with the same key",
+                kind=self.flow.kind.value,
+                key=self.scope_id,
+                operation=self.operation.value,
+                previous=effect.previous_status,
+                idempotency_key=effect.idempotency_key,
+            )
+        return effect, extra
+
+    async def call(self, attempt: Callable[[bool], Awaitable[R]]) -> R:
+        """Make the call: `attempt(False)`, and `attempt(True)` once more when the bank refused the access token
+        (the attempt refreshes it first). Bank errors are raised for `failed`."""
+        self.ctx.checkpoint(f"{self.operation.value}:before", self.scope_id)
+        try:
+            result = await attempt(False)
+        except BankError as exc:
+            if disposition(exc) is not Disposition.REAUTHENTICATE:
+                raise
+            # Our clock said the token was fine, the bank's says not: refresh, then the same call again.
+            log.info("access token refused by the bank; refreshing", key=self.scope_id, operation=self.operation.value)
+            result = await attempt(True)
+        self.ctx.checkpoint(f"{self.operation.value}:after", self.scope_id)
+        return result
+
+    def complete(self, tx: StoreTx, resource_id: str) -> None:
+        """DONE with the created resource, in the transaction of the flow's move."""
+        tx.side_effects.complete(self.scope_id, self.operation, resource_id, now=self.flow.now())
+
+    def fail(self, tx: StoreTx, reason: str) -> None:
+        """FAILED (the bank refused; nothing was created), in the transaction that ends the flow."""
+        tx.side_effects.fail(self.scope_id, self.operation, reason, now=self.flow.now())
+
+    async def failed(self, item: T, owner: str, error: Refusal, refuse: Callable[[Refusal], Awaitable[T]]) -> T:
+        """Act on a failed call by its disposition: retry later, resolve later (recorded AMBIGUOUS), or `refuse`
+        (the flow ends; it records `fail` in its transaction). A token refused even after a refresh, or no
+        token at all, is a refusal."""
+        if isinstance(error, TokenUnavailableError):
+            return await refuse(error)
+        found = disposition(error)
+        if found in (Disposition.REFUSE, Disposition.REAUTHENTICATE):
+            return await refuse(error)
+        ambiguous = self.operation if found is Disposition.RESOLVE else None
+        return await self.flow.retry_later(item, owner, error, ambiguous=ambiguous)
