@@ -8,13 +8,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# constraints.txt pins every run-time dependency to the version the tests ran with (deploy/constraints.py).
+COPY pyproject.toml README.md constraints.txt ./
 COPY processor ./processor
 COPY sandbox ./sandbox
 COPY consumers ./consumers
 COPY producers ./producers
 COPY schemas ./schemas
-RUN pip install . && rm -rf /src
+RUN pip install -c constraints.txt . && rm -rf /src
 
 COPY deploy/entrypoint.sh /usr/local/bin/dispersion-entrypoint
 RUN chmod 0755 /usr/local/bin/dispersion-entrypoint \

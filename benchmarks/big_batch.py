@@ -69,7 +69,8 @@ from month_end import (
 )
 
 import schemas
-from producers.kafka import BATCHES_TOPIC, KafkaSettings
+from producers.kafka import KafkaSettings
+from schemas.topics import BATCHES_TOPIC
 
 TARGET_MB = 500
 

@@ -66,8 +66,9 @@ from confluent_kafka.admin import AdminClient
 
 import schemas
 from processor.devtools.kafka_local import LocalKafka
-from producers.kafka import ALL_TOPICS, BATCHES_TOPIC, STATUS_TOPIC, KafkaSettings, librdkafka_logger, producer_config
+from producers.kafka import KafkaSettings, librdkafka_logger, producer_config
 from producers.topics import ensure_topics, project_topics
+from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, STATUS_TOPIC
 
 DEFAULT_PG_URL = "postgresql://dispersion:dispersion@127.0.0.1:5432/dispersion_test"
 INTEGRATION = "sandbox"

@@ -23,20 +23,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 import structlog
 from confluent_kafka import Message
 
 import schemas
-from consumers.loop import Accepted, AtLeastOnceConsumer, Rejected, consumer_config
+from consumers.loop import Accept, AtLeastOnceConsumer, Reject, Retry, consumer_config
+from consumers.loop import Verdict as LoopVerdict
 from processor.domain.file_states import FlowState
+from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.intake import accept_batch, prepare_batch
-from processor.store import Store
+from processor.store import Store, StoreError
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, producer_config
+from producers.kafka import KafkaSettings, producer_config
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 log = structlog.get_logger("consumers.batches")
 
@@ -54,22 +56,9 @@ class IntakeOutcome:
 
 class BatchIntake(Protocol):
     """Durably accepts a batch document (`processor.domain.batch` shape) and says what became of it. Must not call the
-    bank; raises `StoreError` when the store cannot be reached (the message is then retried)."""
+    bank; raises `StoreError` when the store cannot be reached (the handler answers Retry)."""
 
     def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome: ...
-
-
-class Clock(Protocol):
-    """Anything that tells the current UTC time."""
-
-    def now(self) -> datetime:
-        """The current time, timezone-aware."""
-        ...
-
-
-class _SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 class EngineIntake:
@@ -87,7 +76,7 @@ class EngineIntake:
         self.store = store
         self.integrations = None if integrations is None else frozenset(integrations)
         self.limits = limits
-        self.clock: Clock = clock or _SystemClock()
+        self.clock: Clock = clock or SystemClock()
         self._runner = asyncio.Runner()
 
     def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome:
@@ -124,23 +113,26 @@ class BatchHandler:
         self.intake = intake
         self._codec = schemas.Codec(BATCHES_TOPIC)
 
-    def __call__(self, message: Message) -> Accepted | Rejected:
+    def __call__(self, message: Message) -> LoopVerdict:
         """Accept, or reject with the reason (the loop dead-letters it)."""
         value = message.value()
         if value is None:
-            return Rejected("tombstone: the message has no value")
+            return Reject("tombstone: the message has no value")
         try:
             record = self._codec.decode(value)
         except schemas.DecodeError as exc:
-            return Rejected(f"undecodable: {exc}")
-        outcome = self.intake(record)  # the decoded record is the engine's batch document
+            return Reject(f"undecodable: {exc}")
+        try:
+            outcome = self.intake(record)  # the decoded record is the engine's batch document
+        except StoreError as exc:
+            return Retry(str(exc))
         if outcome.verdict in ("invalid", "conflict"):
-            return Rejected(f"{outcome.verdict}: {outcome.reason}", outcome.batch_id)
+            return Reject(f"{outcome.verdict}: {outcome.reason}", outcome.batch_id)
         key = message.key()
         if key is not None and outcome.batch_id is not None and key != outcome.batch_id.encode("utf-8"):
             log.warning("batch_key_mismatch", batch_id=outcome.batch_id)  # order per batch relies on the key
         log.info("batch_consumed", batch_id=outcome.batch_id, outcome=outcome.verdict)
-        return Accepted(outcome.verdict)
+        return Accept(outcome.verdict)
 
 
 def batch_consumer(

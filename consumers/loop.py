@@ -6,15 +6,24 @@ it, or after its dead letter was acknowledged. A poison message never stops the 
     install_sigterm(stop)        # SIGTERM / Ctrl-C: stop polling, commit, leave the group
     consumer.run(stop)
 
-The handler gets each message in partition order and answers `Accepted` (done: the offset may move) or
-`Rejected(reason)` (dead-letter it first). It must be quick and must not wait on the bank: the engine's intake only
+The handler gets each message in partition order and answers with a verdict: `Accept` (done: the offset may
+move), `Retry(reason)` (a passing failure such as the store being down: try the same message again later, never
+skip it) or `Reject(reason)` (dead-letter it first). The loop knows nothing of what the handler talks to. It
+must be quick and must not wait on the bank: the engine's intake only
 writes to the store, so the time between two polls stays far below `max.poll.interval.ms` whatever the bank does.
 
 Failures:
-- the handler raises `StoreError` (the database is down or busy), or the dead letter is not acknowledged: the
+- the handler answers `Retry` (the database is down or busy), or the dead letter is not acknowledged: the
   message is retried in place (seek back, back off up to `max_backoff` seconds, poll again), never skipped;
 - the handler raises anything else (a bug that this message triggers): retried `poison_attempts` times, then
   dead-lettered with the exception as the reason, so one message cannot stop its partition for good.
+
+Static group membership: a consumer built for a named instance (`consumer_config(..., instance=NAME)`) joins with
+`group.instance.id = NAME` unless `[kafka] static_membership = false`. The broker then keeps the instance's
+partitions for it until `session.timeout.ms` (45 s) passes, so an instance restarted under the same name within that
+time takes them back at once, without a rebalance; the price is that a stopped static member's partitions wait that
+long before they move (it does not leave the group on close). Two live instances must never share a name: the
+broker fences the older one, whose loop then stops with `ConsumerFencedError`.
 
 Offsets are committed synchronously, explicitly (the offset after each handled message), after every polled
 batch; on a rebalance the partitions being revoked are committed first, and on shutdown everything handled is
@@ -37,7 +46,6 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import Counter, Gauge
 
-from processor.store import StoreError
 from producers.dlq import DeadLetterError
 from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
 
@@ -48,31 +56,39 @@ CONSUMER_LAG = Gauge("dispersion_consumer_lag", "Messages behind the end of the 
 
 
 @dataclass(frozen=True)
-class Accepted:
+class Accept:
     """The message is durably taken care of (or was a duplicate): its offset may move."""
 
     outcome: str = "accepted"  # a label for logs and metrics: accepted, duplicate, ...
 
 
 @dataclass(frozen=True)
-class Rejected:
+class Retry:
+    """The message could not be taken now for a passing reason: retry it in place later (never skipped)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reject:
     """The message cannot be accepted: dead-letter it with `reason`, then move its offset."""
 
     reason: str
     batch_id: str | None = None
 
 
-Handler = Callable[[Message], Accepted | Rejected]
+Verdict = Accept | Retry | Reject
+Handler = Callable[[Message], Verdict]
 
 
 def route(handlers: Mapping[str, Handler]) -> Handler:
     """One handler over several topics: each message goes to its topic's handler (so one consumer, one group
     member, serves every input topic of a processor)."""
 
-    def handle(message: Message) -> Accepted | Rejected:
+    def handle(message: Message) -> Verdict:
         handler = handlers.get(message.topic() or "")
         if handler is None:
-            return Rejected(f"no handler for topic {message.topic()!r}")
+            return Reject(f"no handler for topic {message.topic()!r}")
         return handler(message)
 
     return handle
@@ -84,11 +100,19 @@ class DeadLetterSink(Protocol):
     def publish(self, message: Any, reason: str, *, batch_id: str | None = None) -> None: ...
 
 
-def consumer_config(settings: KafkaSettings, name: str, **extra: Any) -> dict[str, Any]:
-    """Consumer properties: manual commits, earliest start for a new group, large messages allowed."""
+class ConsumerFencedError(KafkaException):
+    """The broker fenced this consumer: another live member of the group joined with the same `group.instance.id`
+    (two instances with one name). Fatal: the consumer cannot continue."""
+
+
+def consumer_config(settings: KafkaSettings, name: str, *, instance: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Consumer properties: manual commits, earliest start for a new group, large messages allowed; with `instance`
+    (a name unique among the live members) and `settings.static_membership`, static membership."""
+    membership = {"group.instance.id": instance} if instance and settings.static_membership else {}
     return settings.config(
         **{
             "group.id": settings.group_id,
+            **membership,
             "client.id": f"dispersion-{name}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -156,6 +180,8 @@ class AtLeastOnceConsumer:
         self.max_backoff = max_backoff
         self.poison_attempts = poison_attempts
         self._consumer = Consumer({"stats_cb": _record_lag, **config})
+        self._group_id = str(config.get("group.id", ""))
+        self._instance_id = config.get("group.instance.id")
         self._done: dict[tuple[str, int], int] = {}  # handled, not yet committed: next offset per partition
         self._failures: dict[tuple[str, int, int], int] = {}  # (topic, partition, offset) -> failed attempts
         self._backoff = 0.0
@@ -214,8 +240,8 @@ class AtLeastOnceConsumer:
         for index, message in enumerate(messages):
             error = message.error()
             if error is not None:
-                if error.fatal():
-                    raise KafkaException(error)
+                if error.fatal() or error.code() == KafkaError._FATAL:
+                    raise self._fatal(error)
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer_error", error=str(error))
                 continue
@@ -227,6 +253,19 @@ class AtLeastOnceConsumer:
         self.handled += handled
         return handled
 
+    def _fatal(self, error: KafkaError) -> KafkaException:
+        # librdkafka reports a fatal consumer error as _FATAL with the cause in the text; a fence by a member with
+        # the same group.instance.id is the one an operator can cause (and must fix), so it gets its own message.
+        text = str(error)
+        if error.code() in (KafkaError._FENCED, KafkaError.FENCED_INSTANCE_ID) or "group.instance.id" in text:
+            instance = self._instance_id or "?"
+            return ConsumerFencedError(
+                f"Kafka fenced this consumer: another live member of group {self._group_id!r} uses "
+                f"group.instance.id {instance!r}. Instance names (--instance) must be unique among running "
+                f"instances; this one stops ({text})"
+            )
+        return KafkaException(error)
+
     def _handle(self, message: Message) -> bool:
         """Handle one message; False when it must be retried (the caller rewinds)."""
         topic, partition, offset = message.topic() or "", message.partition() or 0, message.offset() or 0
@@ -234,7 +273,7 @@ class AtLeastOnceConsumer:
         try:
             try:
                 verdict = self.handler(message)
-            except (StoreError, DeadLetterError):
+            except DeadLetterError:
                 raise
             except Exception as exc:
                 attempts = self._failures.get(slot, 0) + 1
@@ -242,13 +281,18 @@ class AtLeastOnceConsumer:
                 log.exception("handler_failed", topic=topic, partition=partition, offset=offset, attempt=attempts)
                 if attempts < self.poison_attempts:
                     return False
-                verdict = Rejected(f"processing failed {attempts} times: {type(exc).__name__}: {exc}")
-            if isinstance(verdict, Rejected):
+                verdict = Reject(f"processing failed {attempts} times: {type(exc).__name__}: {exc}")
+            if isinstance(verdict, Retry):
+                log.warning(
+                    "message_retry_later", topic=topic, partition=partition, offset=offset, error=verdict.reason
+                )
+                return False
+            if isinstance(verdict, Reject):
                 self.dead_letters.publish(message, verdict.reason, batch_id=verdict.batch_id)
                 CONSUMED.labels(topic, "dead_letter").inc()
             else:
                 CONSUMED.labels(topic, verdict.outcome).inc()
-        except (StoreError, DeadLetterError) as exc:
+        except DeadLetterError as exc:
             log.warning("message_retry_later", topic=topic, partition=partition, offset=offset, error=str(exc))
             return False
         self._failures.pop(slot, None)

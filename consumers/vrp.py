@@ -30,12 +30,14 @@ import structlog
 from confluent_kafka import Message
 
 import schemas
-from consumers.loop import Accepted, AtLeastOnceConsumer, Handler, Rejected, consumer_config, route
+from consumers.loop import Accept, AtLeastOnceConsumer, Handler, Reject, Retry, Verdict, consumer_config, route
 from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, Payment
 from processor.engine.vrp import VrpEngine
+from processor.store import StoreError
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC, KafkaSettings, producer_config
+from producers.kafka import KafkaSettings, producer_config
+from schemas.topics import DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
 
 log = structlog.get_logger("consumers.vrp")
 
@@ -49,35 +51,35 @@ class VrpIntake:
         self.wake = wake
         self._runner = asyncio.Runner()
 
-    def mandate(self, record: Mapping[str, Any]) -> Accepted | Rejected:
-        """Store a mandate request; Rejected (to dead-letter) when it is invalid."""
+    def mandate(self, record: Mapping[str, Any]) -> Accept | Reject:
+        """Store a mandate request; Reject (to dead-letter) when it is invalid."""
         try:
             outcome = self._runner.run(self.vrp.submit_mandate(record, advance=False))
         except InvalidRequestError as exc:
-            return Rejected(f"invalid: {exc}")
+            return Reject(f"invalid: {exc}")
         mandate = outcome.mandate
         if mandate.state == Mandate.INVALID:
-            return Rejected(f"invalid: {'; '.join(outcome.problems) or mandate.last_error}", mandate.mandate_id)
+            return Reject(f"invalid: {'; '.join(outcome.problems) or mandate.last_error}", mandate.mandate_id)
         if not outcome.created:
-            return Accepted("duplicate")
+            return Accept("duplicate")
         self.wake()
-        return Accepted()
+        return Accept()
 
-    def payment(self, record: Mapping[str, Any]) -> Accepted | Rejected:
-        """Store a payment instruction; Rejected (to dead-letter) when it is invalid or its mandate unknown."""
+    def payment(self, record: Mapping[str, Any]) -> Accept | Reject:
+        """Store a payment instruction; Reject (to dead-letter) when it is invalid or its mandate unknown."""
         try:
             outcome = self._runner.run(self.vrp.submit_payment(record, advance=False))
         except InvalidRequestError as exc:
-            return Rejected(f"invalid: {exc}")
+            return Reject(f"invalid: {exc}")
         payment = outcome.payment
         if payment is None:
-            return Rejected(f"invalid: {outcome.reason}", record.get("mandate_id"))
+            return Reject(f"invalid: {outcome.reason}", record.get("mandate_id"))
         if payment.state == Payment.INVALID:
-            return Rejected(f"invalid: {outcome.reason or payment.last_error}", payment.mandate_id)
+            return Reject(f"invalid: {outcome.reason or payment.last_error}", payment.mandate_id)
         if not outcome.created:
-            return Accepted("duplicate")
+            return Accept("duplicate")
         self.wake()
-        return Accepted(str(payment.state).lower())
+        return Accept(str(payment.state).lower())
 
     def close(self) -> None:
         """Close the event loop."""
@@ -87,19 +89,22 @@ class VrpIntake:
 class _RecordHandler:
     """Decodes one topic's records with its schema and hands them to `take`."""
 
-    def __init__(self, logical_topic: str, take: Callable[[Mapping[str, Any]], Accepted | Rejected]) -> None:
+    def __init__(self, logical_topic: str, take: Callable[[Mapping[str, Any]], Accept | Reject]) -> None:
         self._codec = schemas.Codec(logical_topic)
         self._take = take
 
-    def __call__(self, message: Message) -> Accepted | Rejected:
+    def __call__(self, message: Message) -> Verdict:
         value = message.value()
         if value is None:
-            return Rejected("tombstone: the message has no value")
+            return Reject("tombstone: the message has no value")
         try:
             record = self._codec.decode(value)
         except schemas.DecodeError as exc:
-            return Rejected(f"undecodable: {exc}")
-        verdict = self._take(record)
+            return Reject(f"undecodable: {exc}")
+        try:
+            verdict = self._take(record)
+        except StoreError as exc:
+            return Retry(str(exc))
         log.info("vrp_request_consumed", topic=message.topic(), outcome=getattr(verdict, "outcome", "dead_letter"))
         return verdict
 

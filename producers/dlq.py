@@ -20,7 +20,7 @@ import structlog
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Producer
 
 import schemas
-from producers.kafka import DLQ_TOPIC
+from schemas.topics import DLQ_TOPIC
 
 log = structlog.get_logger("producers.dlq")
 

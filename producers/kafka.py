@@ -8,6 +8,7 @@ The `[kafka]` table of the configuration file may also hold (all optional):
     [kafka]
     bootstrap_servers = "broker-1:9092,broker-2:9092"
     group_id = "dispersion-processor"        # consumer group of the processor instances
+    static_membership = true                 # group.instance.id = the instance name (default true)
     [kafka.topics]                            # physical names, when a deployment prefixes or renames them
     "payroll.batches" = "acme.payroll.batches"
     [kafka.client]                            # extra librdkafka properties for every client (TLS, SASL, ...)
@@ -26,14 +27,13 @@ from typing import Any
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
-BATCHES_TOPIC = "payroll.batches"
-STATUS_TOPIC = "dispersion.status"
-DLQ_TOPIC = "payroll.batches.dlq"
-VRP_MANDATES_TOPIC = "vrp.mandates"
-VRP_PAYMENTS_TOPIC = "vrp.payments"
-VRP_STATUS_TOPIC = "vrp.status"
-ALL_TOPICS = (BATCHES_TOPIC, STATUS_TOPIC, DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC, VRP_STATUS_TOPIC)
 DEFAULT_GROUP_ID = "dispersion-processor"
+
+# The Java client's default partitioner for keyed records (murmur2 of the key bytes, positive, modulo the
+# partition count); librdkafka's own default is CRC32-based. With it a key lands in the partition a Java producer
+# (an ERP, Kafka Streams) picks, so joins by key (batches with their statuses) stay co-partitioned. Keyless
+# records go to a random partition, as in Java. Set for every producer here and not overridable.
+PARTITIONER = "murmur2_random"
 
 # A 100,000-transaction batch is about 10 MB of Avro, far above Kafka's 1 MB default: the batch and dead-letter
 # topics, the producers and the consumers all allow this much per message (see docs/kafka.md).
@@ -51,6 +51,7 @@ class KafkaSettings:
     bootstrap: str
     group_id: str = DEFAULT_GROUP_ID
     topics: Mapping[str, str] = field(default_factory=dict)  # logical name -> physical name
+    static_membership: bool = True  # consumers of a named instance set group.instance.id (consumers.loop)
     client: Mapping[str, Any] = field(default_factory=dict, repr=False)  # extra librdkafka properties
 
     def topic(self, logical: str) -> str:
@@ -78,14 +79,18 @@ def settings_from(
 ) -> KafkaSettings:
     """Build `KafkaSettings` from the `[kafka]` table's extra keys (`processor.cli.config.KafkaSettings.options`)."""
     options = dict(options or {})
-    unknown = set(options) - {"group_id", "topics", "client"}
+    known = ("group_id", "static_membership", "topics", "client")
+    unknown = set(options) - set(known)
     if unknown:
-        raise KafkaSetupError(f"[kafka]: unknown key(s) {', '.join(sorted(unknown))} (known: group_id, topics, client)")
+        raise KafkaSetupError(f"[kafka]: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(known)})")
     group_id = options.get("group_id", DEFAULT_GROUP_ID)
+    static_membership = options.get("static_membership", True)
     topics = options.get("topics", {})
     client = options.get("client", {})
     if not isinstance(group_id, str) or not group_id:
         raise KafkaSetupError("[kafka] group_id must be a non-empty string")
+    if not isinstance(static_membership, bool):
+        raise KafkaSetupError(f"[kafka] static_membership must be true or false, got {static_membership!r}")
     if not isinstance(topics, Mapping) or not all(isinstance(v, str) and v for v in topics.values()):
         raise KafkaSetupError("[kafka.topics] must map topic names to non-empty strings")
     if not isinstance(client, Mapping):
@@ -93,23 +98,10 @@ def settings_from(
     return KafkaSettings(
         bootstrap=resolve_bootstrap(bootstrap, configured),
         group_id=group_id,
+        static_membership=static_membership,
         topics={str(k): str(v) for k, v in topics.items()},
         client={str(k): v for k, v in client.items()},
     )
-
-
-def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> KafkaSettings:
-    """`KafkaSettings` from a configuration file: `path` (`--config`), else `$DISPERSION_CONFIG`, else
-    `./dispersion.toml` when present, else none (`--bootstrap` / the environment alone)."""
-    # Late: the producers package works without the processor's config. Only the [kafka] table is read, so the
-    # integrations' secrets need not be set to read or create a topic.
-    from processor.cli.config import load_kafka_settings, optional_config_path
-
-    path = optional_config_path(path)
-    if path is None:
-        return settings_from(bootstrap=bootstrap)
-    kafka = load_kafka_settings(path)
-    return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
 
 
 def librdkafka_logger(name: str) -> logging.Logger:
@@ -118,7 +110,8 @@ def librdkafka_logger(name: str) -> logging.Logger:
 
 
 def producer_config(settings: KafkaSettings, name: str, **extra: Any) -> dict[str, Any]:
-    """An idempotent producer: `acks=all`, no duplicates on retry, order kept per partition."""
+    """An idempotent producer: `acks=all`, no duplicates on retry, order kept per partition, keys partitioned
+    as the Java client does (`PARTITIONER`). Every producer of the project is configured here."""
     return settings.config(
         **{
             "enable.idempotence": True,
@@ -127,5 +120,6 @@ def producer_config(settings: KafkaSettings, name: str, **extra: Any) -> dict[st
             "client.id": f"dispersion-{name}",
             "logger": librdkafka_logger(name),
             **extra,
+            "partitioner": PARTITIONER,
         }
     )

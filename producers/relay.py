@@ -41,18 +41,19 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache, partial
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, Producer
 from prometheus_client import Counter, Gauge
 
 import schemas
+from processor.domain.time import Clock, SystemClock
 from processor.store import Handover, OutboxEvent, Store, StoreError
 from producers.avro_json import Coercion, CoercionError, convert
 from producers.handover import HandoverScanError, published_event_ids, scan_config
+from schemas.topics import STATUS_TOPIC, VRP_STATUS_TOPIC
 
 log = structlog.get_logger("producers.relay")
 
@@ -61,22 +62,9 @@ RELAY_ERRORS = Counter("dispersion_outbox_relay_errors_total", "Outbox relay fai
 IN_FLIGHT = Gauge("dispersion_outbox_in_flight", "Outbox events handed to the producer, not yet acknowledged")
 
 # The field of each status record that carries the message key.
-KEY_FIELDS: dict[str, str] = {"dispersion.status": "batch_id", "vrp.status": "mandate_id"}
+KEY_FIELDS: dict[str, str] = {STATUS_TOPIC: "batch_id", VRP_STATUS_TOPIC: "mandate_id"}
 # Handed keys whose possible publications started within the same span are scanned together.
 HANDOVER_GROUP_SECONDS = 300
-
-
-class Clock(Protocol):
-    """Anything that tells the current UTC time."""
-
-    def now(self) -> datetime:
-        """The current time, timezone-aware."""
-        ...
-
-
-class _SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 class PoisonEventError(ValueError):
@@ -159,7 +147,7 @@ class OutboxRelay:
         self.batch_size = batch_size
         self.lease_seconds = lease_seconds
         self.max_in_flight = max_in_flight
-        self.clock: Clock = clock or _SystemClock()
+        self.clock: Clock = clock or SystemClock()
         self.encoder = encoder
         # Consumer properties for reading the topics on a handover (default: the producer's, adapted).
         self.handover_config = dict(handover_config) if handover_config is not None else scan_config(config)

@@ -1,8 +1,5 @@
-"""Create the project's topics with the partitions and retention it wants; running it again changes nothing.
-
-    dispersion topics [--config C] [--bootstrap HOST:PORT] [--partitions 12] [--retention-hours 168]
-                      [--status-retention-hours 720] [--dlq-retention-hours 720] [--replication-factor N]
-                      [--check]
+"""Create the project's topics with the partitions and retention it wants; running it again changes nothing
+(the command is `dispersion topics`, processor/cli/topics.py).
 
 The broker refuses to create topics on its own (`auto.create.topics.enable=false` on the local broker), so this is
 the one place that decides how many partitions a topic has: partitions bound how many processor instances share
@@ -16,8 +13,6 @@ flight.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,18 +22,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
-from producers.kafka import (
+from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
+from schemas.topics import (
     BATCHES_TOPIC,
     DLQ_TOPIC,
-    MAX_MESSAGE_BYTES,
     STATUS_TOPIC,
     VRP_MANDATES_TOPIC,
     VRP_PAYMENTS_TOPIC,
     VRP_STATUS_TOPIC,
-    KafkaSettings,
-    KafkaSetupError,
-    librdkafka_logger,
-    settings_from_config,
 )
 
 HOUR_MS = 3_600_000
@@ -190,54 +181,3 @@ def _align(
     elif changes:
         warnings.extend(f"{spec.name}: {key} is {current.get(key)}, {value} wanted" for key, value in changes.items())
     return TopicResult(spec.name, "exists", partitions, tuple(sorted(changes)), tuple(warnings))
-
-
-def parser() -> argparse.ArgumentParser:
-    """Arguments of `dispersion topics`."""
-    p = argparse.ArgumentParser(
-        prog="dispersion topics",
-        description="Create the project's Kafka topics (idempotent): partitions, retention, size limits.",
-    )
-    p.add_argument(
-        "--config",
-        help="configuration file, its [kafka] table: bootstrap, topic names, client settings"
-        " (default: $DISPERSION_CONFIG, or ./dispersion.toml when present)",
-    )
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
-    p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions per topic (default 12)")
-    p.add_argument("--replication-factor", type=int, default=-1, help="default: the broker's default")
-    p.add_argument("--retention-hours", type=float, default=DEFAULT_RETENTION_HOURS, help="input topics")
-    p.add_argument("--status-retention-hours", type=float, default=DEFAULT_STATUS_RETENTION_HOURS)
-    p.add_argument("--dlq-retention-hours", type=float, default=DEFAULT_DLQ_RETENTION_HOURS)
-    p.add_argument("--check", action="store_true", help="only report what differs; change nothing (exit 1 if any)")
-    p.add_argument("--timeout", type=float, default=30.0)
-    return p
-
-
-def main(argv: list[str]) -> int:
-    """`dispersion topics`."""
-    args = parser().parse_args(argv)
-    try:
-        settings = settings_from_config(args.config, bootstrap=args.bootstrap)
-        specs = project_topics(
-            settings,
-            partitions=args.partitions,
-            retention_hours=args.retention_hours,
-            status_retention_hours=args.status_retention_hours,
-            dlq_retention_hours=args.dlq_retention_hours,
-            replication_factor=args.replication_factor,
-        )
-        results = ensure_topics(settings.config(), specs, timeout=args.timeout, check_only=args.check)
-    except (KafkaSetupError, ValueError, KafkaException) as exc:
-        print(f"dispersion topics: {exc}", file=sys.stderr)
-        return 1
-    differs = False
-    for result in results:
-        detail = f"{result.partitions} partitions" if result.partitions is not None else ""
-        if result.changed_config:
-            detail += f"; {'differs' if args.check else 'set'}: {', '.join(result.changed_config)}"
-        print(f"{result.name}: {result.action}" + (f" ({detail})" if detail else ""))
-        for warning in result.warnings:
-            print(f"  warning: {warning}", file=sys.stderr)
-        differs = differs or result.action == "missing" or bool(result.warnings) or bool(result.changed_config)
-    return 1 if args.check and differs else 0

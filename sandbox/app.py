@@ -11,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from sandbox import admin, authserver, consent_page, files, openapi, vrp
 from sandbox.errors import OAuthError, PlainTextError, ResourceError, SandboxError
-from sandbox.http import INTERACTION
+from sandbox.routes import admin, auth, consent_page, files, openapi, vrp
+from sandbox.routes.http import INTERACTION
 from sandbox.state import Bank
 
 log = logging.getLogger("sandbox")
@@ -97,7 +97,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 def create_app(bank: Bank) -> Starlette:
     """Build the sandbox ASGI app for one bank."""
     routes: list[BaseRoute] = [
-        *authserver.routes(bank),
+        *auth.routes(bank),
         *consent_page.routes(bank),
         *files.routes(bank),
         *vrp.routes(bank),

@@ -17,6 +17,8 @@ class SandboxConfig:
     par_ttl: int = 300
     code_ttl: int = 60
     assertion_max_lifetime: int = 3600
+    # A client assertion's iat may be at most this old: assertions are made for one request, not kept.
+    assertion_max_age: int = 300
     clock_skew: int = 30
     file_payment_delay: float = 2.0
     vrp_delay: float = 1.0

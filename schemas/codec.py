@@ -25,20 +25,15 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
+from schemas.topics import ALL_TOPICS
+
 MAGIC = b"\xc3\x01"
 """The two bytes that open every single-object encoded message."""
 HEADER_SIZE = len(MAGIC) + 8
 SCHEMA_DIR = Path(__file__).resolve().parent
 
-TOPICS: dict[str, str] = {
-    "payroll.batches": "payroll_batches",
-    "dispersion.status": "dispersion_status",
-    "payroll.batches.dlq": "payroll_batches_dlq",
-    "vrp.mandates": "vrp_mandates",
-    "vrp.payments": "vrp_payments",
-    "vrp.status": "vrp_status",
-}
-"""Topic name -> file stem of its schemas."""
+TOPICS: dict[str, str] = {topic: topic.replace(".", "_") for topic in ALL_TOPICS}
+"""Topic name -> file stem of its schemas (`payroll.batches` -> `payroll_batches.v1.avsc`, ...)."""
 
 _FILE_NAME = re.compile(r"^(?P<stem>[a-z0-9_]+)\.v(?P<version>[1-9][0-9]*)\.avsc$")
 

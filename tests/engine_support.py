@@ -24,19 +24,21 @@ import httpx
 import uvicorn
 from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
 
+from processor.api.callback import callback_app
 from processor.cli.config import Config, parse_config
 from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.intake import IntakeResult, accept_batch
 from processor.engine.settings import EngineSettings
-from processor.store import STATUS_TOPIC, Flow, Store
+from processor.store import Flow, Store
 from sandbox.app import create_app as create_sandbox_app
 from sandbox.clients import Client, ClientRegistry
 from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.faults import FaultPlan
 from sandbox.state import Bank
+from schemas.topics import STATUS_TOPIC
 
 CLIENT_ID = "dispersion-engine-test"
 CLIENT_SECRET = "engine-test-secret-value"
@@ -347,7 +349,7 @@ async def engine_rig(
     )
     async with (
         serve(create_sandbox_app(bank), bank_sock),
-        serve(engine.app(), api_sock),
+        serve(callback_app(engine), api_sock),
         httpx.AsyncClient(timeout=10, follow_redirects=False) as http,
     ):
         rig = Rig(store, bank, clock, sandbox_url, public_url, config, engine, sent, http, settings, box)

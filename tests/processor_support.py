@@ -14,6 +14,7 @@ the bank's consent page the way a browser does.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -40,7 +41,9 @@ from sandbox_process import SandboxProcess, free_port, running_sandbox
 import schemas
 from processor.devtools.demo import toml_document
 from processor.store import generate_key
-from producers.kafka import (
+from producers.kafka import KafkaSettings
+from producers.topics import ensure_topics, project_topics
+from schemas.topics import (
     ALL_TOPICS,
     BATCHES_TOPIC,
     DLQ_TOPIC,
@@ -48,9 +51,7 @@ from producers.kafka import (
     VRP_MANDATES_TOPIC,
     VRP_PAYMENTS_TOPIC,
     VRP_STATUS_TOPIC,
-    KafkaSettings,
 )
-from producers.topics import ensure_topics, project_topics
 
 __all__ = [
     "BATCHES_TOPIC",
@@ -500,6 +501,18 @@ class ProcessorProcess:
         return int(self.process.returncode)
 
 
+def log_events(instance: ProcessorProcess) -> list[dict[str, Any]]:
+    """The instance's JSON log lines, decoded (anything else in the file is skipped)."""
+    out: list[dict[str, Any]] = []
+    for line in instance.log().splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
 def write_config(path: Path, tables: Mapping[str, Mapping[str, Any]]) -> None:
     """A TOML file from `{"table.name": {key: value}}` (the demo's writer)."""
     path.write_text(toml_document(tables))
@@ -528,9 +541,12 @@ class Deployment:
     def public_url(self) -> str:
         return f"http://127.0.0.1:{self.ports[0]}"
 
-    def start(self, index: int, *, wait: bool = True, bootstrap: str | None = None) -> ProcessorProcess:
-        """Start instance `index` (on its own port, with its own name) and, with `wait`, wait for its ready line."""
-        name = f"p{index}-{uuid.uuid4().hex[:4]}"
+    def start(
+        self, index: int, *, wait: bool = True, bootstrap: str | None = None, name: str | None = None
+    ) -> ProcessorProcess:
+        """Start instance `index` (on its own port, with `name` or a new unique name) and, with `wait`, wait for its
+        ready line."""
+        name = name or f"p{index}-{uuid.uuid4().hex[:4]}"
         log_path = self.directory / f"processor-{name}.log"
         env = {
             **os.environ,
@@ -613,8 +629,9 @@ FIXTURES = ("deployment_factory_fixture", "e2e_database_fixture")  # import both
 @pytest.fixture(name="deployment_factory")
 def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[DeploymentFactory]:
     """Builds a `Deployment`: `deployment_factory(bootstrap, instances=N, partitions=P, engine={...},
-    sandbox_args=(...))`. The sandbox is started; the instances are not (`deployment.start(i)`). Everything started
-    is stopped at the end of the test (instances by SIGTERM, then SIGKILL)."""
+    kafka={...}, sandbox_args=(...))` (`kafka`: more keys of the `[kafka]` table). The sandbox is started; the
+    instances are not (`deployment.start(i)`). Everything started is stopped at the end of the test (instances by
+    SIGTERM, then SIGKILL)."""
     with ExitStack() as stack:
         made: list[Deployment] = []
 
@@ -624,6 +641,7 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
             instances: int = 1,
             partitions: int = 3,
             engine: Mapping[str, float | int] | None = None,
+            kafka: Mapping[str, Any] | None = None,
             sandbox_args: Iterable[str] = ("--file-payment-delay", "0.5", "--vrp-delay", "0.5"),
             create_topics: bool = True,
         ) -> Deployment:
@@ -647,7 +665,7 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
             config_path = directory / "dispersion.toml"
             tables: dict[str, Mapping[str, Any]] = {
                 "processor": {"store": e2e_database, "public_url": f"http://127.0.0.1:{ports[0]}"},
-                "kafka": {"bootstrap_servers": bootstrap, "group_id": group_id},
+                "kafka": {"bootstrap_servers": bootstrap, "group_id": group_id, **(kafka or {})},
                 "kafka.topics": topics,
                 "engine": {**FAST_ENGINE, **(engine or {})},
                 "integrations.sandbox": integration,

@@ -19,6 +19,24 @@ from typing import Any
 import httpx
 
 
+def openapi_example(path: str) -> Any:
+    """The valid request example the OpenAPI document gives for `POST path` (a fresh copy, amounts as Decimal)."""
+    from sandbox.openapi import build_document
+
+    operation = build_document("http://127.0.0.1")["paths"][path]["post"]
+    return operation["requestBody"]["content"]["application/json"]["examples"]["valid"]["value"]
+
+
+def file_consent_example() -> Any:
+    """The document's valid A1 body (its FileHash computed from its payload)."""
+    return openapi_example("/open-banking/v3.1/pisp/file-payment-consents")
+
+
+def vrp_consent_example() -> Any:
+    """The document's valid B1 body."""
+    return openapi_example("/open-banking/v3.1/pisp/domestic-vrp-consents")
+
+
 def free_port() -> int:
     """A loopback port that was free a moment ago."""
     with socket.socket() as sock:

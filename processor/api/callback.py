@@ -9,7 +9,8 @@
 - `GET /healthz`: `{"status": "ok"}`.
 
 The redirect path is the path part of each integration's `redirect_uri`. Malformed input (missing or repeated
-parameters, a body that is not JSON, a URL that is not ours) gets a 400 with a clear message, never a 500.
+parameters, a body that is not JSON or nested too deep, a URL that is not ours) gets a 400 with a clear message,
+never a 500. HEAD is refused (405) on the approval link and the redirect: it runs no side effect.
 Pages carry `Cache-Control: no-store`, `Referrer-Policy: no-referrer` (the approval token and the code must not
 leak to other sites) and a CSP that allows no scripts.
 """
@@ -28,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from processor.engine.assembly import Engine
 from processor.engine.authorization import Authorizer, Outcome
 
 log = structlog.get_logger("processor.api.callback")
@@ -103,6 +105,8 @@ def create_app(
         raise ValueError("at least one redirect path is needed")
 
     async def approve(request: Request) -> Response:
+        if request.method == "HEAD":
+            return _head_refused()
         kind = request.path_params["kind"]
         flow_id = request.path_params["flow_id"]
         try:
@@ -118,6 +122,8 @@ def create_app(
         return _page(_title(outcome), outcome.message, outcome.status)
 
     async def redirect_get(request: Request) -> Response:
+        if request.method == "HEAD":
+            return _head_refused()
         # The approver's browser gets a page; any other client (curl, a bank-side relay) the JSON answer of the
         # POST form. Browsers name text/html in Accept; httpx and curl send */*.
         response = await _redirect_answer(request, "text/html" in request.headers.get("accept", "").lower())
@@ -165,6 +171,12 @@ def create_app(
     return Starlette(routes=routes)
 
 
+def _head_refused() -> Response:
+    # Starlette answers HEAD with the GET handler; here GET has effects (a PAR pushed, a `state` used up), and
+    # link scanners send HEAD before a person clicks. HEAD is refused and does nothing.
+    return Response(status_code=405, headers={**SECURITY_HEADERS, "Allow": "GET"})
+
+
 def _title(outcome: Outcome) -> str:
     if outcome.code in _TITLES:
         return _TITLES[outcome.code]
@@ -193,8 +205,13 @@ async def _json_field(request: Request, name: str) -> object:
             raise BadInputError("the body is too large")
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         raise BadInputError("the body is not valid JSON") from None
     if not isinstance(document, dict) or name not in document:
         raise BadInputError(f'the body must be a JSON object with "{name}"')
     return document[name]
+
+
+def callback_app(engine: Engine) -> Starlette:
+    """The callback API of an assembled engine: its authorizer, on every integration's redirect path."""
+    return create_app(engine.authorizer, redirect_paths=engine.redirect_paths())

@@ -35,6 +35,7 @@ from processor.bank.auth import (
     Pkce,
     Signer,
 )
+from processor.bank.integration import Integration
 from processor.bank.metrics import BANK_CALL_ERRORS, BANK_CALL_SECONDS, status_class
 from processor.bank.models import (
     Discovery,
@@ -51,9 +52,8 @@ from processor.bank.models import (
     loads,
     loads_echo,
 )
-from processor.bank.retry import RetryDecision, RetryPolicy, run_with_retries
+from processor.bank.retry import RESEND_MIN_DELAY, RetryDecision, RetryPolicy, run_with_retries
 from processor.bank.transport import bank_transport
-from processor.cli.config import Integration
 from processor.domain.time import Clock, SystemClock
 
 T = TypeVar("T")
@@ -314,6 +314,7 @@ class BankClient:
                 monotonic=self._monotonic,
                 rand=self._rand,
                 on_retry=on_retry,
+                min_delay=RESEND_MIN_DELAY if idempotency_key is not None else 0.0,
             )
         except _BodyBuildError as failed:
             raise failed.error from None

@@ -9,6 +9,9 @@ Rules:
 - delay: a server's Retry-After when given (capped by `max_retry_after`: a longer wait is not taken, the error
   surfaces so the caller can reschedule), else exponential backoff with full jitter, between 0 and
   min(max_delay, base_delay * 2**(attempt-1));
+- a creating call (one with an x-idempotency-key) is resent no sooner than `RESEND_MIN_DELAY` (1 s) after its
+  last attempt: Open Banking asks at least a second before a resend under the same key (full jitter alone gave
+  85 ms);
 - bounded by `max_attempts` in total and by `max_elapsed` seconds (a delay that would cross it is not taken).
 
 Creating calls are retried with the same body bytes and the same x-idempotency-key, which is what makes a retry
@@ -27,6 +30,9 @@ from typing import TypeVar
 from processor.bank.errors import BankError, BankHTTPError
 
 T = TypeVar("T")
+
+RESEND_MIN_DELAY = 1.0
+"""Seconds before a creating call is sent again with the same idempotency key."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +59,11 @@ class RetryPolicy:
         ceiling = min(self.max_delay, self.base_delay * (2.0 ** max(0, attempt - 1)))
         return ceiling * rand
 
-    def decide(self, error: BankError, attempt: int, elapsed: float, rand: float) -> RetryDecision:
-        """The decision after `attempt` failed with `error`, `elapsed` seconds after the first attempt began."""
+    def decide(
+        self, error: BankError, attempt: int, elapsed: float, rand: float, *, min_delay: float = 0.0
+    ) -> RetryDecision:
+        """The decision after `attempt` failed with `error`, `elapsed` seconds after the first attempt began;
+        `min_delay`: the shortest wait allowed (`RESEND_MIN_DELAY` for a creating call)."""
         if not error.retry_safe:
             return RetryDecision(False, 0.0, f"not retryable ({type(error).__name__})")
         if attempt >= self.max_attempts:
@@ -68,6 +77,8 @@ class RetryPolicy:
         else:
             delay = self.backoff(attempt, rand)
             reason = f"backoff {delay:.3f}s"
+        if delay < min_delay:
+            delay, reason = min_delay, f"{reason}, raised to {min_delay:g}s before a resend"
         if elapsed + delay > self.max_elapsed:
             return RetryDecision(False, 0.0, f"would exceed {self.max_elapsed:g}s in total")
         return RetryDecision(True, delay, reason)
@@ -81,6 +92,7 @@ async def run_with_retries(
     monotonic: Callable[[], float] = time.monotonic,
     rand: Callable[[], float] = random.random,
     on_retry: Callable[[BankError, int, RetryDecision], None] | None = None,
+    min_delay: float = 0.0,
 ) -> T:
     """Await `call(attempt)` until it succeeds or the policy says stop; the last error is raised.
 
@@ -93,7 +105,7 @@ async def run_with_retries(
             return await call(attempt)
         except BankError as error:
             error.attempts = attempt
-            decision = policy.decide(error, attempt, monotonic() - start, rand())
+            decision = policy.decide(error, attempt, monotonic() - start, rand(), min_delay=min_delay)
             if not decision.retry:
                 raise
             if on_retry is not None:

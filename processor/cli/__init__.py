@@ -1,12 +1,21 @@
-"""The `dispersion` command. Each part lives in its own module; this only dispatches."""
+# PYTHON_ARGCOMPLETE_OK
+"""The `dispersion` command. Each part lives in its own module; this only dispatches.
+
+Shell completion (argcomplete): `eval "$(register-python-argcomplete dispersion)"` in bash or zsh. Only when the
+shell asks for completions is the full parser of every subcommand built (`completion_parser`); a normal run
+imports only the command it runs.
+"""
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 
-USAGE = """usage: dispersion COMMAND [ARGS...]
+USAGE = """usage: dispersion COMMAND [ARGS...] | dispersion --version
 
 commands:
   sandbox     run the sandbox bank (`dispersion sandbox init DIR` writes keys and config)
@@ -21,40 +30,84 @@ commands:
 """
 
 
-def _sandbox(argv: list[str]) -> int:
-    from sandbox.cli import main as sandbox_main
-
-    return sandbox_main(argv)
-
-
-def _demo(argv: list[str]) -> int:
-    demo_main: Callable[[list[str]], int] = importlib.import_module("processor.devtools.demo").main
-    return demo_main(argv)
-
-
-def _dev(argv: list[str]) -> int:
-    from processor.devtools.dev import main as dev_main
-
-    return dev_main(argv)
+# Each command's module, imported only when the command runs (a command's dependencies load only for it; the
+# development tools sit above the commands they drive, so they are named here, not imported).
+MODULES: dict[str, str] = {
+    "sandbox": "sandbox.cli",
+    "demo": "processor.devtools.demo",
+    "dev": "processor.devtools.dev",
+    "submit": "processor.cli.submit",
+    "status": "processor.cli.status",
+    "topics": "processor.cli.topics",
+    "processor": "processor.cli.service",
+    "pay-file": "processor.cli.payfile",
+    "vrp": "processor.cli.vrp",
+}
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"sandbox": _sandbox, "demo": _demo, "dev": _dev}
-COMMANDS["submit"] = lambda argv: importlib.import_module("processor.cli.submit").main(argv)
-COMMANDS["status"] = lambda argv: importlib.import_module("processor.cli.status").main(argv)
-COMMANDS["topics"] = lambda argv: importlib.import_module("producers.topics").main(argv)
-COMMANDS["processor"] = lambda argv: importlib.import_module("processor.cli.service").main(argv)
-COMMANDS["pay-file"] = lambda argv: importlib.import_module("processor.cli.payfile").main(argv)
-COMMANDS["vrp"] = lambda argv: importlib.import_module("processor.cli.vrp").main(argv)
+def _command(name: str) -> Callable[[list[str]], int]:
+    run: Callable[[list[str]], int] = importlib.import_module(MODULES[name]).main
+    return run
+
+
+def dispersion_version() -> str:
+    """`dispersion <version>` of the installed distribution."""
+    try:
+        return f"dispersion {version('dispersion')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "dispersion (not installed)"
+
+
+# Each subcommand's own argparse parser, by module and factory; nested commands as (name, module, factory).
+_PARSERS: dict[str, tuple[str, str]] = {
+    "sandbox": ("sandbox.cli", "build_parser"),
+    "demo": ("processor.devtools.demo", "parser"),
+    "processor": ("processor.cli.service", "parser"),
+    "pay-file": ("processor.cli.payfile", "build_parser"),
+    "submit": ("processor.cli.submit", "parser"),
+    "status": ("processor.cli.status", "parser"),
+    "topics": ("processor.cli.topics", "parser"),
+    "vrp": ("processor.cli.vrp", "build_parser"),
+}
+_NESTED: dict[str, tuple[str, str, str]] = {
+    "dev": ("kafka", "processor.devtools.dev", "kafka_parser"),
+    "sandbox": ("init", "sandbox.init", "build_parser"),
+}
+
+
+def _factory(module: str, name: str) -> Callable[[], argparse.ArgumentParser]:
+    factory: Callable[[], argparse.ArgumentParser] = getattr(importlib.import_module(module), name)
+    return factory
+
+
+def completion_parser() -> argparse.ArgumentParser:
+    """One argparse parser over every subcommand (their own parsers as parents), for shell completion."""
+    top = argparse.ArgumentParser(prog="dispersion")
+    top.add_argument("--version", action="version", version=dispersion_version())
+    commands = top.add_subparsers(dest="command")
+    for name in MODULES:
+        parents = [_factory(*_PARSERS[name])()] if name in _PARSERS else []
+        sub = commands.add_parser(name, parents=parents, add_help=not parents)
+        if name in _NESTED:
+            nested, module, factory = _NESTED[name]
+            sub.add_subparsers(dest="sub").add_parser(nested, parents=[_factory(module, factory)()], add_help=False)
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a `dispersion` subcommand."""
+    if argv is None and "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer and exit
+        import argcomplete
+
+        argcomplete.autocomplete(completion_parser())
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
-    command = COMMANDS.get(args[0])
-    if command is None:
+    if args[0] == "--version":
+        print(dispersion_version())
+        return 0
+    if args[0] not in MODULES:
         print(f"dispersion: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
         return 2
-    return command(args[1:])
+    return _command(args[0])(args[1:])

@@ -38,7 +38,6 @@ Errors name the offending key (`integrations.sandbox.client_secret: ...`). Secre
 
 from __future__ import annotations
 
-import base64
 import difflib
 import ipaddress
 import math
@@ -47,52 +46,30 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn, cast
+from typing import Any, NoReturn, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-TokenAuthMethod = Literal["private_key_jwt", "client_secret_basic"]
-GrantParameter = Literal["grand_type", "grant_type"]
-AssertionSigning = Literal["local", "remote"]
+from processor.bank.integration import (
+    ASSERTION_SIGNINGS,
+    GRANT_PARAMETERS,
+    TOKEN_AUTH_METHODS,
+    AssertionSigning,
+    GrantParameter,
+    Integration,
+    RetrySettings,
+    TimeoutSettings,
+    TokenAuthMethod,
+)
+from processor.domain.settings import ConfigError, Secret
+from processor.engine.settings import EngineSettings, engine_settings
+from producers.kafka import KafkaSettings as KafkaClientSettings
+from producers.kafka import settings_from
 
-TOKEN_AUTH_METHODS: tuple[TokenAuthMethod, ...] = ("private_key_jwt", "client_secret_basic")
-GRANT_PARAMETERS: tuple[GrantParameter, ...] = ("grand_type", "grant_type")
-ASSERTION_SIGNINGS: tuple[AssertionSigning, ...] = ("local", "remote")
 CONFIG_ENV = "DISPERSION_CONFIG"
 ENV_SUFFIX = "_env"
-
-
-class ConfigError(ValueError):
-    """The configuration is unusable; the message names the file and the key."""
-
-
-class Secret:
-    """A string that must never be printed: its repr and str are masked; `reveal()` gives the value."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The secret value, for the one place that needs it (a header, a signature)."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('********')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(("Secret", self._value))
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
 
 
 def redact_url(url: str) -> str:
@@ -105,58 +82,6 @@ def redact_url(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
-
-
-@dataclass(frozen=True)
-class TimeoutSettings:
-    """httpx timeouts per phase, in seconds."""
-
-    connect: float = 5.0
-    read: float = 30.0
-    write: float = 30.0
-    pool: float = 5.0
-
-
-@dataclass(frozen=True)
-class RetrySettings:
-    """Bounds of the retry policy (see processor.bank.retry)."""
-
-    max_attempts: int = 5
-    base_delay: float = 0.25
-    max_delay: float = 8.0
-    max_elapsed: float = 60.0
-    max_retry_after: float = 120.0
-
-
-@dataclass(frozen=True)
-class Integration:
-    """One bank integration: addresses, client credentials and behaviour switches."""
-
-    name: str
-    issuer: str
-    resource_server: str
-    client_id: str
-    client_secret: Secret
-    redirect_uri: str
-    kid: str
-    signing_key_pem: Secret
-    financial_id: str
-    customer_ip: str
-    tpp_name: str = "Dispersion"
-    token_auth_method: TokenAuthMethod = "private_key_jwt"
-    grant_parameter: GrantParameter = "grand_type"
-    assertion_signing: AssertionSigning = "local"
-    assertion_lifetime: int = 60
-    token_refresh_margin: int = 60
-    max_connections: int = 16
-    signing_key_path: Path | None = None
-    timeouts: TimeoutSettings = field(default_factory=TimeoutSettings)
-    retry: RetrySettings = field(default_factory=RetrySettings)
-
-    def basic_credential(self) -> Secret:
-        """base64(client_id:client_secret), the value after `Basic ` (the spec's BASIC_CREDENTIAL)."""
-        raw = f"{self.client_id}:{self.client_secret.reveal()}".encode()
-        return Secret(base64.b64encode(raw).decode("ascii"))
 
 
 @dataclass(frozen=True)
@@ -190,6 +115,16 @@ class Config:
     integrations: Mapping[str, Integration]
     source: str = "<memory>"
     sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def public_url(self) -> str:
+        """The callback API's public address (approval links, redirect URI paths)."""
+        return self.processor.public_url
+
+    @property
+    def engine(self) -> EngineSettings:
+        """The `[engine]` table, validated (defaults when absent)."""
+        return engine_settings(self.sections.get("engine"), source=self.source)
 
     def integration(self, name: str) -> Integration:
         """The named integration; a KeyError listing the configured ones otherwise."""
@@ -505,3 +440,14 @@ class _Reader:
         if settings.max_delay < settings.base_delay:
             self.fail(f"{where}.max_delay", "must not be smaller than base_delay")
         return settings
+
+
+def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> KafkaClientSettings:
+    """Kafka client settings from a configuration file: `path` (`--config`), else `$DISPERSION_CONFIG`, else
+    `./dispersion.toml` when present, else none (`--bootstrap` / the environment alone)."""
+    # Only the [kafka] table is read, so the integrations' secrets need not be set to read or create a topic.
+    path = optional_config_path(path)
+    if path is None:
+        return settings_from(bootstrap=bootstrap)
+    kafka = load_kafka_settings(path)
+    return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)

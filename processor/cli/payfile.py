@@ -22,25 +22,37 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from processor.bank import IssuerMismatch
-from processor.cli.config import Config, ConfigError, default_config_path, load_config
-from processor.cli.vrp import DONE, ENDED, USAGE, WAITING, CliError, _callback_api, _configure_logging
+from processor.cli.common import (
+    DONE,
+    ENDED,
+    USAGE,
+    WAITING,
+    CliError,
+    callback_api,
+    configure_command_logging,
+    open_engine,
+)
+from processor.cli.config import Config
 from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
 from processor.domain.file_states import FlowState
 from processor.domain.kinds import Kind
+from processor.domain.masking import mask_account
+from processor.domain.settings import ConfigError
+from processor.domain.time import iso_ms
 from processor.domain.validation import validate
-from processor.engine.assembly import Engine, build_engine
+from processor.engine.assembly import Engine
 from processor.engine.authorization import approval_link
 from processor.engine.file_events import results_of
 from processor.engine.intake import accept_batch, readable_batch_id
-from processor.store import STATUS_TOPIC, Flow, Store, StoreError, iso_ms, load_cipher
+from processor.store import Flow, Store, StoreError
 from processor.store.values import sha256_hex
+from schemas.topics import STATUS_TOPIC
 
 POLL_SECONDS = 0.25  # how often the command looks at the flow while the worker runs it
 
@@ -81,7 +93,7 @@ def main(argv: Sequence[str]) -> int:
     if args.wait is not None and args.wait < 0:
         print("dispersion pay-file: --wait must not be negative", file=sys.stderr)
         return USAGE
-    _configure_logging(args.verbose)
+    configure_command_logging(args.verbose)
     try:
         return asyncio.run(pay_file(args))
     except (CliError, ConfigError, StoreError) as exc:
@@ -141,29 +153,10 @@ def batch_problems(document: Mapping[str, Any], integrations: Sequence[str]) -> 
 # -- the command ------------------------------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def _engine(config_path: Path | None) -> AsyncIterator[tuple[Config, Store, Engine]]:
-    config = load_config(config_path or default_config_path())
-    store = Store.open(config.processor.store, cipher=load_cipher())
-    try:
-        engine = build_engine(config, store)
-        try:
-            await engine.verify_banks()
-        except IssuerMismatch as exc:
-            await engine.aclose()
-            raise CliError(str(exc)) from None
-        try:
-            yield config, store, engine
-        finally:
-            await engine.aclose()
-    finally:
-        store.close()
-
-
 async def pay_file(args: argparse.Namespace) -> int:
     """Accept the batch (or find it stored), drive its flow, print the outcome; returns the exit status."""
     given = read_batch(args.batch)
-    async with _engine(args.config) as (config, store, engine):
+    async with open_engine(args.config) as (config, store, engine):
         batch_id = given.batch_id
         existing = await store.arun(lambda tx: tx.flows.get(batch_id), write=False)
         if existing is None:
@@ -219,7 +212,7 @@ async def follow(
     deadline = None if wait is None else loop.time() + wait
     seen: str | None = None
     try:
-        async with _callback_api(engine, config, listen, serve=serve):
+        async with callback_api(engine, config, listen, serve=serve):
             while True:
                 flow = await store.arun(lambda tx: tx.flows.require(batch_id), write=False)
                 if flow.state != seen:
@@ -255,13 +248,6 @@ def _announce(engine: Engine, flow: Flow) -> None:
 
 
 # -- the result -------------------------------------------------------------------------------------------------
-
-
-def mask_account(number: str | None) -> str:
-    """An account number shown by its last four characters only (`****0301`)."""
-    if not number:
-        return "?"
-    return "****" + number[-4:]
 
 
 def result_lines(batch: PayrollBatch | None, results: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -15,9 +15,11 @@ With `--role all` (the default) the instance runs, over the configured store:
 `--role api` serves only the HTTP part (for a separate, public callback API deployment): the redirect is checked
 and the code exchanged there; the payment is then due work for any processor's worker.
 
-SIGTERM or Ctrl-C: the consumer stops taking messages, commits what it handled and leaves the group; the worker
-stops claiming and lets in-flight steps finish (`--grace` seconds, then cancels them: each step is safe to
-resume); the relay delivers what it handed to Kafka; the HTTP server closes. Exit status 0.
+SIGTERM or Ctrl-C: the consumer stops taking messages, commits what it handled and closes (a static member,
+`group.instance.id` = `--instance`, keeps its partitions until it is back or its session expires; a dynamic one
+leaves the group); the worker stops claiming and lets in-flight steps finish (`--grace` seconds, then cancels
+them: each step is safe to resume); the relay delivers what it handed to Kafka; the HTTP server closes. Exit
+status 0. Fenced by a live instance of the same name: the message says so, exit status 1.
 
 The first line on standard output is `processor ready: api=http://HOST:PORT instance=NAME` once everything runs.
 """
@@ -34,10 +36,9 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import structlog
 import uvicorn
@@ -49,19 +50,22 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 
 from consumers.batches import BatchHandler, EngineIntake
-from consumers.loop import AtLeastOnceConsumer, Handler, consumer_config, route
+from consumers.loop import AtLeastOnceConsumer, ConsumerFencedError, Handler, consumer_config, route
 from consumers.vrp import VrpIntake, vrp_handlers
 from processor.api.callback import create_app
 from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
-from processor.cli.config import Config, ConfigError, default_config_path, load_config
+from processor.cli.common import QuietServer, bind, listen_address
+from processor.cli.config import Config, default_config_path, load_config
 from processor.cli.logs import configure_logging
+from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.vrp import attach_vrp
 from processor.store import Store, StoreError, load_cipher
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, KafkaSetupError, producer_config, settings_from
+from producers.kafka import KafkaSettings, KafkaSetupError, producer_config, settings_from
 from producers.relay import OutboxRelay
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 log = structlog.get_logger("processor.cli.service")
 
@@ -76,30 +80,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--listen", help="HOST:PORT of the HTTP server (default: the host and port of public_url)")
     p.add_argument("--role", choices=ROLES, default="all", help="all (default) or api (HTTP only)")
-    p.add_argument("--instance", help="name in logs, lease owners and client ids (default: host-pid)")
+    p.add_argument(
+        "--instance",
+        help="name in logs, lease owners, client ids and the Kafka group.instance.id; unique among running "
+        "instances, the same across restarts (default: host-pid)",
+    )
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     p.add_argument("--log-level", choices=("debug", "info", "warning"), default="info")
     p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight steps may take at shutdown")
     return p
-
-
-def listen_address(value: str) -> tuple[str, int]:
-    """(host, port) from `HOST:PORT` or a URL (its default port when none is given)."""
-    if "://" in value:
-        parts = urlsplit(value)
-        return parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"--listen must be HOST:PORT, got {value!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling: the processor's handler stops every part, in order."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 @dataclass
@@ -197,7 +186,9 @@ class Processor:
         dead_letters = DeadLetterPublisher(
             producer_config(self.kafka, f"dlq-{self.instance}"), topic=self.kafka.topic(DLQ_TOPIC)
         )
-        config = consumer_config(self.kafka, "processor", **{"client.id": f"dispersion-processor-{self.instance}"})
+        config = consumer_config(
+            self.kafka, "processor", instance=self.instance, **{"client.id": f"dispersion-processor-{self.instance}"}
+        )
         return AtLeastOnceConsumer(config, list(handlers), route(handlers), dead_letters)
 
     def _start_threads(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -229,7 +220,7 @@ class Processor:
     async def run(self, sock: socket.socket, *, ready: Callable[[], None] = lambda: None) -> int:
         """Run until `stop()`; the exit status."""
         loop = asyncio.get_running_loop()
-        server = _Server(uvicorn.Config(self.http_app(), log_level="warning", lifespan="off"))
+        server = QuietServer(uvicorn.Config(self.http_app(), log_level="warning", lifespan="off", log_config=None))
         http = asyncio.create_task(server.serve(sockets=[sock]), name="http")
         worker_task: asyncio.Task[None] | None = None
         worker = None
@@ -259,24 +250,14 @@ class Processor:
         await asyncio.gather(http, watch, return_exceptions=True)
         await self.engine.aclose()
         died = [t.name for t in self.threads if t.error is not None]
+        for component in self.threads:
+            if isinstance(component.error, ConsumerFencedError):  # an operator's mistake: say so plainly
+                print(f"dispersion processor: {component.error}", file=sys.stderr, flush=True)
         if failed or died:
             log.error("processor_stopped_after_failure", instance=self.instance, components=died or ["http"])
             return EXIT_FAILED
         log.info("processor_stopped", instance=self.instance)
         return EXIT_OK
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (bound before anything starts, so a taken port fails fast and clearly)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(128)
-    return sock
 
 
 async def _serve(processor: Processor, sock: socket.socket) -> int:

@@ -29,7 +29,7 @@ from decimal import Decimal
 from types import FrameType
 from typing import IO, Any, Final
 
-from processor.store.db import iso_ms
+from processor.domain.time import iso_ms
 
 TERMINAL: Final = {"COMPLETED": 0, "INVALID": 1, "REJECTED": 1, "EXPIRED": 1, "FAILED": 1}
 VRP_TERMINAL: Final = {"AUTHORIZED": 0, "REJECTED": 1, "EXPIRED": 1, "INVALID": 1}
@@ -126,7 +126,9 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
     import schemas
-    from producers.kafka import STATUS_TOPIC, VRP_STATUS_TOPIC, KafkaSetupError, librdkafka_logger, settings_from_config
+    from processor.cli.config import settings_from_config
+    from producers.kafka import KafkaSetupError, librdkafka_logger
+    from schemas.topics import STATUS_TOPIC, VRP_STATUS_TOPIC
 
     args = parser().parse_args(argv)
     out = out or sys.stdout

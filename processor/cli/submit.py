@@ -495,7 +495,7 @@ def main(argv: list[str]) -> int:
     """`dispersion submit`."""
     args = parser().parse_args(argv)
     progress = Progress(enabled=not args.quiet)
-    from processor.cli.config import ConfigError
+    from processor.domain.settings import ConfigError
 
     try:
         context = _context(args)
@@ -551,7 +551,8 @@ def _produce(
 
     import schemas
     from consumers.records import batch_record
-    from producers.kafka import BATCHES_TOPIC, KafkaSetupError, producer_config, settings_from
+    from producers.kafka import KafkaSetupError, producer_config, settings_from
+    from schemas.topics import BATCHES_TOPIC
 
     try:
         settings = settings_from(

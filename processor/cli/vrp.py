@@ -22,8 +22,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
-import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -31,23 +29,26 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import urlsplit
 
-import structlog
-
-from processor.bank import IssuerMismatch
-from processor.cli.config import Config, ConfigError, default_config_path, load_config
-from processor.domain.vrp_requests import InvalidRequestError, iso_ms
+from processor.cli.common import (
+    DONE,
+    ENDED,
+    USAGE,
+    WAITING,
+    CliError,
+    callback_api,
+    configure_command_logging,
+    open_engine,
+)
+from processor.cli.config import Config
+from processor.domain.settings import ConfigError
+from processor.domain.time import iso_ms
+from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, mandate_terminal, payment_terminal
-from processor.engine.assembly import Engine, build_engine
+from processor.engine.assembly import Engine
 from processor.engine.vrp import VrpEngine, attach_vrp
-from processor.store import VRP_STATUS_TOPIC, NotFoundError, Store, StoreError, VrpMandate, VrpPayment, load_cipher
-
-DONE, ENDED, USAGE, WAITING = 0, 1, 2, 3
-
-
-class CliError(Exception):
-    """A problem with the command's input; printed, exit status 2."""
+from processor.store import NotFoundError, Store, StoreError, VrpMandate, VrpPayment
+from schemas.topics import VRP_STATUS_TOPIC
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     """Run `dispersion vrp ...`."""
     args = build_parser().parse_args(list(argv))
-    _configure_logging(args.verbose)
+    configure_command_logging(args.verbose)
     try:
         return asyncio.run(_run(args))
     except (CliError, ConfigError, StoreError, InvalidRequestError) as exc:
@@ -100,19 +101,6 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         print("interrupted; the state is kept: run the same command again to resume", file=sys.stderr)
         return WAITING
-
-
-def _configure_logging(verbose: bool) -> None:
-    # The command's own output goes to stdout; the engine's log lines to stderr, warnings only unless --verbose.
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.dev.ConsoleRenderer(colors=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO if verbose else logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
 
 
 def read_document(path: Path, stdin: TextIO | None = None) -> dict[str, Any]:
@@ -140,23 +128,8 @@ class _Parts:
 
 @contextlib.asynccontextmanager
 async def _engine(config_path: Path | None, *, verify: bool = True) -> AsyncIterator[_Parts]:
-    config = load_config(config_path or default_config_path())
-    store = Store.open(config.processor.store, cipher=load_cipher())
-    try:
-        engine = build_engine(config, store)
-        if verify:  # a bank whose discovery names another issuer: refuse to go on
-            try:
-                await engine.verify_banks()
-            except IssuerMismatch as exc:
-                await engine.aclose()
-                raise CliError(str(exc)) from None
-        vrp = attach_vrp(engine)
-        try:
-            yield _Parts(config, store, engine, vrp)
-        finally:
-            await engine.aclose()
-    finally:
-        store.close()
+    async with open_engine(config_path, verify=verify) as (config, store, engine):
+        yield _Parts(config, store, engine, attach_vrp(engine))
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -188,7 +161,7 @@ async def mandate_command(args: argparse.Namespace) -> int:
             print(f"mandate {mandate.mandate_id} already exists: {mandate.state}{note}")
         if args.no_wait or _settled(mandate):
             return _report_mandate(vrp, mandate)
-        async with _callback_api(engine, config, args.listen, serve=not args.no_serve):
+        async with callback_api(engine, config, args.listen, serve=not args.no_serve):
             mandate = await _wait_for_mandate(vrp, mandate.mandate_id, args.wait)
         return _report_mandate(vrp, mandate)
 
@@ -238,52 +211,6 @@ def _report_mandate(vrp: VrpEngine, mandate: VrpMandate) -> int:
         note = f" (last error: {mandate.last_error})" if mandate.last_error else ""
         print(f"mandate {mandate.mandate_id}: {state}{note}; run the command again to continue")
     return WAITING
-
-
-@contextlib.asynccontextmanager
-async def _callback_api(engine: Engine, config: Config, listen: str | None, *, serve: bool) -> AsyncIterator[None]:
-    """Serve the callback API (approval links and the redirect) while waiting, unless told not to or the
-    address is taken (then another process presumably serves it on the same store)."""
-    if not serve:
-        yield
-        return
-    import uvicorn
-
-    host, port = _listen_address(listen or config.processor.public_url)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        print(f"note: cannot serve the callback API on {host}:{port} ({exc.strerror}); expecting another process to")
-        yield
-        return
-    server = uvicorn.Server(uvicorn.Config(engine.app(), log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers no "started" event)
-            await asyncio.sleep(0.02)
-        if task.done():
-            task.result()
-        yield
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, timeout=10)
-        sock.close()
-
-
-def _listen_address(value: str) -> tuple[str, int]:
-    if "://" in value:
-        parts = urlsplit(value)
-        host = parts.hostname or "127.0.0.1"
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return host, port
-    name, sep, number = value.rpartition(":")
-    if not sep or not number.isdigit():
-        raise CliError(f"--listen must be HOST:PORT, got {value!r}")
-    return name.strip("[]") or "127.0.0.1", int(number)
 
 
 # -- pay --------------------------------------------------------------------------------------------------------

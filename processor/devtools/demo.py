@@ -368,7 +368,7 @@ class Demo:
         topics: dict[str, str] = {}
         group_id = "dispersion-processor"
         if self.kafka is None:  # a broker the demo did not start: keep to topics and a group of this run
-            from producers.kafka import ALL_TOPICS
+            from schemas.topics import ALL_TOPICS
 
             topics = {logical: f"demo.{run}.{logical}" for logical in ALL_TOPICS}
             group_id = f"dispersion-demo-{run}"
@@ -419,7 +419,7 @@ class Demo:
 
     def create_topics(self, config: Path) -> None:
         """The project's topics (`dispersion topics`' code), 3 partitions each."""
-        from producers.topics import main as topics_main
+        from processor.cli.topics import main as topics_main
 
         with _captured() as output:
             code = topics_main(["--config", str(config), "--partitions", "3", "--timeout", "30"])
@@ -494,8 +494,10 @@ class Demo:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         import schemas
+        from processor.cli.config import settings_from_config
         from processor.cli.status import as_text
-        from producers.kafka import STATUS_TOPIC, librdkafka_logger, settings_from_config
+        from producers.kafka import librdkafka_logger
+        from schemas.topics import STATUS_TOPIC
 
         settings = settings_from_config(str(config))
         topic = settings.topic(STATUS_TOPIC)

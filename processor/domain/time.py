@@ -1,4 +1,5 @@
-"""The time source of the bank client: the wall clock by default, injectable so tests move time by hand.
+"""Time: the clock every part reads (the wall clock by default, injectable so tests move time by hand), and
+our timestamp form (UTC, milliseconds).
 
 Any object with a `now()` returning an aware UTC datetime fits (the sandbox's ManualClock does, structurally,
 without the processor importing it).
@@ -24,3 +25,17 @@ class SystemClock:
     def now(self) -> datetime:
         """The current wall-clock time in UTC."""
         return datetime.now(UTC)
+
+
+def utc_ms(moment: datetime) -> datetime:
+    """The instant in UTC, truncated to whole milliseconds; a naive datetime is refused."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("timestamps must be timezone-aware")
+    moment = moment.astimezone(UTC)
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def iso_ms(moment: datetime) -> str:
+    """ISO 8601 UTC with milliseconds and `Z`, e.g. `2026-11-02T09:00:00.000Z`."""
+    moment = utc_ms(moment)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

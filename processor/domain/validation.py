@@ -23,7 +23,9 @@ Row rules (issue `index` is the transaction's position, from 0):
   address at most 254 characters, ASCII only.
 - `concept_too_long`: concept longer than `max_concept_length` (default 140, Open Banking's Max140Text) in
   Unicode code points. An empty concept is allowed.
-- `invalid_text`: concept or employee reference holds a lone surrogate (not valid Unicode, cannot be sent).
+- `invalid_text`: concept or employee reference holds a lone surrogate (not valid Unicode, cannot be sent), or
+  a control or bidirectional formatting character (`domain/text.py`: they would make the bank's consent page show
+  text other than what was sent).
 - `duplicate_transfer`: same destination account number (exact text), same amount (by value: 100 equals
   100.00) and same concept (exact text) as an earlier row; the later rows are reported, naming the first.
 
@@ -45,6 +47,7 @@ from typing import Final
 
 from processor.domain.batch import PayrollBatch
 from processor.domain.canonical import CanonicalizationError, number_text
+from processor.domain.text import any_unsafe, unsafe_character
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -410,6 +413,14 @@ def _check_texts(
         _report_invalid_text("concept", concepts, issues)
     if not _is_text("".join(filter(None, references))):
         _report_invalid_text("employee_reference", references, issues)
+    for name, column in (("concept", concepts), ("employee_reference", references)):
+        if any_unsafe("".join(filter(None, column))):
+            for index, text in enumerate(column):
+                where = unsafe_character(text) if text else None
+                if where is not None:
+                    issues.append(
+                        Issue(index, name, Reason.INVALID_TEXT, f"holds a control or bidi character ({where})")
+                    )
     return encoded
 
 

@@ -18,10 +18,12 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from processor.domain.text import unsafe_character
+from processor.domain.time import iso_ms, utc_ms
 from processor.domain.vrp_limits import Alignment, PeriodicLimit, PeriodType
 from processor.domain.vrp_limits import Mandate as LimitsView
 
@@ -98,6 +100,10 @@ class _Reader:
         if len(value) > max_len:
             self.fail(name, f"must be at most {max_len} characters")
             return None
+        unsafe = unsafe_character(value)
+        if unsafe is not None:
+            self.fail(name, f"holds a control or bidi character ({unsafe})")
+            return None
         return value
 
     def amount(self, obj: Mapping[str, Any], key: str, name: str) -> Decimal | None:
@@ -152,18 +158,7 @@ class _Reader:
         if value.tzinfo is None or value.utcoffset() is None:
             self.fail(name, "must carry a UTC offset (e.g. Z or +00:00)")
             return None
-        return _ms(value)
-
-
-def _ms(moment: datetime) -> datetime:
-    moment = moment.astimezone(UTC)
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
-
-
-def iso_ms(moment: datetime) -> str:
-    """ISO 8601 UTC with milliseconds and `Z`."""
-    moment = _ms(moment)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+        return utc_ms(value)
 
 
 def money_text(amount: Decimal) -> str:

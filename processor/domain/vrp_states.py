@@ -24,9 +24,8 @@ New payments enter at RECEIVED (mandate not yet authorised), SUBMITTED (checked 
 (limits), REJECTED (mandate ended) or INVALID (bad instruction). SUBMITTED, PENDING and COMPLETED payments
 count against the periodic limits; the others never reached the bank or were refused by it.
 
-The states match the store's suggested names (`processor.store.MandateState` / `VrpPaymentState`, free text
-columns), plus INVALID for payments. `MANDATE_TABLE` and `PAYMENT_TABLE` (`processor.domain.steps`) are what the
-engine dispatches on.
+The store's `state` columns hold these values. `MANDATE_TABLE` and `PAYMENT_TABLE` (`processor.domain.steps`) are
+what the engine dispatches on.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     engine = build_engine(config, store)
     worker = engine.worker()                  # claims due flows of every registered source
-    app = engine.app()                        # the callback API (approval links and the redirect)
+    app = callback_app(engine)                # processor.api: the callback API (approval links, redirect)
     ...
     await engine.aclose()
 
@@ -11,31 +11,47 @@ Another flow kind plugs in with `engine.kinds.register(kind, hooks)` and `engine
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from starlette.applications import Starlette
-
-from processor.api.callback import create_app
-from processor.cli.config import Config
+from processor.bank.integration import Integration
 from processor.domain.kinds import Kind
 from processor.domain.time import Clock, SystemClock
 from processor.engine.authorization import Authorizer, FlowKinds
 from processor.engine.banks import BankPool
 from processor.engine.context import Checkpoint, EngineContext, _no_checkpoint
 from processor.engine.file_flow import FileAuthorizationHooks, FileFlow
-from processor.engine.settings import EngineSettings, engine_settings
+from processor.engine.settings import EngineSettings
 from processor.engine.worker import Worker, WorkSource
 from processor.store import Store
+
+
+class EngineConfig(Protocol):
+    """What the engine needs of the deployment's configuration (`processor.cli.config.Config` provides it)."""
+
+    @property
+    def integrations(self) -> Mapping[str, Integration]:
+        """The bank integrations by name."""
+        ...
+
+    @property
+    def public_url(self) -> str:
+        """The callback API's public address."""
+        ...
+
+    @property
+    def engine(self) -> EngineSettings:
+        """The `[engine]` tunables."""
+        ...
 
 
 @dataclass
 class Engine:
     """The assembled engine of one process."""
 
-    config: Config
+    config: EngineConfig
     ctx: EngineContext
     kinds: FlowKinds
     file_flow: FileFlow
@@ -70,10 +86,6 @@ class Engine:
         """The path parts of every integration's redirect URI."""
         return {urlsplit(i.redirect_uri).path or "/" for i in self.config.integrations.values()}
 
-    def app(self) -> Starlette:
-        """The callback API for this engine."""
-        return create_app(self.authorizer, redirect_paths=self.redirect_paths())
-
     async def verify_banks(self, *, wait: float = 15.0) -> dict[str, str]:
         """Discovery for every integration now; `IssuerMismatch` means: refuse to start (see `BankPool.verify`)."""
         return await self.ctx.banks.verify(wait=wait)
@@ -84,7 +96,7 @@ class Engine:
 
 
 def build_engine(
-    config: Config,
+    config: EngineConfig,
     store: Store,
     *,
     clock: Clock | None = None,
@@ -94,12 +106,12 @@ def build_engine(
 ) -> Engine:
     """Assemble the engine: the file kind is registered and its flows are a work source."""
     clock = clock or SystemClock()
-    settings = settings or engine_settings(config)
+    settings = settings or config.engine
     banks = BankPool(config.integrations, clock=clock, **(bank_options or {}))
     ctx = EngineContext(
         store=store,
         banks=banks,
-        public_url=config.processor.public_url,
+        public_url=config.public_url,
         settings=settings,
         clock=clock,
         checkpoint=checkpoint,

@@ -51,10 +51,10 @@ import structlog
 from processor.bank import BankClient, BankError, TokenResponse, new_pkce, new_state
 from processor.domain.kinds import Kind
 from processor.domain.steps import Approval
-from processor.domain.time import Clock, SystemClock
+from processor.domain.time import Clock, SystemClock, iso_ms
 from processor.engine.banks import BankPool, UnknownIntegrationError
 from processor.engine.settings import EngineSettings
-from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx, iso_ms
+from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx
 
 log = structlog.get_logger("processor.engine.authorization")
 

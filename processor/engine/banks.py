@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 
 from processor.bank import BankClient, BankError, IssuerMismatch
-from processor.cli.config import Integration
+from processor.bank.integration import Integration
 
 log = structlog.get_logger("processor.engine.banks")
 

@@ -16,7 +16,9 @@ import orjson
 
 from processor.bank.models import FilePaymentReport
 from processor.domain.file_states import BatchStatus, FlowState, move
-from processor.store import Flow, StatusEvent, StoreTx, iso_ms
+from processor.domain.time import iso_ms
+from processor.store import Flow, StatusEvent, StoreTx
+from schemas.topics import STATUS_TOPIC
 
 # -- status events ----------------------------------------------------------------------------------------------
 
@@ -63,7 +65,8 @@ def status_event(
     status = move(flow.state, target, replacing=replacing)
     if status is None:
         return None
-    return StatusEvent(status.value, status_payload(flow, status, now, currency=currency, **overrides))
+    payload = status_payload(flow, status, now, currency=currency, **overrides)
+    return StatusEvent(status.value, payload, STATUS_TOPIC)
 
 
 # The batch's `origin_account` is a flat object; in JSON text an unescaped `"origin_account"` followed by `:` can

@@ -27,6 +27,7 @@ from processor.bank import errors as bank_errors
 from processor.bank.models import FilePayment
 from processor.domain.file_states import FlowState, move, outcome_of_bank_status
 from processor.domain.kinds import Kind
+from processor.domain.time import iso_ms
 from processor.engine.authorization import AuthorizationHooks, PendingAuthorization, approval_link
 from processor.engine.context import EngineContext
 from processor.engine.file_events import (
@@ -39,7 +40,7 @@ from processor.engine.file_payloads import FilePayloads
 from processor.engine.leased import LeasedFlow
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
-from processor.store import Flow, Operation, StoreTx, iso_ms
+from processor.store import Flow, Operation, StoreTx
 
 log = structlog.get_logger("processor.engine.file")
 

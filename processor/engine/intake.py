@@ -25,8 +25,9 @@ from processor.domain.payload import build_file_payload
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
 from processor.engine.file_events import status_payload
-from processor.store import STATUS_TOPIC, Flow, Store, StoreTx
+from processor.store import Flow, Store, StoreTx
 from processor.store.values import money, sha256_hex
+from schemas.topics import STATUS_TOPIC
 
 REASON_LIMIT = 50  # bad rows named in an INVALID event's reason; the rest are counted
 

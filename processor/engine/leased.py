@@ -27,8 +27,9 @@ import structlog
 from processor.bank.errors import BankError, BankHTTPError
 from processor.domain.kinds import Kind
 from processor.domain.steps import Rule, Wait, handled_states
+from processor.domain.time import utc_ms
 from processor.engine.context import EngineContext
-from processor.store import Operation, StoreTx, VersionConflictError, utc_ms
+from processor.store import Operation, StoreTx, VersionConflictError
 
 log = structlog.get_logger("processor.engine.leased")
 

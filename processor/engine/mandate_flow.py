@@ -21,7 +21,8 @@ from processor.bank import BankError
 from processor.bank.errors import describe
 from processor.bank.models import VrpConsent, dumps
 from processor.domain.kinds import Kind
-from processor.domain.vrp_requests import CONSENT_CREATED_KEY, consent_parts, iso_ms
+from processor.domain.time import iso_ms
+from processor.domain.vrp_requests import CONSENT_CREATED_KEY, consent_parts
 from processor.domain.vrp_states import Mandate, move_mandate
 from processor.engine.authorization import PendingAuthorization, approval_link
 from processor.engine.leased import LeasedFlow

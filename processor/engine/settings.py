@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from processor.cli.config import Config, ConfigError
+from processor.domain.settings import ConfigError
 from processor.domain.steps import doubling
 
 
@@ -67,16 +67,9 @@ _LIMITS: dict[str, tuple[float, float]] = {
 }
 
 
-def engine_settings(config: Config | Mapping[str, Any] | None) -> EngineSettings:
-    """Read the `[engine]` table (from a `Config`'s extra sections, or the table itself); defaults when absent."""
-    if config is None:
-        return EngineSettings()
-    source = "<memory>"
-    if isinstance(config, Config):
-        source = config.source
-        table: Mapping[str, Any] = config.sections.get("engine", {})
-    else:
-        table = config
+def engine_settings(table: Mapping[str, Any] | None = None, *, source: str = "<memory>") -> EngineSettings:
+    """Read the `[engine]` table (`source` names the file in errors); defaults when absent."""
+    table = table or {}
     known = {f.name: f for f in fields(EngineSettings)}
     values: dict[str, Any] = {}
     for key, value in table.items():

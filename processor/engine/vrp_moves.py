@@ -29,8 +29,9 @@ from processor.domain.vrp_states import (
     move_mandate,
     move_payment,
 )
-from processor.store import VRP_STATUS_TOPIC, StatusEvent, StoreTx, VersionConflictError, VrpMandate, VrpPayment
+from processor.store import StatusEvent, StoreTx, VersionConflictError, VrpMandate, VrpPayment
 from processor.store.values import load_json
+from schemas.topics import VRP_STATUS_TOPIC
 
 
 def mandate_request(mandate: VrpMandate) -> MandateRequest:

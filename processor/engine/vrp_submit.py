@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from processor.domain.time import utc_ms
 from processor.domain.vrp_requests import (
     InvalidRequestError,
     consent_parts,
@@ -28,8 +29,9 @@ from processor.domain.vrp_states import MANDATE_STATUS_RANKS, Mandate, Payment, 
 from processor.engine.banks import UnknownIntegrationError
 from processor.engine.context import EngineContext
 from processor.engine.vrp_moves import emit_payment_status, place_payment
-from processor.store import VRP_STATUS_TOPIC, StoreTx, VrpMandate, VrpPayment, utc_ms
+from processor.store import StoreTx, VrpMandate, VrpPayment
 from processor.store.values import dump_json, json_text, sha256_hex
+from schemas.topics import VRP_STATUS_TOPIC
 
 T = TypeVar("T")
 

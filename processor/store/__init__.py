@@ -4,16 +4,7 @@ Start at `Store` (`processor.store.session`); the design is described in docs/st
 """
 
 from processor.store.crypto import Cipher, StoreKeyError, generate_key, load_cipher
-from processor.store.db import (
-    ConstraintError,
-    Database,
-    StoreBusyError,
-    StoreError,
-    Tx,
-    connect,
-    iso_ms,
-    utc_ms,
-)
+from processor.store.db import ConstraintError, Database, StoreBusyError, StoreError, Tx, connect
 from processor.store.flows import (
     AuthAttempt,
     ConsentTokens,
@@ -28,7 +19,6 @@ from processor.store.flows import (
     new_secret_token,
 )
 from processor.store.outbox import (
-    STATUS_TOPIC,
     Adoption,
     Handover,
     OutboxEvent,
@@ -37,13 +27,11 @@ from processor.store.outbox import (
 )
 from processor.store.schema import MIGRATIONS, MigrationError, current_version, migrate
 from processor.store.session import Store, StoreTx
-from processor.store.vrp import VRP_STATUS_TOPIC, VrpMandate, VrpPayment
+from processor.store.vrp import VrpMandate, VrpPayment
 from processor.store.work import Created, NotFoundError, VersionConflictError
 
 __all__ = [
     "MIGRATIONS",
-    "STATUS_TOPIC",
-    "VRP_STATUS_TOPIC",
     "Adoption",
     "AuthAttempt",
     "Cipher",
@@ -76,10 +64,8 @@ __all__ = [
     "connect",
     "current_version",
     "generate_key",
-    "iso_ms",
     "load_cipher",
     "migrate",
     "new_idempotency_key",
     "new_secret_token",
-    "utc_ms",
 ]

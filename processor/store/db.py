@@ -47,6 +47,8 @@ import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
 
+from processor.domain.time import iso_ms, utc_ms
+
 Dialect = Literal["sqlite", "postgresql"]
 _PG_RETRYABLE = (
     psycopg.errors.LockNotAvailable,
@@ -119,20 +121,6 @@ def parse_url(url: str, schema: str | None = None) -> Target:
 
 
 # -- values -----------------------------------------------------------------------------------------------------
-
-
-def utc_ms(moment: datetime) -> datetime:
-    """The instant in UTC, truncated to whole milliseconds; a naive datetime is refused."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError("timestamps must be timezone-aware")
-    moment = moment.astimezone(UTC)
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
-
-
-def iso_ms(moment: datetime) -> str:
-    """ISO 8601 UTC with milliseconds and `Z`, e.g. `2026-11-02T09:00:00.000Z`."""
-    moment = utc_ms(moment)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def to_datetime(value: object) -> datetime | None:

@@ -31,8 +31,9 @@ from enum import StrEnum
 from typing import Any, ClassVar, TypedDict, Unpack
 
 from processor.domain.file_states import TERMINAL_FLOW_STATES, FlowState
+from processor.domain.time import utc_ms
 from processor.store.crypto import Cipher, StoreKeyError
-from processor.store.db import StoreError, Tx, to_datetime, utc_ms
+from processor.store.db import StoreError, Tx, to_datetime
 from processor.store.outbox import Outbox, StatusEvent
 from processor.store.values import Kind, json_text, load_json, money, sha256_hex
 from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, VersionConflictError, WorkRepo

@@ -39,10 +39,9 @@ from functools import cached_property
 from typing import Any
 
 from processor.domain.file_states import STATUS_RANKS
-from processor.store.db import StoreError, Tx, in_clause, to_datetime, utc_ms
+from processor.domain.time import utc_ms
+from processor.store.db import StoreError, Tx, in_clause, to_datetime
 from processor.store.values import dump_json, load_json
-
-STATUS_TOPIC = "dispersion.status"
 
 
 class StatusConflictError(StoreError):
@@ -63,8 +62,8 @@ class StatusEvent:
 
     status: str
     payload: Mapping[str, Any]
+    topic: str
     key: str | None = None  # defaults to the item's key (batch id, mandate id, ...)
-    topic: str = STATUS_TOPIC
     rank: int | None = None  # defaults to STATUS_RANKS[status]
     headers: Mapping[str, str] | None = None
     event_id: str | None = None  # defaults to a new UUID; pass the one you put in the payload to keep them equal

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 import orjson
 
-from processor.store.db import iso_ms, to_datetime, to_decimal
+from processor.domain.time import iso_ms
+from processor.store.db import to_datetime, to_decimal
 
 Kind = Literal["text", "int", "ts", "money", "json"]
 CENT = Decimal("0.01")

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
-from processor.store.db import StoreError, Tx, in_clause, utc_ms
+from processor.domain.time import utc_ms
+from processor.store.db import StoreError, Tx, in_clause
 from processor.store.values import Kind, decode, encode
 
 T = TypeVar("T")

@@ -9,7 +9,6 @@ in order; batches produced after the SIGTERM are consumed by the survivor."""
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ from processor_support import (
     count_rows,
     deployment_factory_fixture,  # noqa: F401  (the fixture deployment_factory)
     e2e_database_fixture,  # noqa: F401  (the fixture e2e_database)
+    log_events,
     payroll_batch,
     unique_id,
 )
@@ -177,18 +177,6 @@ def leased_by(deployment: Deployment, instance: ProcessorProcess) -> dict[str, i
     }
 
 
-def log_events(instance: ProcessorProcess) -> list[dict[str, Any]]:
-    """The instance's JSON log lines, decoded (anything else in the file is skipped)."""
-    out: list[dict[str, Any]] = []
-    for line in instance.log().splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
-
-
 def owned_partitions(instance: ProcessorProcess, topic: str) -> set[int]:
     """The partitions of `topic` the instance's consumer owns, replayed from its (incremental, cooperative-sticky)
     assignment log lines."""
@@ -218,6 +206,9 @@ def test_a_sigterm_under_load_hands_every_batch_over_and_pays_each_exactly_once(
         kafka_bootstrap,
         instances=2,
         partitions=PARTITIONS,
+        # A stop for good (a scale-down): only a dynamic member leaves the group on close, so its partitions move
+        # at once; a static one keeps them for session.timeout.ms, waiting for its restart (test_static_membership).
+        kafka={"static_membership": False},
         sandbox_args=("--file-payment-delay", "3", "--vrp-delay", "0.5"),
     )
     deployment.admin.put(f"{deployment.sandbox.base_url}/__sandbox/faults", json=FAULTS).raise_for_status()

@@ -9,7 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import httpx
-from plain_client import RS, PlainClient, file_hash, file_payload, to_json, with_references
+from plain_client import ASSERTION_TYPE, RS, PlainClient, file_hash, file_payload, to_json, with_references
 from sandbox_process import SandboxProcess, free_port, running_sandbox
 
 
@@ -97,3 +97,25 @@ def test_state_survives_a_restart_with_db(tmp_path: Path) -> None:
         fresh = bank.client_credentials(bank.discovery()["token_endpoint"], basic=True)
         r = http.get(f"{bank.base}{RS}/file-payments/{payment_id}", headers=bank.headers(fresh))
         assert r.status_code == 400 and r.json()["Code"] == "UK.OBIE.Resource.NotFound"
+
+
+def test_a_used_assertion_stays_used_across_a_restart_with_db(tmp_path: Path) -> None:
+    port = free_port()
+    options = ("--db", str(tmp_path / "bank.sqlite"))
+    form = {"grand_type": "client_credentials", "scope": "payments openid", "client_assertion_type": ASSERTION_TYPE}
+    with running_sandbox(tmp_path, *options, port=port) as sandbox, httpx.Client(timeout=10) as http:
+        bank = plain_client(sandbox, http)
+        token_endpoint = bank.discovery()["token_endpoint"]
+        assertion = bank.assertion()
+        first = http.post(token_endpoint, data={**form, "client_assertion": assertion})
+        assert first.status_code == 200, first.text
+
+    with running_sandbox(tmp_path, *options, port=port) as sandbox, httpx.Client(timeout=10) as http:
+        # The same assertion (same jti, still within its exp) is refused by the restarted bank.
+        replay = http.post(token_endpoint, data={**form, "client_assertion": assertion})
+        assert replay.status_code == 400
+        used = {"error": "invalid_client", "error_description": "client_assertion jti was already used"}
+        assert replay.json() == used
+        # A fresh assertion of the same client is fine.
+        fresh = http.post(token_endpoint, data={**form, "client_assertion": plain_client(sandbox, http).assertion()})
+        assert fresh.status_code == 200, fresh.text

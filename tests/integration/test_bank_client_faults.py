@@ -96,7 +96,9 @@ async def test_503_twice_then_success_reuses_key_and_body(rig: Rig) -> None:
     calls = rig.sent.to(CONSENTS, "POST")
     assert_same_key_and_body(calls, 3)
     assert calls[0].headers["x-idempotency-key"] == key
-    assert rig.sleeps.slept == [0.125, 0.25]  # full jitter at rand=0.5 over 0.25 * 2**n
+    # Full jitter at rand=0.5 over 0.25 * 2**n would wait 0.125 s and 0.25 s; a resend under the same key waits
+    # at least a second.
+    assert rig.sleeps.slept == [1.0, 1.0]
     assert rig.sandbox.count("file_consent") == 1
     assert consent.interaction_id == calls[-1].headers["x-fapi-interaction-id"]
 
@@ -187,6 +189,7 @@ async def test_persistent_5xx_gives_up_after_bounded_attempts(rig: Rig) -> None:
     assert caught.value.attempts == rig.client.retry_policy.max_attempts == 5
     assert len(rig.sent.to(f"{CONSENTS}/{consent.consent_id}", "GET")) == 5
     assert len(rig.sleeps.slept) == 4
+    assert rig.sleeps.slept[0] < 1.0  # a read is not a resend: plain backoff
     assert caught.value.code == "UK.OBIE.UnexpectedError"
 
 

@@ -25,7 +25,8 @@ from consumers.batches import BatchHandler, IntakeOutcome
 from consumers.loop import AtLeastOnceConsumer, consumer_config
 from processor.store import StoreError
 from producers.dlq import DeadLetterPublisher, SourceMessage
-from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, producer_config
+from producers.kafka import KafkaSettings, producer_config
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 

@@ -21,9 +21,10 @@ from store_fixtures import StoreTarget
 import schemas
 from consumers.batches import EngineIntake, IntakeOutcome, batch_consumer
 from consumers.loop import AtLeastOnceConsumer
-from processor.store import STATUS_TOPIC, Store
+from processor.store import Store
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import BATCHES_TOPIC, DLQ_TOPIC, KafkaSettings, producer_config
+from producers.kafka import KafkaSettings, producer_config
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 

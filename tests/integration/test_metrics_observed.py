@@ -28,10 +28,10 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from consumers.loop import Accepted, AtLeastOnceConsumer, Rejected, consumer_config
+from consumers.loop import Accept, AtLeastOnceConsumer, Retry, Verdict, consumer_config
 from processor.cli.service import Processor
-from processor.store import Store, StoreError
-from producers.kafka import BATCHES_TOPIC
+from processor.store import Store
+from schemas.topics import BATCHES_TOPIC
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -160,11 +160,11 @@ def test_consumer_lag_reports_the_messages_behind(kafka_bootstrap: str) -> None:
     produce(kafka_bootstrap, topic, [(f"k-{i}".encode(), f"v-{i}".encode(), None) for i in range(5)])
     store_up = {"up": False}
 
-    def handler(message: Message) -> Accepted | Rejected:
+    def handler(message: Message) -> Verdict:
         # The first message goes through; then the store is "down" until the test brings it back.
         if message.offset() == 0 or store_up["up"]:
-            return Accepted()
-        raise StoreError("database is down")
+            return Accept()
+        return Retry("database is down")
 
     class NoDeadLetters:
         def publish(self, message: object, reason: str, *, batch_id: str | None = None) -> None:

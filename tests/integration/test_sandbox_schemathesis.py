@@ -27,6 +27,7 @@ import schemathesis
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import HealthCheck, settings
+from sandbox_process import file_consent_example, vrp_consent_example
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
@@ -40,9 +41,8 @@ from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.consents import FILE_KIND, VRP_KIND, set_status
 from sandbox.jsonutil import dumps, loads
-from sandbox.openapi import file_consent_example, vrp_consent_example
+from sandbox.oauth.tokens import issue_access_token
 from sandbox.state import Bank
-from sandbox.tokens import issue_access_token
 
 BASE_URL = "http://127.0.0.1:8700"
 FINANCIAL_ID = "0015800001041RHAAY"
@@ -116,7 +116,11 @@ class World:
             set_status(bank, FILE_KIND, self.spare_file_consent, "Authorised")
             self.spare_file_token = self._code_token(bank, self.spare_file_consent)
             # An authorised VRP consent with one payment.
-            vrp = await post(f"{RS}/domestic-vrp-consents", vrp_consent_example(), self.cc_token)
+            vrp = await post(
+                f"{RS}/domestic-vrp-consents",
+                vrp_consent_example(),
+                self.cc_token,
+            )
             self.vrp_consent = vrp["ConsentId"]
             set_status(bank, VRP_KIND, self.vrp_consent, "Authorised")
             self.vrp_token = self._code_token(bank, self.vrp_consent)

@@ -24,15 +24,16 @@ from bank_support import integration_table
 from vrp_engine_support import mandate_request, payment_request
 
 import schemas
-from consumers.loop import Accepted, Rejected
+from consumers.loop import Accept, Reject
 from consumers.vrp import VrpIntake, vrp_handlers
 from processor.cli.config import Config, parse_config
 from processor.cli.service import Processor
 from processor.engine.assembly import build_engine
 from processor.engine.intake import accept_batch
 from processor.engine.vrp import attach_vrp
-from processor.store import VRP_STATUS_TOPIC, Store
+from processor.store import Store
 from producers.kafka import KafkaSettings
+from schemas.topics import VRP_STATUS_TOPIC
 
 T = TypeVar("T")
 
@@ -100,30 +101,30 @@ async def test_vrp_requests_are_stored_without_a_bank_call(store: Store) -> None
         now = datetime.now(UTC)
         request = mandate_request(now=now)
         mandate_id = request["mandate_id"]
-        assert await _in_consumer_thread(intake.mandate, request) == Accepted()
+        assert await _in_consumer_thread(intake.mandate, request) == Accept()
         mandate = store.run(lambda tx: tx.mandates.require(mandate_id), write=False)
         assert mandate.state == "RECEIVED" and mandate.consent_id is None and mandate.next_action_at is not None
-        assert await _in_consumer_thread(intake.mandate, request) == Accepted("duplicate")
+        assert await _in_consumer_thread(intake.mandate, request) == Accept("duplicate")
         assert woken == [1]
 
         # A payment while the mandate awaits authorization is parked, not refused.
         verdict = await _in_consumer_thread(intake.payment, payment_request(mandate_id, "100.00"))
-        assert isinstance(verdict, Accepted) and verdict.outcome == "received"
+        assert isinstance(verdict, Accept) and verdict.outcome == "received"
 
         # An invalid request with a readable id: INVALID stored and published, and dead-lettered.
         bad = mandate_request(now=now, max_individual_amount="-5")
         rejected = await _in_consumer_thread(intake.mandate, bad)
-        assert isinstance(rejected, Rejected) and rejected.batch_id == bad["mandate_id"]
+        assert isinstance(rejected, Reject) and rejected.batch_id == bad["mandate_id"]
         assert "max_individual_amount" in rejected.reason
         assert _statuses(store, bad["mandate_id"]) == ["INVALID"]
 
         # Without a readable id there is nothing to store: dead letter only.
         nameless = await _in_consumer_thread(intake.mandate, {"integration": "sandbox"})
-        assert isinstance(nameless, Rejected) and nameless.batch_id is None
+        assert isinstance(nameless, Reject) and nameless.batch_id is None
 
         # A payment for a mandate never received: refused (INVALID event) and dead-lettered.
         orphan = await _in_consumer_thread(intake.payment, payment_request("m-never-seen", "10.00"))
-        assert isinstance(orphan, Rejected) and "unknown" in orphan.reason
+        assert isinstance(orphan, Reject) and "unknown" in orphan.reason
         assert _statuses(store, "m-never-seen") == ["INVALID"]
     finally:
         await _in_consumer_thread(intake.close)
@@ -139,14 +140,14 @@ async def test_vrp_handlers_decode_avro_and_dead_letter_what_they_cannot_read(st
         assert sorted(handlers) == ["t.mandates", "vrp.payments"]
         request = mandate_request(now=datetime.now(UTC))
         encoded = schemas.encode("vrp.mandates", _avro_mandate(request))
-        assert await _in_consumer_thread(handlers["t.mandates"], _Message("t.mandates", encoded)) == Accepted()  # type: ignore[arg-type]
+        assert await _in_consumer_thread(handlers["t.mandates"], _Message("t.mandates", encoded)) == Accept()  # type: ignore[arg-type]
         stored = store.run(lambda tx: tx.mandates.get(request["mandate_id"]), write=False)
         assert stored is not None and stored.state == "RECEIVED"
 
         garbage = await _in_consumer_thread(handlers["t.mandates"], _Message("t.mandates", b"not avro"))  # type: ignore[arg-type]
-        assert isinstance(garbage, Rejected) and garbage.reason.startswith("undecodable")
+        assert isinstance(garbage, Reject) and garbage.reason.startswith("undecodable")
         tombstone = await _in_consumer_thread(handlers["vrp.payments"], _Message("vrp.payments", None))  # type: ignore[arg-type]
-        assert isinstance(tombstone, Rejected) and tombstone.reason.startswith("tombstone")
+        assert isinstance(tombstone, Reject) and tombstone.reason.startswith("tombstone")
     finally:
         await _in_consumer_thread(intake.close)
         await engine.aclose()

@@ -10,12 +10,13 @@ from store_fixtures import T0, StoreTarget, at
 
 from processor.domain.file_states import FlowState
 from processor.store import ConstraintError, StatusConflictError, StatusEvent, Store, VersionConflictError
+from schemas.topics import STATUS_TOPIC
 
 PAYLOAD = '{"batch_id":"b-1","transactions":[{"amount":"100.10"},{"amount":"0.05"}]}'
 
 
 def _event(status: str, batch_id: str = "b-1") -> StatusEvent:
-    return StatusEvent(status, {"batch_id": batch_id, "status": status, "control_sum": Decimal("100.15")})
+    return StatusEvent(status, {"batch_id": batch_id, "status": status, "control_sum": Decimal("100.15")}, STATUS_TOPIC)
 
 
 def test_a_duplicate_batch_is_recognised_and_changes_nothing(store: Store) -> None:
@@ -102,7 +103,10 @@ def test_transition_and_its_event_commit_together(store: Store) -> None:
             FlowState.AWAITING_AUTHORIZATION,
             now=at(1),
             event=StatusEvent(
-                "AUTHORIZATION_REQUIRED", {"event_id": "e-1", "control_sum": Decimal("100.15")}, event_id="e-1"
+                "AUTHORIZATION_REQUIRED",
+                {"event_id": "e-1", "control_sum": Decimal("100.15")},
+                STATUS_TOPIC,
+                event_id="e-1",
             ),
             consent_id="pay-fi-1",
             next_action_at=at(3600),

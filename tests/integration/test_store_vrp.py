@@ -10,13 +10,8 @@ import pytest
 from store_fixtures import T0, StoreTarget, at
 
 from processor.domain.vrp_states import Mandate, Payment
-from processor.store import (
-    VRP_STATUS_TOPIC,
-    ConstraintError,
-    StatusEvent,
-    Store,
-    VersionConflictError,
-)
+from processor.store import ConstraintError, StatusEvent, Store, VersionConflictError
+from schemas.topics import VRP_STATUS_TOPIC
 
 LIMITS = {
     "MaximumIndividualAmount": {"Amount": Decimal("100.00"), "Currency": "GBP"},

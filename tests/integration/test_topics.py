@@ -11,8 +11,10 @@ import pytest
 from cli_support import write_config
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-from producers.kafka import ALL_TOPICS, MAX_MESSAGE_BYTES, STATUS_TOPIC, KafkaSettings
-from producers.topics import HOUR_MS, ensure_topics, main, project_topics
+from processor.cli.topics import main
+from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings
+from producers.topics import HOUR_MS, ensure_topics, project_topics
+from schemas.topics import ALL_TOPICS, STATUS_TOPIC
 
 
 def _names() -> dict[str, str]:

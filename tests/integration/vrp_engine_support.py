@@ -25,12 +25,14 @@ import pytest
 from bank_support import _Forms
 from sandbox_process import SandboxProcess, running_sandbox
 
+from processor.api.callback import callback_app
 from processor.cli.config import Config, load_config
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.settings import EngineSettings
 from processor.engine.vrp import VrpEngine, attach_vrp
-from processor.store import VRP_STATUS_TOPIC, Store, VrpMandate, VrpPayment
+from processor.store import Store, VrpMandate, VrpPayment
+from schemas.topics import VRP_STATUS_TOPIC
 
 VRP_DELAY = 5  # seconds a domestic VRP stays Pending at the sandbox
 CREDITOR = {"scheme_name": "UK.OBIE.SortCodeAccountNumber", "identification": "08080021325698", "name": "Savings pot"}
@@ -288,7 +290,7 @@ async def vrp_rig(
 
         engine, vrp = assemble(config, store, settings, clock, box, sleep)
         public = config.processor.public_url
-        mounts = {public: httpx.ASGITransport(app=engine.app())}
+        mounts = {public: httpx.ASGITransport(app=callback_app(engine))}
         async with httpx.AsyncClient(mounts=mounts, timeout=10, follow_redirects=False) as http:
             rig = VrpRig(sandbox, store, config, settings, clock, engine, vrp, http, admin, box)
             holder.append(rig)

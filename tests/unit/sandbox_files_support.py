@@ -21,8 +21,8 @@ from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.consents import FILE_KIND, set_status
 from sandbox.jsonutil import dumps, loads
+from sandbox.oauth.tokens import issue_access_token
 from sandbox.state import Bank
-from sandbox.tokens import issue_access_token
 
 BASE = "http://127.0.0.1:8700"
 FINANCIAL_ID = "0015800001041RHAAY"

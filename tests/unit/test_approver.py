@@ -1,6 +1,6 @@
 """The approver's HTML handling (processor/devtools/approver.py): finding the decision forms on the sandbox bank's
-real consent page template and on variations of it, and the browser-like sequence of requests (over httpx.MockTransport, no
-network)."""
+real consent page template and on variations of it, and the browser-like sequence of requests (over
+httpx.MockTransport, no network)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from processor.devtools.approver import ApprovalError, approve, decision_form, page_text, parse_forms
-from sandbox.consent_page import template
+from sandbox.pages import template
 
 REQUEST_URI = "urn:ietf:params:oauth:request_uri:abc&123"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from processor.bank import errors
-from processor.bank.retry import RetryPolicy, run_with_retries
+from processor.bank.retry import RESEND_MIN_DELAY, RetryPolicy, run_with_retries
 
 POLICY = RetryPolicy(max_attempts=5, base_delay=0.5, max_delay=4.0, max_elapsed=30.0, max_retry_after=10.0)
 
@@ -142,3 +142,14 @@ async def test_loop_does_not_retry_a_semantic_error() -> None:
     with pytest.raises(errors.FieldInvalid):
         await run_with_retries(call, POLICY, sleep=rec.sleep, monotonic=rec.monotonic)
     assert calls == 1 and rec.slept == []
+
+
+def test_a_resend_waits_at_least_the_minimum_delay() -> None:
+    policy = RetryPolicy(base_delay=0.25, max_delay=8.0)
+    error = http_error(503)
+    quick = policy.decide(error, 1, 0.0, rand=0.34)
+    assert quick.retry and quick.delay == pytest.approx(0.085)  # what a creating call waited before
+    resend = policy.decide(error, 1, 0.0, rand=0.34, min_delay=RESEND_MIN_DELAY)
+    assert resend.retry and resend.delay == RESEND_MIN_DELAY == 1.0
+    later = policy.decide(error, 4, 0.0, rand=0.9, min_delay=RESEND_MIN_DELAY)
+    assert later.delay == pytest.approx(1.8)  # a longer backoff is kept as it is

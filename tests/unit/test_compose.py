@@ -5,6 +5,7 @@ options its argparse parser accepts, and the processors' configuration loads wit
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import shlex
 from collections.abc import Callable
@@ -16,9 +17,10 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from processor.cli import COMMANDS
+from processor.cli import MODULES
 from processor.cli.config import load_config
-from processor.engine.settings import engine_settings
+from processor.devtools.kafka_local import DEFAULT_KAFKA_VERSION
+from processor.store import load_cipher
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -30,7 +32,7 @@ CONFIG_IN_CONTAINER = "/etc/dispersion/dispersion.toml"
 def _parser(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
     """The argparse parser of a `dispersion` command line and the arguments it parses."""
     sub, rest = words[0], words[1:]
-    assert sub in COMMANDS, f"`dispersion {sub}` is not a subcommand (known: {sorted(COMMANDS)})"
+    assert sub in MODULES, f"`dispersion {sub}` is not a subcommand (known: {sorted(MODULES)})"
     factories: dict[str, Callable[[], argparse.ArgumentParser]] = {}
     if sub == "processor":
         from processor.cli.service import parser as processor_parser
@@ -45,7 +47,7 @@ def _parser(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
 
         factories[sub] = sandbox_parser
     elif sub == "topics":
-        from producers.topics import parser as topics_parser
+        from processor.cli.topics import parser as topics_parser
 
         factories[sub] = topics_parser
     elif sub == "submit":
@@ -111,6 +113,8 @@ def test_every_service_of_the_deployment_exists() -> None:
 
 
 def test_kafka_runs_kraft_with_single_node_settings() -> None:
+    # The broker version everything else runs (`dispersion dev kafka`, the tests).
+    assert SERVICES["kafka"]["image"] == f"apache/kafka:{DEFAULT_KAFKA_VERSION}" == "apache/kafka:4.3.1"
     env = SERVICES["kafka"]["environment"]
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
@@ -144,14 +148,21 @@ def test_the_processors_form_one_group_and_the_api_serves_http_only() -> None:
         assert env["DISPERSION_STORE_URL"].startswith("postgresql://dispersion:")
         assert "DISPERSION_STORE_ALLOW_DEV_KEY" not in env  # a real key, the same for every instance
         assert env["DISPERSION_STORE_KEY"].startswith("${DISPERSION_STORE_KEY:?")
-        assert SERVICES[name]["depends_on"]["topics"]["condition"] == "service_completed_successfully"
         assert SERVICES[name]["depends_on"]["bank-init"]["condition"] == "service_completed_successfully"
+        assert SERVICES[name]["depends_on"]["postgres"]["condition"] == "service_healthy"
         assert "healthcheck" in SERVICES[name]
+    for name in ("processor-1", "processor-2"):  # the consumers wait for the broker and the topics
+        assert SERVICES[name]["depends_on"]["kafka"]["condition"] == "service_healthy"
+        assert SERVICES[name]["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    # The callback API uses no Kafka: it starts (and stays up) without the broker.
+    assert not {"kafka", "topics"} & set(SERVICES["api"]["depends_on"])
     assert roles == {
         "processor-1": ("all", "processor-1"),
         "processor-2": ("all", "processor-2"),
         "api": ("api", "api"),
     }
+    # Each name is the static group.instance.id of one container: a service scaled above 1 would share it.
+    assert all("deploy" not in SERVICES[name] or SERVICES[name]["deploy"].get("replicas", 1) == 1 for name in roles)
     assert "127.0.0.1:8600:8600" in SERVICES["api"]["ports"]
 
 
@@ -175,9 +186,10 @@ def test_the_compose_configuration_loads_and_matches_the_services(monkeypatch: p
     monkeypatch.setenv("DISPERSION_SANDBOX_KID", "kid-1")
     monkeypatch.setenv("DISPERSION_SANDBOX_SIGNING_KEY", _private_pem())
     config = load_config(config_path)
-    engine_settings(config)  # the [engine] table is valid
+    assert config.engine.concurrency >= 1  # the [engine] table is valid
     assert config.processor.store.startswith("postgresql://")
     assert config.kafka.bootstrap_servers == "kafka:9092"
+    assert config.kafka.options["static_membership"] is True  # restarted containers keep their partitions
     integration = config.integrations["sandbox"]
 
     (init,) = dispersion_commands(SERVICES["bank-init"])
@@ -198,10 +210,73 @@ def test_the_compose_configuration_loads_and_matches_the_services(monkeypatch: p
 def test_the_dockerfile_builds_the_distribution_on_python_311_slim() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
-    assert "pip install ." in dockerfile
+    assert re.search(r"^COPY pyproject\.toml README\.md constraints\.txt \./$", dockerfile, re.MULTILINE)
+    assert "RUN pip install -c constraints.txt . " in dockerfile
     assert "COPY deploy/entrypoint.sh /usr/local/bin/dispersion-entrypoint" in dockerfile
     assert SERVICES["cli"]["entrypoint"][0] == "/usr/local/bin/dispersion-entrypoint"
     for package in ("processor", "sandbox", "consumers", "producers", "schemas"):
         assert f"COPY {package} ./{package}" in dockerfile
     ignored = (ROOT / ".dockerignore").read_text().split()
-    assert not {"processor", "sandbox", "schemas", "pyproject.toml", "README.md", "deploy"} & set(ignored)
+    assert not {"processor", "sandbox", "schemas", "pyproject.toml", "README.md", "deploy", "constraints.txt"} & set(
+        ignored
+    )
+    assert ".env" in ignored  # the store key stays out of the image
+
+
+def test_the_constraints_pin_every_run_time_dependency_at_the_tested_version() -> None:
+    from importlib.metadata import version
+
+    spec = importlib.util.spec_from_file_location("constraints_tool", ROOT / "deploy" / "constraints.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, pinned = line.partition("==")
+            assert sep and pinned, f"not an exact pin: {line!r}"
+            pins[name] = pinned
+    closure = tool.closure(ROOT / "pyproject.toml")
+    # Every distribution the image installs is pinned, nothing else is, and each pin is what the tests run with.
+    assert set(pins) == set(closure), "constraints.txt is stale: python deploy/constraints.py > constraints.txt"
+    assert {"confluent-kafka", "psycopg-binary", "uvicorn", "argcomplete", "h11"} <= set(pins)
+    assert pins == closure == {name: version(name) for name in pins}
+
+
+def _interpolate(text: str, environ: dict[str, str]) -> str:
+    """Compose's `${VAR}`, `${VAR:-default}` and `${VAR:?error}` forms (the ones docker-compose.yml uses)."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, form, rest = match.group(1), match.group(2) or "", match.group(3) or ""
+        value = environ.get(name, "")
+        if form == ":?" and not value:
+            raise AssertionError(f"compose would stop: {name}: {rest}")
+        return value or (rest if form == ":-" else "")
+
+    return re.sub(r"\$\{([A-Z0-9_]+)(:[-?])?([^}]*)\}", substitute, text)
+
+
+def _dotenv(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, sep, value = line.partition("=")
+            assert sep, f"{path.name}: not NAME=value: {line!r}"
+            values[name.strip()] = value.strip()
+    return values
+
+
+def test_compose_runs_with_the_env_example_copied_to_dotenv() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    used = set(re.findall(r"\$\{([A-Z0-9_]+)", text))
+    example = _dotenv(ROOT / ".env.example")
+    assert used == set(example), "every variable compose reads, and only those, is in .env.example"
+    with pytest.raises(AssertionError, match="DISPERSION_STORE_KEY"):
+        _interpolate(text, {})  # without it compose refuses to start, naming the variable
+    services = yaml.safe_load(_interpolate(text, example))["services"]
+    environment = services["processor-1"]["environment"]
+    assert environment["DISPERSION_STORE_KEY"] == example["DISPERSION_STORE_KEY"]
+    load_cipher({"DISPERSION_STORE_KEY": environment["DISPERSION_STORE_KEY"]})  # a key the processor accepts
+    password = services["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    assert environment["DISPERSION_STORE_URL"] == f"postgresql://dispersion:{password}@postgres:5432/dispersion"
+    assert ".env" in (ROOT / ".gitignore").read_text().split()

@@ -92,7 +92,12 @@ def test_control_sum_of_many_cents_and_tenths_is_not_float_rounded() -> None:
 
 # --- hash stability under the input's JSON spelling ----------------------------------------------------------
 
-concepts = st.text(max_size=60)
+# Free text as ERPs send it: any character but controls and bidi formatting (refused: processor/domain/text.py).
+SAFE_CHARACTERS = st.characters(
+    blacklist_categories=("Cc", "Cs"),
+    blacklist_characters="\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
+)
+concepts = st.text(SAFE_CHARACTERS, max_size=60)
 emails = st.from_regex(
     r"[a-z0-9]{1,10}(\.[a-z0-9+_-]{1,5})?@[a-z0-9]{1,10}(-[a-z0-9]{1,5})?\.(com|gt|org)", fullmatch=True
 )
@@ -116,7 +121,7 @@ def batch_dicts(draw: st.DrawFn) -> dict[str, Any]:
             "concept": f"{i} {draw(concepts)}",
         }
         if draw(st.booleans()):
-            row["employee_reference"] = draw(st.none() | st.text(max_size=10))
+            row["employee_reference"] = draw(st.none() | st.text(SAFE_CHARACTERS, max_size=10))
         rows.append(row)
     return {
         "batch_id": "b-1",
@@ -193,6 +198,7 @@ BAD_KINDS: dict[str, tuple[Reason, Any]] = {
     ),
     "concept": (Reason.CONCEPT_TOO_LONG, lambda r, d: replace(r, concept=r.concept + "x" * 140)),
     "surrogate": (Reason.INVALID_TEXT, lambda r, d: replace(r, concept=r.concept + "\ud800")),
+    "bidi": (Reason.INVALID_TEXT, lambda r, d: replace(r, concept=r.concept + "\u202e")),
 }
 
 
@@ -234,12 +240,12 @@ def test_validation_reports_exactly_the_bad_rows(data: st.DataObject) -> None:
             emails,
             st.sampled_from(["SAVINGS", "MONETARY"]),
             small_amounts,
-            st.text(max_size=130),
+            st.text(SAFE_CHARACTERS, max_size=130),
         ),
         min_size=1,
         max_size=25,
     ),
-    st.text(min_size=1, max_size=60).filter(lambda s: "\ud800" not in s),
+    st.text(SAFE_CHARACTERS, min_size=1, max_size=60).filter(lambda s: "\ud800" not in s),
 )
 def test_canonical_payload_equals_rfc8785(rows: list[tuple[str, str, Decimal, str]], consent_id: str) -> None:
     transfers = [

@@ -234,9 +234,26 @@ def test_concept_too_long_and_configurable() -> None:
     assert report.bad_rows() == {i: {Reason.CONCEPT_TOO_LONG} for i in range(3)}
 
 
-def test_empty_concept_and_control_characters_are_allowed() -> None:
+def test_empty_concept_quotes_and_backslashes_are_allowed() -> None:
     assert validate(with_row(0, concept="")).ok
-    assert validate(with_row(0, concept='line1\nline2\t"quoted"\\')).ok
+    assert validate(with_row(0, concept='Nómina "noviembre" \\ 50% ¿sí?')).ok
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("concept", "Payroll \u202e1500 tnuoma", "U+202E at position 9"),  # right-to-left override
+        ("concept", "line1\nline2", "U+000A at position 6"),
+        ("concept", "bell\x07", "U+0007 at position 5"),
+        ("concept", "isolate \u2067x\u2069", "U+2067 at position 9"),
+        ("employee_reference", "E-\u200f1", "U+200F at position 3"),
+        ("employee_reference", "E-\x9b1", "U+009B at position 3"),
+    ],
+)
+def test_control_and_bidi_characters_are_refused(field: str, value: str, where: str) -> None:
+    issue = only_issue(with_row(1, **{field: value}))
+    assert (issue.index, issue.field, issue.reason) == (1, field, Reason.INVALID_TEXT)
+    assert where in issue.message
 
 
 @pytest.mark.parametrize(("field", "value"), [("concept", "bad \ud800 text"), ("employee_reference", "E-\udfff")])

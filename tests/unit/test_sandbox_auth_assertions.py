@@ -5,11 +5,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import httpx
 import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     ASSERTION_TYPE,
     ISSUER,
@@ -18,11 +22,16 @@ from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     clock,
     http,
     key_pair,
+    make_bank,
+    make_tpp,
     other_tpp,
     tpp,
 )
 
-from sandbox.assertions import (
+from sandbox.app import create_app
+from sandbox.clock import ManualClock
+from sandbox.errors import OAuthError
+from sandbox.oauth.assertions import (
     JTI_KIND,
     InvalidAssertionError,
     Policy,
@@ -30,15 +39,34 @@ from sandbox.assertions import (
     sweep_used_jtis,
     verify_assertion,
 )
-from sandbox.clock import ManualClock
-from sandbox.errors import OAuthError
 from sandbox.state import Bank
 
 NOW = 1_800_000_000.0
 
 
 def policy(now: float = NOW) -> Policy:
-    return Policy(issuer=ISSUER, now=now, max_lifetime=3600, clock_skew=30)
+    return Policy(issuer=ISSUER, now=now, max_lifetime=3600, clock_skew=30, max_age=300)
+
+
+@functools.cache
+def small_key_pair() -> tuple[str, str]:
+    """(private PEM, public PEM) of a 1024-bit RSA key: too short for the sandbox."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    return private, public
+
+
+def with_small_key(tpp: Tpp) -> Tpp:
+    """The same client, registered with a 1024-bit key instead."""
+    private, public = small_key_pair()
+    return Tpp(dataclasses.replace(tpp.client, public_key_pem=public), private)
 
 
 def test_valid_assertion_is_accepted(tpp: Tpp) -> None:
@@ -48,9 +76,30 @@ def test_valid_assertion_is_accepted(tpp: Tpp) -> None:
     assert claims.exp == NOW + 60
 
 
-def test_audience_may_be_a_list_containing_the_issuer(tpp: Tpp) -> None:
-    token = tpp.assertion(NOW, aud=["https://elsewhere.example", ISSUER])
-    assert verify_assertion(token, tpp.client, policy()).client_id == tpp.client_id
+@pytest.mark.parametrize("aud", [["https://elsewhere.example", ISSUER], [ISSUER], f"{ISSUER}/", ISSUER.upper()])
+def test_audience_must_be_the_issuer_string_alone(tpp: Tpp, aud: Any) -> None:
+    # FAPI: the issuer as a single string. A list is refused even when it holds only the issuer.
+    with pytest.raises(InvalidAssertionError, match="aud must be the issuer"):
+        verify_assertion(tpp.assertion(NOW, aud=aud), tpp.client, policy())
+
+
+@pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")
+def test_a_1024_bit_client_key_is_refused() -> None:
+    small = with_small_key(make_tpp("tpp-small", 0))
+    with pytest.raises(InvalidAssertionError, match="RSA of 1024 bits; at least 2048 bits are required"):
+        verify_assertion(small.assertion(NOW), small.client, policy())
+
+
+def test_iat_may_be_up_to_max_age_old(tpp: Tpp) -> None:
+    assert verify_assertion(tpp.assertion(NOW, iat=int(NOW) - 300), tpp.client, policy()).jti
+
+
+@pytest.mark.parametrize("age", [301, 3000, 365 * 24 * 3600])
+def test_an_old_iat_is_refused(tpp: Tpp, age: int) -> None:
+    # exp is still valid (within the lifetime): only iat tells the assertion was made long ago.
+    token = tpp.assertion(NOW, iat=int(NOW) - age)
+    with pytest.raises(InvalidAssertionError, match="iat is more than 300 s old"):
+        verify_assertion(token, tpp.client, policy())
 
 
 @pytest.mark.parametrize(
@@ -203,6 +252,20 @@ async def test_assertion_parameters(
     assert message in r.json()["error_description"]
 
 
+@pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")
+async def test_small_key_answers_invalid_client_at_the_endpoint(clock: ManualClock, tpp: Tpp) -> None:
+    small = with_small_key(tpp)
+    small_bank = make_bank([small], clock)
+    transport = httpx.ASGITransport(app=create_app(small_bank))
+    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as client:
+        r = await cc_token(client, small.assertion(clock.now().timestamp()))
+    assert r.status_code == 400
+    assert r.json() == {
+        "error": "invalid_client",
+        "error_description": "the client's registered key is RSA of 1024 bits; at least 2048 bits are required",
+    }
+
+
 async def test_unknown_client_in_assertion(http: httpx.AsyncClient, tpp: Tpp, clock: ManualClock) -> None:
     now = clock.now().timestamp()
     r = await cc_token(http, tpp.assertion(now, iss="nobody", sub="nobody"))
@@ -224,6 +287,8 @@ async def test_every_check_answers_invalid_client_at_the_endpoint(
         tpp.assertion(now, exp=int(now) - 5),
         tpp.assertion(now, exp=int(now) + 7200),
         tpp.assertion(now, iat=int(now) + 600),
+        tpp.assertion(now, iat=int(now) - 365 * 24 * 3600),
+        tpp.assertion(now, aud=[ISSUER]),
     ]
     for assertion in bad:
         r = await cc_token(http, assertion)

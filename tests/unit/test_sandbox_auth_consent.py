@@ -29,8 +29,9 @@ from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
 )
 
 from sandbox.clock import ManualClock
-from sandbox.consent_page import format_amount, redirect_location
 from sandbox.consents import VRP_KIND
+from sandbox.oauth.par import redirect_location
+from sandbox.pages import format_amount
 from sandbox.state import Bank
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import jwt
 import pytest
 
-from sandbox.assertions import Policy, verify_assertion
 from sandbox.clients import ClientRegistry
 from sandbox.init import FINANCIAL_ID, main
+from sandbox.oauth.assertions import Policy, verify_assertion
 
 AGREED_KEYS = {
     "processor": ["store", "public_url"],
@@ -91,7 +91,7 @@ def test_init_writes_a_working_pair(tmp_path: Path, capsys: pytest.CaptureFixtur
         algorithm="PS256",
         headers={"kid": sandbox["kid"]},
     )
-    policy = Policy(issuer=sandbox["issuer"], now=now, max_lifetime=3600, clock_skew=30)
+    policy = Policy(issuer=sandbox["issuer"], now=now, max_lifetime=3600, clock_skew=30, max_age=300)
     assert verify_assertion(assertion, client, policy).client_id == "acme"
 
 

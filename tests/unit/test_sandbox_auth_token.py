@@ -25,8 +25,8 @@ from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
 
 from sandbox.clock import ManualClock
 from sandbox.consents import FILE_KIND, set_status
+from sandbox.oauth.tokens import TOKEN_KIND
 from sandbox.state import Bank
-from sandbox.tokens import TOKEN_KIND
 
 
 def now(clock: ManualClock) -> float:
@@ -72,20 +72,15 @@ async def test_both_spellings_agreeing_are_accepted(http: httpx.AsyncClient, tpp
 async def test_client_credentials_token_expires_with_the_bank_clock(
     http: httpx.AsyncClient, bank: Bank, tpp: Tpp, clock: ManualClock
 ) -> None:
-    from sandbox.tokens import bearer
+    from sandbox.errors import ResourceError
+    from sandbox.oauth.tokens import bearer
 
     r = await client_credentials(http, {"grand_type": "client_credentials", "scope": "payments openid"}, **tpp.basic())
-    token = r.json()["access_token"]
-
-    class _Req:
-        headers = {"authorization": f"Bearer {token}"}
-
-    assert bearer(bank, _Req(), "client_credentials").client_id == tpp.client_id  # type: ignore[arg-type]
+    header = f"Bearer {r.json()['access_token']}"
+    assert bearer(bank, header, "client_credentials").client_id == tpp.client_id
     clock.advance(600)
-    from sandbox.errors import ResourceError
-
     with pytest.raises(ResourceError) as info:
-        bearer(bank, _Req(), "client_credentials")  # type: ignore[arg-type]
+        bearer(bank, header, "client_credentials")
     assert info.value.status == 403 and info.value.message == "token_expired"
 
 
@@ -333,7 +328,9 @@ async def test_consent_no_longer_authorised(harness: Harness, bank: Bank, tpp: T
 # --- refresh ---------------------------------------------------------------------------------------------
 
 
-async def test_refresh_grant(harness: Harness, bank: Bank, tpp: Tpp, clock: ManualClock) -> None:
+async def test_refresh_grant_rotates_the_refresh_token(
+    harness: Harness, bank: Bank, tpp: Tpp, clock: ManualClock
+) -> None:
     consent_id = file_consent(bank, tpp)
     auth = await harness.authorise(tpp, consent_id)
     tokens = (await harness.exchange(tpp, auth.code, auth.verifier)).json()
@@ -347,19 +344,75 @@ async def test_refresh_grant(harness: Harness, bank: Bank, tpp: Tpp, clock: Manu
         },
     )
     assert r.status_code == 200, r.text
+    assert r.headers["cache-control"] == "no-store"
     body = r.json()
     assert body["scope"] == f"payments:{consent_id} openid"
     assert body["expires_in"] == 432000
     assert body["access_token"] != tokens["access_token"]
-    assert body["refresh_token"] == tokens["refresh_token"]  # not rotated
+    assert body["refresh_token"] and body["refresh_token"] != tokens["refresh_token"]  # rotated
     stored = bank.store.get(TOKEN_KIND, body["access_token"])
     assert stored is not None and stored["consent_id"] == consent_id
     assert stored["expires_at"] == now(clock) + 432000
-    # Not rotated: the same refresh token works again.
-    again = await harness.http.post(
-        "/token", data={"grand_type": "refresh_token", "refresh_token": tokens["refresh_token"]}, headers=tpp.basic()
+
+    async def refresh(value: str) -> httpx.Response:
+        form = {"grand_type": "refresh_token", "refresh_token": value}
+        return await harness.http.post("/token", data=form, headers=tpp.basic())
+
+    # The spent refresh token is refused from now on; its successor works, once, and names the next one.
+    old = await refresh(tokens["refresh_token"])
+    assert old.status_code == 400 and old.json()["error"] == "invalid_grant"
+    assert old.json()["error_description"].startswith("invalid_refresh_token: unknown refresh token")
+    third = await refresh(body["refresh_token"])
+    assert third.status_code == 200, third.text
+    assert third.json()["refresh_token"] not in (tokens["refresh_token"], body["refresh_token"])
+    assert (await refresh(body["refresh_token"])).status_code == 400
+
+
+async def test_rotation_keeps_the_grant_expiry(harness: Harness, bank: Bank, tpp: Tpp, clock: ManualClock) -> None:
+    auth = await harness.authorise(tpp, file_consent(bank, tpp))
+    refresh = (await harness.exchange(tpp, auth.code, auth.verifier)).json()["refresh_token"]
+    for _ in range(3):  # rotating never extends the grant past the first refresh token's lifetime
+        clock.advance(bank.config.refresh_token_ttl // 4)
+        r = await harness.http.post(
+            "/token", data={"grand_type": "refresh_token", "refresh_token": refresh}, headers=tpp.basic()
+        )
+        assert r.status_code == 200, r.text
+        refresh = r.json()["refresh_token"]
+    clock.advance(bank.config.refresh_token_ttl // 4)
+    r = await harness.http.post(
+        "/token", data={"grand_type": "refresh_token", "refresh_token": refresh}, headers=tpp.basic()
     )
-    assert again.status_code == 200
+    assert r.json()["error_description"] == "invalid_refresh_token: the refresh token has expired"
+
+
+async def test_code_replay_revokes_tokens_obtained_by_refreshing(harness: Harness, bank: Bank, tpp: Tpp) -> None:
+    auth = await harness.authorise(tpp, file_consent(bank, tpp))
+    first = (await harness.exchange(tpp, auth.code, auth.verifier)).json()
+    refreshed = await harness.http.post(
+        "/token", data={"grand_type": "refresh_token", "refresh_token": first["refresh_token"]}, headers=tpp.basic()
+    )
+    assert refreshed.status_code == 200, refreshed.text
+    later = refreshed.json()
+    assert bank.store.get(TOKEN_KIND, later["access_token"]) is not None
+    replay = await harness.exchange(tpp, auth.code, auth.verifier)
+    assert replay.status_code == 400 and replay.json()["error"] == "invalid_grant"
+    # The whole grant is gone: the code's access token, and the access and refresh tokens of the refresh.
+    assert bank.store.get(TOKEN_KIND, first["access_token"]) is None
+    assert bank.store.get(TOKEN_KIND, later["access_token"]) is None
+    again = await harness.http.post(
+        "/token", data={"grand_type": "refresh_token", "refresh_token": later["refresh_token"]}, headers=tpp.basic()
+    )
+    assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
+
+
+async def test_code_replay_leaves_other_grants_alone(harness: Harness, bank: Bank, tpp: Tpp) -> None:
+    consent_id = file_consent(bank, tpp)
+    auth = await harness.authorise(tpp, consent_id)
+    other = await harness.authorise(tpp, file_consent(bank, tpp, reference="OTHER-1"))
+    kept = (await harness.exchange(tpp, other.code, other.verifier)).json()
+    await harness.exchange(tpp, auth.code, auth.verifier)
+    assert (await harness.exchange(tpp, auth.code, auth.verifier)).status_code == 400
+    assert bank.store.get(TOKEN_KIND, kept["access_token"]) is not None
 
 
 async def test_refresh_errors(harness: Harness, bank: Bank, tpp: Tpp, other_tpp: Tpp, clock: ManualClock) -> None:
@@ -377,7 +430,9 @@ async def test_refresh_errors(harness: Harness, bank: Bank, tpp: Tpp, other_tpp:
     r = await use(tpp, refresh_token=refresh, scope="accounts")
     assert r.status_code == 400 and r.json()["error"] == "invalid_scope"
     set_status(bank, FILE_KIND, consent_id, "Consumed")
-    assert (await use(tpp, refresh_token=refresh, scope="payments")).status_code == 200
+    r = await use(tpp, refresh_token=refresh, scope="payments")
+    assert r.status_code == 200
+    refresh = r.json()["refresh_token"]
     clock.advance(bank.config.refresh_token_ttl)
     r = await use(tpp, refresh_token=refresh)
     assert r.status_code == 400

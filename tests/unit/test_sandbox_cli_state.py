@@ -23,9 +23,9 @@ from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.consents import FILE_KIND
 from sandbox.jsonutil import dumps
+from sandbox.oauth.tokens import TOKEN_KIND
 from sandbox.state import Bank
 from sandbox.store import Store
-from sandbox.tokens import TOKEN_KIND
 
 FINANCIAL_ID = "0015800001041RHAAY"
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+from sandbox_process import file_consent_example, vrp_consent_example
 from starlette.routing import Route
 
 from sandbox.app import create_app
@@ -19,9 +20,9 @@ from sandbox.clients import Client, ClientRegistry
 from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.jsonutil import dumps
-from sandbox.openapi import build_document, file_consent_example, vrp_consent_example
+from sandbox.oauth.tokens import issue_access_token
+from sandbox.openapi import build_document
 from sandbox.state import Bank
-from sandbox.tokens import issue_access_token
 
 BASE = "http://127.0.0.1:8711"
 FINANCIAL_ID = "0015800001041RHAAY"
@@ -127,7 +128,11 @@ async def test_examples_are_accepted_and_answers_match_the_schemas() -> None:
     }
     rs = "/open-banking/v3.1/pisp"
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(bank)), base_url=BASE) as http:
-        consent = await http.post(f"{rs}/file-payment-consents", content=dumps(file_consent_example()), headers=headers)
+        consent = await http.post(
+            f"{rs}/file-payment-consents",
+            content=dumps(file_consent_example()),
+            headers=headers,
+        )
         assert consent.status_code == 201, consent.text
         validator(document, "FileConsentRequest").validate(json.loads(dumps(file_consent_example())))
         validator(document, "FileConsentResponse").validate(consent.json())
@@ -136,7 +141,11 @@ async def test_examples_are_accepted_and_answers_match_the_schemas() -> None:
         read = await http.get(f"{rs}/file-payment-consents/{consent_id}", headers=headers)
         validator(document, "FileConsentResponse").validate(read.json())
 
-        vrp = await http.post(f"{rs}/domestic-vrp-consents", content=dumps(vrp_consent_example()), headers=headers)
+        vrp = await http.post(
+            f"{rs}/domestic-vrp-consents",
+            content=dumps(vrp_consent_example()),
+            headers=headers,
+        )
         assert vrp.status_code == 201, vrp.text
         validator(document, "VRPConsentRequest").validate(vrp_consent_example())
         validator(document, "VRPConsentResponse").validate(vrp.json())

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from sandbox_process import running_sandbox
+from sandbox_process import file_consent_example, running_sandbox
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -32,9 +32,8 @@ from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.faults import FaultPlan
 from sandbox.jsonutil import dumps
-from sandbox.openapi import file_consent_example
+from sandbox.oauth.tokens import issue_access_token
 from sandbox.state import Bank
-from sandbox.tokens import issue_access_token
 
 THING = "thing"
 CONSENTS = "/open-banking/v3.1/pisp/file-payment-consents"

@@ -23,8 +23,8 @@ from sandbox_files_support import (
 )
 
 from sandbox.consents import FILE_KIND, set_status
-from sandbox.files import routes
 from sandbox.jsonutil import dumps
+from sandbox.routes.files import routes
 
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 

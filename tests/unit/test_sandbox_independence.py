@@ -35,3 +35,19 @@ def test_sandbox_module_imports_none_of_our_other_packages(path: Path) -> None:
 
 def test_the_sandbox_has_modules_to_check() -> None:
     assert len(list(SANDBOX.rglob("*.py"))) > 10
+
+
+OAUTH = SANDBOX / "oauth"
+WEB = ("starlette", "uvicorn", "httpx")
+
+
+@pytest.mark.parametrize("path", sorted(OAUTH.rglob("*.py")), ids=lambda p: p.name)
+def test_oauth_logic_imports_no_web_framework(path: Path) -> None:
+    # The grant logic takes plain values and returns status, body and headers; only sandbox/routes speaks HTTP.
+    web = sorted(name for name in imported_modules(path.read_text(encoding="utf-8")) if name.split(".")[0] in WEB)
+    assert web == [], f"sandbox/oauth/{path.name} imports {web}"
+
+
+def test_oauth_has_the_grant_modules() -> None:
+    names = {p.stem for p in OAUTH.glob("*.py")}
+    assert {"grants", "par", "assertions", "client_auth", "tokens", "discovery", "signature"} <= names

@@ -17,11 +17,11 @@ import pytest
 from sandbox_auth_fixtures import ISSUER, file_initiation, insert_consent, make_bank, make_tpp, vrp_data
 
 from sandbox.app import create_app
-from sandbox.authserver import PAR_KIND
 from sandbox.clock import ManualClock
 from sandbox.consents import FILE_KIND, VRP_KIND
+from sandbox.oauth.par import PAR_KIND
+from sandbox.oauth.tokens import TOKEN_KIND, issue_access_token
 from sandbox.state import Bank
-from sandbox.tokens import TOKEN_KIND, issue_access_token
 
 LIMIT = 1024
 FINANCIAL_ID = "0015800001041RHAAY"

@@ -21,7 +21,7 @@ from sandbox_vrp_support import consent_body, payment_body
 
 from sandbox.consents import FILE_KIND, VRP_KIND, set_status
 from sandbox.jsonutil import dumps
-from sandbox.tokens import issue_access_token
+from sandbox.oauth.tokens import issue_access_token
 
 PISP = "/open-banking/v3.1/pisp"
 FINANCIAL_ID = "0015800001041RHAAY"

@@ -9,7 +9,7 @@ from sandbox_vrp_support import CONSENTS, consent_body, error_of, harness, limit
 
 from sandbox.consents import FILE_KIND, VRP_KIND
 from sandbox.jsonutil import dumps
-from sandbox.tokens import issue_access_token
+from sandbox.oauth.tokens import issue_access_token
 
 
 async def test_create_consent_returns_the_resource_and_stores_it() -> None:

@@ -10,7 +10,7 @@ from sandbox_vrp_support import CONSENTS, PAYMENTS, consent_body, error_of, harn
 
 from sandbox.consents import VRP_KIND
 from sandbox.jsonutil import dumps
-from sandbox.vrp import PAYMENT_KIND
+from sandbox.routes.vrp import PAYMENT_KIND
 
 LIMIT = "Data.ControlParameters.PeriodicLimits[0]"
 

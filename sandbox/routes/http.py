@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import ipaddress
 import uuid
 from typing import Any
@@ -108,21 +106,3 @@ async def read_form(bank: Bank, request: Request) -> dict[str, str]:
             raise OAuthError("invalid_request", f"parameter {key} repeated")
         form[key] = value
     return form
-
-
-def basic_credentials(request: Request) -> tuple[str, str] | None:
-    """(client_id, secret) from a `Basic` header; None when absent; 400 invalid_client when malformed."""
-    header = request.headers.get("authorization")
-    if header is None:
-        return None
-    scheme, _, token = header.strip().partition(" ")
-    if scheme != "Basic" or not token.strip():
-        raise OAuthError("invalid_client", "Authorization header must have the form Basic <token>")
-    try:
-        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        raise OAuthError("invalid_client", "Authorization header must have the form Basic <token>") from None
-    client_id, sep, secret = decoded.partition(":")
-    if not sep:
-        raise OAuthError("invalid_client", "Authorization header must have the form Basic <token>")
-    return client_id, secret

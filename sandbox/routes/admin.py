@@ -16,8 +16,8 @@ from starlette.routing import BaseRoute, Route
 from sandbox.clock import iso_ms
 from sandbox.errors import invalid_format
 from sandbox.faults import FaultPlan
-from sandbox.http import json_response, parse_json_object, read_body
 from sandbox.jsonutil import loads
+from sandbox.routes.http import json_response, parse_json_object, read_body
 from sandbox.state import Bank
 
 PREFIX = "/__sandbox"

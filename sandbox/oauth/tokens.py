@@ -1,12 +1,14 @@
-"""Access tokens: issuing them and checking a Bearer header on resource calls."""
+"""Access tokens: issuing them and checking a Bearer header on resource calls.
+
+Stored as kind `access_token`, keyed by the token: client, grant, scope, consent, expiry, and for
+authorization-code tokens the `grant_id` of the grant they belong to (sandbox.oauth.grants revokes by it).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
-
-from starlette.requests import Request
 
 from sandbox.errors import header_invalid, header_missing
 from sandbox.state import Bank
@@ -28,9 +30,15 @@ class AccessToken:
 
 
 def issue_access_token(
-    bank: Bank, client_id: str, grant: Grant, scope: str, consent_id: str | None, ttl: int
+    bank: Bank,
+    client_id: str,
+    grant: Grant,
+    scope: str,
+    consent_id: str | None,
+    ttl: int,
+    grant_id: str | None = None,
 ) -> AccessToken:
-    """Create, store and return a new access token."""
+    """Create, store and return a new access token (`grant_id`: the authorization grant it belongs to)."""
     token = AccessToken(
         bank.new_secret(), client_id, grant, scope, consent_id, (bank.now() + timedelta(seconds=ttl)).timestamp()
     )
@@ -43,18 +51,19 @@ def issue_access_token(
             "scope": scope,
             "consent_id": consent_id,
             "expires_at": token.expires_at,
+            "grant_id": grant_id,
         },
     )
     return token
 
 
-def bearer(bank: Bank, request: Request, grant: Grant, consent_id: str | None = None) -> AccessToken:
-    """Check the request's Bearer token: present, known, unexpired, of the right grant (and consent).
+def bearer(bank: Bank, header: str | None, grant: Grant, consent_id: str | None = None) -> AccessToken:
+    """Check a request's `Authorization` header value: a Bearer token present, known, unexpired, of the right
+    grant (and consent).
 
     Missing header: 401 Header.Missing; unknown, malformed, wrong grant or wrong consent: 401
     Header.Invalid `no_access_token`; expired: 403 Header.Invalid `token_expired`.
     """
-    header = request.headers.get("authorization")
     if header is None or not header.strip():
         raise header_missing("Authorization", "missing_authorization_header")
     scheme, _, value = header.strip().partition(" ")

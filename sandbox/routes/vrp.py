@@ -17,7 +17,10 @@ from starlette.routing import BaseRoute, Route
 from sandbox.clock import iso_ms
 from sandbox.consents import VRP_KIND
 from sandbox.errors import fails_control_parameters, invalid_consent_status, invalid_format, not_found
-from sandbox.http import (
+from sandbox.idempotency import HEADER as IDEMPOTENCY_HEADER
+from sandbox.idempotency import canonical_body, check_key, idempotent
+from sandbox.oauth.tokens import AccessToken, bearer, require_token_scope
+from sandbox.routes.http import (
     interaction_id,
     json_response,
     parse_json_object,
@@ -25,11 +28,8 @@ from sandbox.http import (
     require_fapi_headers,
     require_json_content_type,
 )
-from sandbox.idempotency import HEADER as IDEMPOTENCY_HEADER
-from sandbox.idempotency import canonical_body, check_key, idempotent
 from sandbox.state import Bank
 from sandbox.store import Doc
-from sandbox.tokens import AccessToken, bearer, require_token_scope
 from sandbox.vrp_rules import (
     PENDING,
     ControlParameterBreachError,
@@ -60,7 +60,7 @@ def _now_ms(bank: Bank) -> datetime:
 
 def _client_token(bank: Bank, request: Request) -> AccessToken:
     """Headers of B1, B3 and the payment read: client-credentials token, interaction id, FAPI headers."""
-    token = bearer(bank, request, "client_credentials")
+    token = bearer(bank, request.headers.get("authorization"), "client_credentials")
     require_token_scope(token)
     interaction_id(request)
     require_fapi_headers(bank, request)
@@ -154,7 +154,7 @@ def routes(bank: Bank) -> list[BaseRoute]:
 
     async def create_payment(request: Request) -> Response:
         # Auth-code token first (its consent is checked once the body names one), then the other headers.
-        bearer(bank, request, "authorization_code")
+        bearer(bank, request.headers.get("authorization"), "authorization_code")
         interaction_id(request)
         require_fapi_headers(bank, request)
         key, body = await _json_body(bank, request)
@@ -162,7 +162,7 @@ def routes(bank: Bank) -> list[BaseRoute]:
             consent_id = consent_id_of(body)
         except InvalidFieldError as exc:
             raise invalid_format(str(exc), exc.path) from None
-        token = bearer(bank, request, "authorization_code", consent_id)
+        token = bearer(bank, request.headers.get("authorization"), "authorization_code", consent_id)
 
         async def create() -> Response:
             try:

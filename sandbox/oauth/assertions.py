@@ -1,13 +1,16 @@
 """Client assertions (private_key_jwt): the checks on a signed JWT a client presents instead of a secret.
 
 `verify_assertion` is pure: the token, the registered client and a `Policy` (issuer, the bank's current
-time, lifetimes) in; the verified claims or `InvalidAssertionError` out. PyJWT only checks the signature; every
+time, lifetimes, age) in; the verified claims or `InvalidAssertionError` out. PyJWT only checks the signature; every
 time claim is checked here against the policy's time, so the sandbox's injectable clock is what counts
 (never the wall clock PyJWT would use).
 
 `authenticate_assertion` is the thin adapter used by the token and PAR endpoints: it finds the client,
-verifies, remembers each `jti` in the store until the assertion expires (single use), and turns failures
-into 400 `invalid_client`.
+verifies, remembers each `jti` in the store until the assertion expires (single use; with `--db` the store is
+the SQLite file, so a restart does not forget them), and turns failures into 400 `invalid_client`.
+
+Stricter than FAPI requires where FAPI leaves room: RSA keys of at least 2048 bits, `aud` exactly the
+issuer string (never a list), `iat` at most `max_age` seconds old.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sandbox.state import Bank
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 ALGORITHM = "PS256"
 JTI_KIND = "assertion_jti"
+MIN_RSA_BITS = 2048
 MAX_JTI_LENGTH = 256
 # Used jtis are swept of expired entries whenever their count reaches a multiple of this.
 _SWEEP_EVERY = 512
@@ -45,6 +49,7 @@ class Policy:
     now: float
     max_lifetime: int
     clock_skew: int
+    max_age: int
 
 
 @dataclass(frozen=True)
@@ -97,9 +102,11 @@ def _number(claims: dict[str, Any], name: str) -> float:
 def verify_assertion(assertion: str, client: Client, policy: Policy) -> AssertionClaims:
     """Verify a client assertion for `client`; raise `InvalidAssertionError` naming the first failed check.
 
-    Checks: PS256 only; `kid` equal to the registered kid; signature against the registered key;
-    `iss` = `sub` = client id; `aud` = issuer (or a list containing it); `exp` in the future and at most
-    `max_lifetime` ahead; `iat` (and `nbf` when present) not later than now + `clock_skew`; `jti` present.
+    Checks: PS256 only; `kid` equal to the registered kid; the registered key RSA of `MIN_RSA_BITS` bits
+    or more; signature against it; `iss` = `sub` = client id; `aud` = the issuer string (a list is refused,
+    even one holding only the issuer); `exp` in the future and at most `max_lifetime` ahead; `iat` not later
+    than now + `clock_skew` and not earlier than now - `max_age`; `nbf`, when present, not later than
+    now + `clock_skew`; `jti` present.
     """
     header = unverified_header(assertion)
     alg = header.get("alg")
@@ -111,6 +118,10 @@ def verify_assertion(assertion: str, client: Client, policy: Policy) -> Assertio
         key = load_public_key(client.public_key_pem)
     except ValueError:
         raise InvalidAssertionError("the client's registered public key cannot be used") from None
+    if key.key_size < MIN_RSA_BITS:
+        raise InvalidAssertionError(
+            f"the client's registered key is RSA of {key.key_size} bits; at least {MIN_RSA_BITS} bits are required"
+        )
     try:
         claims: dict[str, Any] = jwt.decode(
             assertion,
@@ -140,10 +151,8 @@ def verify_assertion(assertion: str, client: Client, policy: Policy) -> Assertio
         raise InvalidAssertionError("client_assertion iss must be the client id")
     if claims.get("sub") != client.client_id:
         raise InvalidAssertionError("client_assertion sub must be the client id")
-    aud = claims.get("aud")
-    audiences = aud if isinstance(aud, list) else [aud]
-    if policy.issuer not in audiences:
-        raise InvalidAssertionError(f"client_assertion aud must be the issuer {policy.issuer}")
+    if claims.get("aud") != policy.issuer:  # a list never equals the string: FAPI wants the issuer alone
+        raise InvalidAssertionError(f"client_assertion aud must be the issuer {policy.issuer} (a string, not a list)")
     exp = _number(claims, "exp")
     iat = _number(claims, "iat")
     if exp <= policy.now:
@@ -152,6 +161,8 @@ def verify_assertion(assertion: str, client: Client, policy: Policy) -> Assertio
         raise InvalidAssertionError(f"client_assertion exp is more than {policy.max_lifetime} s ahead")
     if iat > policy.now + policy.clock_skew:
         raise InvalidAssertionError("client_assertion iat is in the future")
+    if iat < policy.now - policy.max_age:
+        raise InvalidAssertionError(f"client_assertion iat is more than {policy.max_age} s old")
     if "nbf" in claims and _number(claims, "nbf") > policy.now + policy.clock_skew:
         raise InvalidAssertionError("client_assertion is not valid yet (nbf is in the future)")
     jti = claims.get("jti")
@@ -169,6 +180,7 @@ def policy_for(bank: Bank) -> Policy:
         now=bank.now().timestamp(),
         max_lifetime=bank.config.assertion_max_lifetime,
         clock_skew=bank.config.clock_skew,
+        max_age=bank.config.assertion_max_age,
     )
 
 

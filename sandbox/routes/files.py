@@ -23,7 +23,10 @@ from sandbox.errors import (
     invalid_format,
     not_found,
 )
-from sandbox.http import (
+from sandbox.idempotency import HEADER as IDEMPOTENCY_HEADER
+from sandbox.idempotency import canonical_body, check_key, idempotent
+from sandbox.oauth.tokens import AccessToken, bearer, require_token_scope
+from sandbox.routes.http import (
     interaction_id,
     json_response,
     parse_json_object,
@@ -31,11 +34,8 @@ from sandbox.http import (
     require_fapi_headers,
     require_json_content_type,
 )
-from sandbox.idempotency import HEADER as IDEMPOTENCY_HEADER
-from sandbox.idempotency import canonical_body, check_key, idempotent
 from sandbox.state import Bank
 from sandbox.store import Doc
-from sandbox.tokens import AccessToken, bearer, require_token_scope
 
 PREFIX = "/open-banking/v3.1/pisp"
 PAYMENT_KIND = "file_payment"
@@ -48,7 +48,7 @@ CONSUMED = "Consumed"
 
 def _client_token(bank: Bank, request: Request) -> AccessToken:
     """A valid client-credentials token with scope `payments`, then the interaction id."""
-    token = bearer(bank, request, "client_credentials")
+    token = bearer(bank, request.headers.get("authorization"), "client_credentials")
     require_token_scope(token)
     interaction_id(request)
     return token
@@ -195,7 +195,7 @@ def routes(bank: Bank) -> list[BaseRoute]:
 
     async def create_payment(request: Request) -> Response:
         """A3: one payment per Authorised consent, with an auth-code token naming that consent."""
-        token = bearer(bank, request, "authorization_code")
+        token = bearer(bank, request.headers.get("authorization"), "authorization_code")
         interaction_id(request)
         require_fapi_headers(bank, request)
         require_json_content_type(request)
