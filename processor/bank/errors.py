@@ -40,8 +40,9 @@ never by a call with a new key.
     reauthenticate   the bank refused the access token (token_expired, or a 401 / an `Authorization` error):
                      refresh the token once and repeat the same request
     retry            nothing happened at the bank, or repeating is safe (connect errors, 429): try again later
-    resolve          the bank may have acted (read timeout, dropped connection, 5xx, an answer we cannot read):
-                     record the call AMBIGUOUS and resolve it (same key again, or read) before anything new
+    resolve          the bank may have acted (read timeout, dropped connection, 5xx, an answer we cannot read, a 409,
+                     the idempotency key refused as used with another body): record the call AMBIGUOUS and
+                     resolve it (the same bytes under the same key again, or a read) before anything new
     refuse           a refusal repeating cannot change (any other 4xx, a refused grant): nothing was created
 """
 
@@ -402,11 +403,20 @@ def _token_refused(exc: BankError) -> bool:
     )
 
 
+def _may_follow_a_success(exc: BankError) -> bool:
+    # A conflict, or the idempotency key refused (used with another body, still in use): an earlier attempt
+    # under the key may have created the resource, so the refusal proves nothing.
+    if not isinstance(exc, BankHTTPError):
+        return False
+    named = any((entry.path or "").lower() == "x-idempotency-key" for entry in exc.errors)
+    return exc.status == 409 or named or "different body" in exc.message
+
+
 def disposition(exc: BankError) -> Disposition:
     """The one classification of a failed bank call that every flow acts on."""
     if _token_refused(exc):
         return Disposition.REAUTHENTICATE
-    if exc.ambiguous or isinstance(exc, ProtocolError):
+    if exc.ambiguous or isinstance(exc, ProtocolError) or _may_follow_a_success(exc):
         return Disposition.RESOLVE
     if exc.retry_safe:
         return Disposition.RETRY

@@ -15,7 +15,6 @@ same key returns it).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -73,15 +72,18 @@ class FileFlow(LeasedFlow[Flow]):
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
         initiation, file_hash = prepared.initiation, prepared.payload.file_hash
         guard = Guarded(self, flow.batch_id, Operation.CREATE_CONSENT)
-        effect = await guard.begin(prepared.initiation_sha256)
+        effect = await guard.begin(initiation, keep=False, digest=prepared.initiation_sha256)
         del prepared  # a payload too large for the cache is freed before the bank's (large) answer is read
         if effect.done and effect.resource_id:
             return await self._consent_created(flow, owner, guard, effect.resource_id, file_hash)
+        request = guard.request(initiation)
+        if request is None:
+            return await guard.unresolved(flow, owner, "the consent request changed since its first attempt")
         bank = await self.ctx.banks.get(flow.integration)
         try:
             # A resumed record repeats the call with the same key: the bank answers with the consent it holds.
             consent = await guard.call(
-                lambda _: bank.create_file_consent(initiation, idempotency_key=effect.idempotency_key, echo_file=False)
+                lambda _: bank.create_file_consent(request, idempotency_key=effect.idempotency_key, echo_file=False)
             )
         except BankError as exc:
             return await guard.failed(flow, owner, exc, self._refused(flow, owner, guard))
@@ -125,16 +127,19 @@ class FileFlow(LeasedFlow[Flow]):
         body, currency = prepared.payload.upload_json(consent_id), prepared.currency
         del prepared
         guard = Guarded(self, flow.batch_id, Operation.UPLOAD)
-        effect = await guard.begin(hashlib.sha256(body).hexdigest())
+        effect = await guard.begin(body, keep=False)
         if effect.done:
             return await self._uploaded(flow, owner, guard, currency)
         bank = await self.ctx.banks.get(flow.integration)
         refuse = self._refused(flow, owner, guard)
+        request = guard.request(body)
         try:
             if effect.resumed and await bank.upload_landed(consent_id):
                 return await self._uploaded(flow, owner, guard, currency)
+            if request is None:
+                return await guard.unresolved(flow, owner, "the file changed since its first upload attempt")
             result = await guard.call(
-                lambda _: bank.upload_file(consent_id, body, idempotency_key=effect.idempotency_key)
+                lambda _: bank.upload_file(consent_id, request, idempotency_key=effect.idempotency_key)
             )
         except bank_errors.InvalidConsentStatus as exc:
             # The consent is past AwaitingUpload: our file landed (an answer lost earlier) unless it was rejected.
@@ -235,7 +240,7 @@ class FileFlow(LeasedFlow[Flow]):
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
         initiation, currency = prepared.initiation, prepared.currency
         guard = Guarded(self, flow.batch_id, Operation.CREATE_PAYMENT)
-        effect = await guard.begin(prepared.initiation_sha256)
+        effect = await guard.begin(initiation, keep=False, digest=prepared.initiation_sha256)
         del prepared
         if effect.done and effect.resource_id:
             return await self._initiated(flow, owner, guard, effect.resource_id, PAYMENT_PENDING, currency)
@@ -243,22 +248,37 @@ class FileFlow(LeasedFlow[Flow]):
         key = effect.idempotency_key
         resumed = effect.resumed
 
+        async def nothing_created() -> bool:
+            # A consent is Consumed once its payment exists (read with the client-credentials token).
+            try:
+                return (await bank.get_file_consent(consent_id, echo_file=False)).status != "Consumed"
+            except BankError:
+                return False
+
+        refuse = self._refused(flow, owner, guard)
+        request = guard.request(initiation)
+        if request is None:
+            reason = "the payment request changed since its first attempt"
+            return await guard.unresolved(
+                flow, owner, reason, end=lambda: self._fail(flow, owner, reason, guard), check=nothing_created
+            )
+
         async def attempt(refresh: bool) -> FilePayment:
             token = await access_token(self.ctx, bank, consent_id, force=refresh)
             payment = None
             if resumed:
                 # An earlier try may have created it: the consent tells (Consumed), repeating the key finds it.
                 payment = await bank.find_file_payment(
-                    consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
+                    consent_id, request, access_token=token, idempotency_key=key, echo_file=False
                 )
             if payment is None:
-                payment = await self._create_or_find(bank, consent_id, initiation, token, key)
+                payment = await self._create_or_find(bank, consent_id, request, token, key)
             return payment
 
         try:
             payment = await guard.call(attempt)
         except (BankError, TokenUnavailableError) as exc:
-            return await guard.failed(flow, owner, exc, self._refused(flow, owner, guard))
+            return await guard.failed(flow, owner, exc, refuse, nothing_created=nothing_created)
         return await self._initiated(flow, owner, guard, payment.file_payment_id, payment.status, currency)
 
     @staticmethod

@@ -198,17 +198,18 @@ class LeasedFlow(Generic[T]):
         self,
         item: T,
         owner: str,
-        error: BankError,
+        error: BankError | str,
         *,
         ambiguous: Operation | None = None,
     ) -> T:
-        """A bank call failed in a way trying again can cure: the row stays in its state, due again after the
-        retry back-off (never before the bank's `Retry-After`); `ambiguous` names a creating call that may have
-        taken effect, recorded AMBIGUOUS in the same transaction (resolved before anything new is created)."""
+        """A bank call failed (or could not be made: `error` says why) in a way trying again can cure: the row
+        stays in its state, due again after the retry back-off (never before the bank's `Retry-After`);
+        `ambiguous` names a creating call that may have taken effect, recorded AMBIGUOUS in the same transaction
+        (resolved before anything new is created)."""
         now = self.now()
         told = error.retry_after if isinstance(error, BankHTTPError) and error.retry_after else 0.0
         wait = max(told, self.ctx.settings.retry_delay(item.attempts))
-        reason = f"{type(error).__name__}: {error}"[:2000]
+        reason = (error if isinstance(error, str) else f"{type(error).__name__}: {error}")[:2000]
 
         def work(tx: StoreTx) -> T:
             if ambiguous is not None and tx.side_effects.get(item.key, ambiguous) is not None:

@@ -10,16 +10,15 @@ same key and the same body, so a mandate has one consent at the bank.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import structlog
 
 from processor.bank import BankError
+from processor.bank.client import vrp_consent_body
 from processor.bank.errors import describe
-from processor.bank.models import VrpConsent, dumps
+from processor.bank.models import VrpConsent
 from processor.domain.kinds import Kind
 from processor.domain.time import iso_ms
 from processor.domain.vrp_requests import CONSENT_CREATED_KEY, consent_parts
@@ -38,11 +37,6 @@ BANK_AUTHORISED = "Authorised"
 
 class MandateStateError(RuntimeError):
     """The mandate is not in the state an authorization callback expects (rolls the callback back)."""
-
-
-def body_digest(*parts: Mapping[str, Any]) -> str:
-    """The SHA-256 of a VRP request's parts (recorded with its side effect)."""
-    return hashlib.sha256(b"\n".join(dumps(dict(p)) for p in parts)).hexdigest()
 
 
 class MandateFlow(LeasedFlow[VrpMandate]):
@@ -65,21 +59,21 @@ class MandateFlow(LeasedFlow[VrpMandate]):
         integration = self.ctx.banks.integration(mandate.integration)
         parts = consent_parts(req, integration.tpp_name)
         guard = Guarded(self, mandate_id, Operation.CREATE_VRP_CONSENT)
-        digest = body_digest(parts.control_parameters, parts.initiation, parts.remittance_information)
-        effect = await guard.begin(digest)
+        body = vrp_consent_body(parts.control_parameters, parts.initiation, parts.remittance_information)
+        effect = await guard.begin(body)
+        # A resumed call sends the bytes its first attempt sent, whatever the configuration builds now.
+        request = guard.request(body)
+        if not effect.done and request is None:
+            return await guard.unresolved(mandate, owner, "the consent request of the first attempt is not known")
         consent: VrpConsent
         try:
             bank = await self.ctx.banks.get(mandate.integration)
             if effect.done and effect.resource_id:
                 consent = await bank.get_vrp_consent(effect.resource_id)
             else:
+                assert request is not None
                 consent = await guard.call(
-                    lambda _: bank.create_vrp_consent(
-                        control_parameters=parts.control_parameters,
-                        initiation=parts.initiation,
-                        remittance_information=parts.remittance_information,
-                        idempotency_key=effect.idempotency_key,
-                    )
+                    lambda _: bank.create_vrp_consent(request, idempotency_key=effect.idempotency_key)
                 )
         except BankError as error:
             return await guard.failed(mandate, owner, error, self._refused(mandate, owner, guard))

@@ -22,6 +22,7 @@ token (`attempt(True)`), with the same key.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -49,23 +50,38 @@ class Guarded(Generic[T]):
         self.ctx = flow.ctx
         self.scope_id = scope_id
         self.operation = operation
+        self.effect: SideEffect | None = None
+        self._digest = ""
 
-    async def begin(self, request_sha256: str | None) -> SideEffect:
-        """Record the call before it is made (committed); see `SideEffects.begin`."""
-        effect, _ = await self.begin_with(request_sha256, None)
+    async def begin(self, request: bytes, *, keep: bool = True, digest: str | None = None) -> SideEffect:
+        """Record the call before it is made (committed); see `SideEffects.begin`. `request`: the bytes the
+        call sends, kept with the record (`keep=False`: only their hash, `digest` when known, for a body too
+        large to keep: a file)."""
+        effect, _ = await self.begin_with(request, None, keep=keep, digest=digest)
         return effect
 
     async def begin_with(
-        self, request_sha256: str | None, also: Callable[[StoreTx, SideEffect], V] | None
+        self,
+        request: bytes,
+        also: Callable[[StoreTx, SideEffect], V] | None,
+        *,
+        keep: bool = True,
+        digest: str | None = None,
     ) -> tuple[SideEffect, V | None]:
         """`begin`, with `also(tx, effect)` written in the same transaction (e.g. the key on the row)."""
         now = self.flow.now()
+        digest = digest or hashlib.sha256(request).hexdigest()
+        self._digest = digest
+        body = request if keep else None
 
         def work(tx: StoreTx) -> tuple[SideEffect, V | None]:
-            effect = tx.side_effects.begin(self.scope_id, self.operation, now=now, request_sha256=request_sha256)
+            effect = tx.side_effects.begin(
+                self.scope_id, self.operation, now=now, request_sha256=digest, request_body=body
+            )
             return effect, None if also is None else also(tx, effect)
 
         effect, extra = await self.ctx.store.arun(work)
+        self.effect = effect
         if effect.resumed:
             log.info(
                 "resuming a call whose outcome is unknown; resolving it with the same key",
@@ -76,6 +92,19 @@ class Guarded(Generic[T]):
                 idempotency_key=effect.idempotency_key,
             )
         return effect, extra
+
+    def request(self, rebuilt: bytes) -> bytes | None:
+        """The bytes to send under the record's key: those the first attempt sent (kept with the record), or
+        `rebuilt` (the request given to `begin`) when it is byte for byte what was first sent (same hash). None
+        when the request changed since (a new configuration or code between attempts): sending it would be
+        another request under the same key, so the call is not made and the outcome stays to be resolved."""
+        effect = self.effect
+        assert effect is not None, "begin first"
+        if effect.request_body is not None:
+            return effect.request_body
+        if effect.request_sha256 is None or effect.request_sha256 == self._digest:
+            return rebuilt
+        return None
 
     async def call(self, attempt: Callable[[bool], Awaitable[R]]) -> R:
         """Make the call: `attempt(False)`, and `attempt(True)` once more when the bank refused the access token
@@ -100,14 +129,54 @@ class Guarded(Generic[T]):
         """FAILED (the bank refused; nothing was created), in the transaction that ends the flow."""
         tx.side_effects.fail(self.scope_id, self.operation, reason, now=self.flow.now())
 
-    async def failed(self, item: T, owner: str, error: Refusal, refuse: Callable[[Refusal], Awaitable[T]]) -> T:
+    async def failed(
+        self,
+        item: T,
+        owner: str,
+        error: Refusal,
+        refuse: Callable[[Refusal], Awaitable[T]],
+        *,
+        nothing_created: Callable[[], Awaitable[bool]] | None = None,
+    ) -> T:
         """Act on a failed call by its disposition: retry later, resolve later (recorded AMBIGUOUS), or `refuse`
-        (the flow ends; it records `fail` in its transaction). A token refused even after a refresh, or no
-        token at all, is a refusal."""
-        if isinstance(error, TokenUnavailableError):
-            return await refuse(error)
-        found = disposition(error)
-        if found in (Disposition.REFUSE, Disposition.REAUTHENTICATE):
-            return await refuse(error)
-        ambiguous = self.operation if found is Disposition.RESOLVE else None
-        return await self.flow.retry_later(item, owner, error, ambiguous=ambiguous)
+        (the flow ends; it records `fail` in its transaction).
+
+        No token to send the request with, or the token refused even after a refresh, is no answer to the
+        request itself: it ends a first attempt, but a resumed call (an earlier attempt's outcome unknown) only
+        when `nothing_created` reads the bank and shows that no resource exists; otherwise the call stays to be
+        resolved and the flow is not ended."""
+        if not isinstance(error, TokenUnavailableError):
+            found = disposition(error)
+            if found in (Disposition.RETRY, Disposition.RESOLVE):
+                ambiguous = self.operation if found is Disposition.RESOLVE else None
+                return await self.flow.retry_later(item, owner, error, ambiguous=ambiguous)
+            if found is Disposition.REFUSE:
+                return await refuse(error)
+        # No token, or the token refused again: the bank never judged the request itself.
+        return await self.unresolved(item, owner, str(error), end=lambda: refuse(error), check=nothing_created)
+
+    async def unresolved(
+        self,
+        item: T,
+        owner: str,
+        reason: str,
+        *,
+        end: Callable[[], Awaitable[T]] | None = None,
+        check: Callable[[], Awaitable[bool]] | None = None,
+    ) -> T:
+        """The call could not be made (`reason`). A first attempt (nothing sent before) ends the flow (`end`); a
+        resumed one does only when `check` reads the bank and finds nothing created; otherwise the record is
+        AMBIGUOUS and the flow tries again later, never ending FAILED or REJECTED while the bank may hold the
+        resource."""
+        effect = self.effect
+        resumed = effect is not None and effect.resumed
+        if end is not None and (not resumed or (check is not None and await check())):
+            return await end()
+        log.warning(
+            "the outcome of an earlier attempt is unknown and cannot be resolved now; trying again later",
+            kind=self.flow.kind.value,
+            key=self.scope_id,
+            operation=self.operation.value,
+            reason=reason,
+        )
+        return await self.flow.retry_later(item, owner, reason, ambiguous=self.operation)

@@ -19,12 +19,12 @@ import structlog
 
 from processor.bank import BankError
 from processor.bank import errors as bank_errors
+from processor.bank.client import domestic_vrp_body
 from processor.bank.models import DomesticVrp
 from processor.domain.kinds import Kind
 from processor.domain.vrp_requests import payment_parts
 from processor.domain.vrp_states import Payment, VrpStatus, payment_state_of_bank_status
 from processor.engine.leased import LeasedFlow
-from processor.engine.mandate_flow import body_digest
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
 from processor.engine.vrp_moves import mandate_request, move_payment_tx, payment_request, place_payment
@@ -107,24 +107,27 @@ class VrpPaymentFlow(LeasedFlow[VrpPayment]):
                 idempotency_key=effect.idempotency_key,
             )
 
-        effect, current = await guard.begin_with(body_digest(parts.initiation, parts.instruction), keep_key)
+        body = domestic_vrp_body(consent_id, parts.initiation, parts.instruction)
+        effect, current = await guard.begin_with(body, keep_key)
         assert current is not None
         payment = current
         refuse = self._refused(payment, mandate, owner, guard)
+        # A resumed call sends the bytes its first attempt sent, whatever the configuration builds now.
+        request = guard.request(body)
+        if not effect.done and request is None:
+            return await guard.unresolved(payment, owner, "the payment request of the first attempt is not known")
         try:
             bank = await self.ctx.banks.get(mandate.integration)
             if effect.done and effect.resource_id:
                 vrp = await bank.get_domestic_vrp(effect.resource_id)
             else:
+                assert request is not None
+                sent = request
 
                 async def attempt(refresh: bool) -> DomesticVrp:
                     token = await access_token(self.ctx, bank, consent_id, force=refresh)
                     return await bank.create_domestic_vrp(
-                        consent_id=consent_id,
-                        initiation=parts.initiation,
-                        instruction=parts.instruction,
-                        access_token=token,
-                        idempotency_key=effect.idempotency_key,
+                        sent, access_token=token, idempotency_key=effect.idempotency_key
                     )
 
                 vrp = await guard.call(attempt)

@@ -154,6 +154,20 @@ DISPOSITIONS = [
     (error_from_response(400, {}, oauth("invalid_grant", "refresh token revoked")), errors.Disposition.REFUSE),
     (error_from_response(400, {}, resource("UK.OBIE.Rules.FailsControlParameters", "over")), "refuse"),
     (error_from_response(404, {}, b"no such path"), errors.Disposition.REFUSE),
+    # A refusal that may follow a lost success proves nothing: resolved by the same bytes again, or a read.
+    (error_from_response(409, {}, b"conflict"), errors.Disposition.RESOLVE),
+    (
+        error_from_response(
+            400,
+            {},
+            resource(
+                "UK.OBIE.Header.Invalid",
+                "invalid_header: x-idempotency-key was already used with a different body",
+                "x-idempotency-key",
+            ),
+        ),
+        errors.Disposition.RESOLVE,
+    ),
 ]
 
 
