@@ -39,11 +39,12 @@ from processor.engine.file_payloads import FilePayloads
 from processor.engine.leased import LeasedFlow
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
-from processor.store import Flow, Operation, StoreTx
+from processor.store import EffectStatus, Flow, Operation, StoreTx
 
 log = structlog.get_logger("processor.engine.file")
 
 PAYMENT_PENDING = "InitiationPending"
+_UNKNOWN = (EffectStatus.PENDING, EffectStatus.AMBIGUOUS)
 
 
 class FlowNotAwaitingError(RuntimeError):
@@ -235,18 +236,7 @@ class FileFlow(LeasedFlow[Flow]):
         consent_id = flow.consent_id
         if consent_id is None:
             return await self._fail(flow, owner, "consent id missing for the payment")
-        prepared = await self.payloads.prepared(flow)
-        if prepared is None:
-            return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
-        initiation, currency = prepared.initiation, prepared.currency
-        guard = Guarded(self, flow.batch_id, Operation.CREATE_PAYMENT)
-        effect = await guard.begin(initiation, keep=False, digest=prepared.initiation_sha256)
-        del prepared
-        if effect.done and effect.resource_id:
-            return await self._initiated(flow, owner, guard, effect.resource_id, PAYMENT_PENDING, currency)
         bank = await self.ctx.banks.get(flow.integration)
-        key = effect.idempotency_key
-        resumed = effect.resumed
 
         async def nothing_created() -> bool:
             # A consent is Consumed once its payment exists (read with the client-credentials token).
@@ -255,6 +245,23 @@ class FileFlow(LeasedFlow[Flow]):
             except BankError:
                 return False
 
+        prepared = await self.payloads.prepared(flow)
+        if prepared is None:
+            reason = "the stored batch can no longer be turned into a file payload"
+            earlier = await self.ctx.store.arun(
+                lambda tx: tx.side_effects.get(flow.batch_id, Operation.CREATE_PAYMENT), write=False
+            )
+            if earlier is not None and earlier.status in _UNKNOWN and not await nothing_created():
+                return await self.retry_later(flow, owner, reason)  # an earlier A3 may have paid: never FAILED
+            return await self._fail(flow, owner, reason)
+        initiation, currency = prepared.initiation, prepared.currency
+        guard = Guarded(self, flow.batch_id, Operation.CREATE_PAYMENT)
+        effect = await guard.begin(initiation, keep=False, digest=prepared.initiation_sha256)
+        del prepared
+        if effect.done and effect.resource_id:
+            return await self._initiated(flow, owner, guard, effect.resource_id, PAYMENT_PENDING, currency)
+        key = effect.idempotency_key
+        resumed = effect.resumed
         refuse = self._refused(flow, owner, guard)
         request = guard.request(initiation)
         if request is None:
