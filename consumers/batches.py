@@ -109,9 +109,9 @@ class EngineIntake:
 class BatchHandler:
     """Decodes a `payroll.batches` message and hands it to the intake (see the module docstring)."""
 
-    def __init__(self, intake: BatchIntake) -> None:
+    def __init__(self, intake: BatchIntake, *, wire: schemas.WireSettings | None = None) -> None:
         self.intake = intake
-        self._codec = schemas.Codec(BATCHES_TOPIC)
+        self._codec = schemas.WireCodec(BATCHES_TOPIC, wire)  # reads both wire formats
 
     def __call__(self, message: Message) -> LoopVerdict:
         """Accept, or reject with the reason (the loop dead-letters it)."""
@@ -119,9 +119,11 @@ class BatchHandler:
         if value is None:
             return Reject("tombstone: the message has no value")
         try:
-            record = self._codec.decode(value)
+            record = self._codec.decode(value, message.topic())
         except schemas.DecodeError as exc:
             return Reject(f"undecodable: {exc}")
+        except schemas.RegistryUnavailableError as exc:
+            return Retry(f"schema registry unavailable: {exc}")
         try:
             outcome = self.intake(record)  # the decoded record is the engine's batch document
         except StoreError as exc:
@@ -143,11 +145,13 @@ def batch_consumer(
     **options: Any,
 ) -> AtLeastOnceConsumer:
     """A consumer of the deployment's `payroll.batches` topic that dead-letters to its `payroll.batches.dlq`."""
-    sink = dead_letters or DeadLetterPublisher(producer_config(settings, "dlq"), topic=settings.topic(DLQ_TOPIC))
+    sink = dead_letters or DeadLetterPublisher(
+        producer_config(settings, "dlq"), topic=settings.topic(DLQ_TOPIC), wire=settings.wire
+    )
     return AtLeastOnceConsumer(
         consumer_config(settings, "batches"),
         [settings.topic(BATCHES_TOPIC)],
-        BatchHandler(intake),
+        BatchHandler(intake, wire=settings.wire),
         sink,
         **options,
     )

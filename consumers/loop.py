@@ -13,7 +13,8 @@ must be quick and must not wait on the bank: the engine's intake only
 writes to the store, so the time between two polls stays far below `max.poll.interval.ms` whatever the bank does.
 
 Failures:
-- the handler answers `Retry` (the database is down or busy), or the dead letter is not acknowledged: the
+- the handler answers `Retry` (the database is down or busy, the schema registry cannot serve), or the dead
+  letter is not acknowledged: the
   message is retried in place (seek back, back off up to `max_backoff` seconds, poll again), never skipped;
 - the handler raises anything else (a bug that this message triggers): retried `poison_attempts` times, then
   dead-lettered with the exception as the reason, so one message cannot stop its partition for good.
@@ -50,6 +51,8 @@ from producers.dlq import DeadLetterError
 from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
 
 log = structlog.get_logger("consumers")
+
+# Failures that are not the message's fault: it is retried where it is, never skipped or dead-lettered.
 
 CONSUMED = Counter("dispersion_consumed_messages_total", "Messages handled by the consumers", ["topic", "outcome"])
 CONSUMER_LAG = Gauge("dispersion_consumer_lag", "Messages behind the end of the partition", ["topic", "partition"])

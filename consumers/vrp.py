@@ -89,8 +89,13 @@ class VrpIntake:
 class _RecordHandler:
     """Decodes one topic's records with its schema and hands them to `take`."""
 
-    def __init__(self, logical_topic: str, take: Callable[[Mapping[str, Any]], Accept | Reject]) -> None:
-        self._codec = schemas.Codec(logical_topic)
+    def __init__(
+        self,
+        logical_topic: str,
+        take: Callable[[Mapping[str, Any]], Accept | Reject],
+        wire: schemas.WireSettings | None = None,
+    ) -> None:
+        self._codec = schemas.WireCodec(logical_topic, wire)  # reads both wire formats
         self._take = take
 
     def __call__(self, message: Message) -> Verdict:
@@ -98,9 +103,11 @@ class _RecordHandler:
         if value is None:
             return Reject("tombstone: the message has no value")
         try:
-            record = self._codec.decode(value)
+            record = self._codec.decode(value, message.topic())
         except schemas.DecodeError as exc:
             return Reject(f"undecodable: {exc}")
+        except schemas.RegistryUnavailableError as exc:
+            return Retry(f"schema registry unavailable: {exc}")
         try:
             verdict = self._take(record)
         except StoreError as exc:
@@ -113,8 +120,8 @@ def vrp_handlers(settings: KafkaSettings, intake: VrpIntake) -> dict[str, Handle
     """Handlers of the deployment's `vrp.mandates` and `vrp.payments` topics, by physical topic name (for
     `consumers.loop.route`)."""
     return {
-        settings.topic(VRP_MANDATES_TOPIC): _RecordHandler(VRP_MANDATES_TOPIC, intake.mandate),
-        settings.topic(VRP_PAYMENTS_TOPIC): _RecordHandler(VRP_PAYMENTS_TOPIC, intake.payment),
+        settings.topic(VRP_MANDATES_TOPIC): _RecordHandler(VRP_MANDATES_TOPIC, intake.mandate, settings.wire),
+        settings.topic(VRP_PAYMENTS_TOPIC): _RecordHandler(VRP_PAYMENTS_TOPIC, intake.payment, settings.wire),
     }
 
 
@@ -126,6 +133,8 @@ def vrp_consumer(
     **options: Any,
 ) -> AtLeastOnceConsumer:
     """A consumer of the deployment's `vrp.mandates` and `vrp.payments` topics (dead letters to its DLQ)."""
-    sink = dead_letters or DeadLetterPublisher(producer_config(settings, "vrp-dlq"), topic=settings.topic(DLQ_TOPIC))
+    sink = dead_letters or DeadLetterPublisher(
+        producer_config(settings, "vrp-dlq"), topic=settings.topic(DLQ_TOPIC), wire=settings.wire
+    )
     handlers = vrp_handlers(settings, intake)
     return AtLeastOnceConsumer(consumer_config(settings, "vrp"), list(handlers), route(handlers), sink, **options)

@@ -1,13 +1,16 @@
 """Dead letters: a message the processor cannot accept, kept whole on `payroll.batches.dlq`, acknowledged before
 the consumer moves its offset past it.
 
-    publisher = DeadLetterPublisher(producer_config(settings, "dlq"), topic=settings.topic(DLQ_TOPIC))
+    publisher = DeadLetterPublisher(
+        producer_config(settings, "dlq"), topic=settings.topic(DLQ_TOPIC), wire=settings.wire
+    )
     publisher.publish(message, reason="undecodable: ...", batch_id=None)   # returns once the broker has it
     publisher.close()
 
 The record (schema `payroll_batches_dlq`) holds the original value, key and headers byte for byte, where the message
 was read (topic, partition, offset), its timestamp, the reason and the batch id when it could be read. The
-dead letter's key is the original key, so dead letters of one batch stay in order too.
+dead letter's key is the original key, so dead letters of one batch stay in order too. The dead letter is written in
+the deployment's wire format (`schemas.WireCodec`).
 """
 
 from __future__ import annotations
@@ -75,10 +78,17 @@ def dead_letter_record(
 class DeadLetterPublisher:
     """Publishes dead letters with an idempotent producer and waits for each acknowledgement."""
 
-    def __init__(self, config: Mapping[str, Any], *, topic: str = DLQ_TOPIC, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        topic: str = DLQ_TOPIC,
+        timeout: float = 30.0,
+        wire: schemas.WireSettings | None = None,
+    ) -> None:
         self.topic = topic
         self.timeout = timeout
-        self._codec = schemas.Codec(DLQ_TOPIC)
+        self._codec = schemas.WireCodec(DLQ_TOPIC, wire)
         # A delivery report always comes within the timeout (success or failure), so a dead letter that timed out
         # cannot still be delivered later behind the consumer's back.
         self._producer = Producer({"message.timeout.ms": int(timeout * 1000), **config})
@@ -86,7 +96,10 @@ class DeadLetterPublisher:
     def publish(self, message: SourceMessage, reason: str, *, batch_id: str | None = None) -> None:
         """Send the dead letter and return once the broker acknowledged it; `DeadLetterError` otherwise."""
         record = dead_letter_record(message, reason, batch_id=batch_id)
-        value = self._codec.encode(record)
+        try:
+            value = self._codec.encode(record, self.topic)
+        except schemas.RegistryUnavailableError as exc:  # the consumer retries the message: nothing is skipped
+            raise DeadLetterError(f"dead letter to {self.topic} not written: {exc}") from exc
         outcome: list[KafkaError | None] = []
         headers: list[tuple[str, str | bytes | None]] = [("reason", reason[:200].encode("utf-8"))]
         if batch_id is not None:

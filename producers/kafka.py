@@ -9,12 +9,17 @@ The `[kafka]` table of the configuration file may also hold (all optional):
     bootstrap_servers = "broker-1:9092,broker-2:9092"
     group_id = "dispersion-processor"        # consumer group of the processor instances
     static_membership = true                 # group.instance.id = the instance name (default true)
+    wire_format = "single-object"            # or "confluent" (needs schema_registry_url), docs/kafka.md
+    schema_registry_url = "http://registry:8080/apis/ccompat/v7"   # read Confluent-framed records; write them
+    schema_registry_username = "dispersion"  # HTTP basic, optional
+    schema_registry_password_env = "SCHEMA_REGISTRY_PASSWORD"
     [kafka.topics]                            # physical names, when a deployment prefixes or renames them
     "payroll.batches" = "acme.payroll.batches"
     [kafka.client]                            # extra librdkafka properties for every client (TLS, SASL, ...)
     "security.protocol" = "SASL_SSL"
 
-Values of `[kafka.client]` may hold secrets (`sasl.password`): they are handed to librdkafka and never logged.
+Values of `[kafka.client]` may hold secrets (`sasl.password`): they are handed to librdkafka and never logged;
+the registry password likewise goes only to the registry client.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from schemas.codec import Registry, WireSettings
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -40,6 +47,20 @@ PARTITIONER = "murmur2_random"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
+KNOWN_OPTIONS = frozenset(
+    {
+        "group_id",
+        "static_membership",
+        "topics",
+        "client",
+        "wire_format",
+        "schema_registry_url",
+        "schema_registry_username",
+        "schema_registry_password",
+    }
+)
+
+
 class KafkaSetupError(RuntimeError):
     """The Kafka settings are unusable (no bootstrap address, a bad `[kafka]` table)."""
 
@@ -53,6 +74,7 @@ class KafkaSettings:
     topics: Mapping[str, str] = field(default_factory=dict)  # logical name -> physical name
     static_membership: bool = True  # consumers of a named instance set group.instance.id (consumers.loop)
     client: Mapping[str, Any] = field(default_factory=dict, repr=False)  # extra librdkafka properties
+    wire: WireSettings = field(default_factory=WireSettings)  # wire format and schema registry
 
     def topic(self, logical: str) -> str:
         """The physical name of a logical topic (the same unless `[kafka.topics]` renames it)."""
@@ -79,10 +101,10 @@ def settings_from(
 ) -> KafkaSettings:
     """Build `KafkaSettings` from the `[kafka]` table's extra keys (`processor.cli.config.KafkaSettings.options`)."""
     options = dict(options or {})
-    known = ("group_id", "static_membership", "topics", "client")
-    unknown = set(options) - set(known)
+    unknown = set(options) - KNOWN_OPTIONS
     if unknown:
-        raise KafkaSetupError(f"[kafka]: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(known)})")
+        known = ", ".join(sorted(KNOWN_OPTIONS))
+        raise KafkaSetupError(f"[kafka]: unknown key(s) {', '.join(sorted(unknown))} (known: {known})")
     group_id = options.get("group_id", DEFAULT_GROUP_ID)
     static_membership = options.get("static_membership", True)
     topics = options.get("topics", {})
@@ -101,7 +123,28 @@ def settings_from(
         static_membership=static_membership,
         topics={str(k): str(v) for k, v in topics.items()},
         client={str(k): v for k, v in client.items()},
+        wire=wire_settings(options),
     )
+
+
+def wire_settings(options: Mapping[str, Any]) -> WireSettings:
+    """The wire format and schema registry from the `[kafka]` table's keys (`wire_format`, `schema_registry_*`)."""
+    values: dict[str, str | None] = {}
+    for key in ("wire_format", "schema_registry_url", "schema_registry_username", "schema_registry_password"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise KafkaSetupError(f"[kafka] {key} must be a non-empty string")
+        values[key] = value.strip() if isinstance(value, str) else None
+    try:
+        url = values["schema_registry_url"]
+        registry = None
+        if url is not None:
+            registry = Registry(url, values["schema_registry_username"], values["schema_registry_password"])
+        elif values["schema_registry_username"] or values["schema_registry_password"]:
+            raise ValueError("schema_registry_username/password without schema_registry_url")
+        return WireSettings(values["wire_format"] or "single-object", registry)
+    except ValueError as exc:
+        raise KafkaSetupError(f"[kafka] {exc}") from None
 
 
 def librdkafka_logger(name: str) -> logging.Logger:

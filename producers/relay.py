@@ -1,7 +1,8 @@
 """The outbox relay: status events written by the engine (in the same transaction as the state change) go to
 Kafka in order per key, each once, and are marked published only after the broker acknowledged them.
 
-    relay = OutboxRelay(store, producer_config(settings, "relay"), owner="relay-host-1", topic_name=settings.topic)
+    relay = OutboxRelay(store, producer_config(settings, "relay"), owner="relay-host-1", topic_name=settings.topic,
+                        wire=settings.wire)
     relay.run(stop_event)          # until stop_event is set; then flushes, marks, releases its keys
 
 One round (`step`):
@@ -9,8 +10,10 @@ One round (`step`):
 1. serve delivery reports (`poll`); mark the acknowledged events published in one short transaction;
 2. `outbox.claim` leases keys with unpublished events (the keys this relay already holds included, which renews
    their lease) and returns their events, each key's in sequence order;
-3. events not already handed to the producer are encoded (Avro single-object, the topic's schema) and produced,
-   keyed by the outbox key (batch id, mandate id), so one key's events share a partition and keep their order.
+3. events not already handed to the producer are encoded (the topic's schema, in the deployment's wire format:
+   single-object or Confluent) and produced, keyed by the outbox key (batch id, mandate id), so one key's events
+   share a partition and keep their order. While the schema registry cannot serve (confluent mode), the round
+   stops there and the events wait in the outbox.
 
 Guarantees, and why:
 
@@ -103,12 +106,27 @@ def outbox_record(event: OutboxEvent) -> dict[str, Any]:
     return record
 
 
-def encode_event(event: OutboxEvent) -> bytes:
-    """The event as Avro single-object bytes for its topic."""
-    try:
-        return schemas.codec(event.topic).encode(outbox_record(event))
-    except schemas.EncodeError as exc:
-        raise PoisonEventError(str(exc)) from exc
+class EventEncoder:
+    """Outbox events as their topic's records in the deployment's wire format (`schemas.WireCodec`)."""
+
+    def __init__(
+        self, wire: schemas.WireSettings | None = None, topic_name: Callable[[str], str] = lambda topic: topic
+    ) -> None:
+        self.wire = wire or schemas.WireSettings()
+        self.topic_name = topic_name
+        self._codecs: dict[str, schemas.WireCodec] = {}
+
+    def __call__(self, event: OutboxEvent) -> bytes:
+        """The encoded event; `PoisonEventError` when it does not fit, `schemas.RegistryUnavailableError` when
+        the registry cannot serve now (the event is not at fault)."""
+        record = outbox_record(event)  # checks the topic is known
+        codec = self._codecs.get(event.topic)
+        if codec is None:
+            codec = self._codecs[event.topic] = schemas.WireCodec(event.topic, self.wire)
+        try:
+            return codec.encode(record, self.topic_name(event.topic))
+        except schemas.EncodeError as exc:
+            raise PoisonEventError(str(exc)) from exc
 
 
 @dataclass
@@ -137,7 +155,8 @@ class OutboxRelay:
         lease_seconds: float = 60.0,
         max_in_flight: int = 5_000,
         clock: Clock | None = None,
-        encoder: Callable[[OutboxEvent], bytes] = encode_event,
+        encoder: Callable[[OutboxEvent], bytes] | None = None,
+        wire: schemas.WireSettings | None = None,
         handover_config: Mapping[str, Any] | None = None,
         handover_timeout: float = 30.0,
     ) -> None:
@@ -148,7 +167,7 @@ class OutboxRelay:
         self.lease_seconds = lease_seconds
         self.max_in_flight = max_in_flight
         self.clock: Clock = clock or SystemClock()
-        self.encoder = encoder
+        self.encoder = encoder or EventEncoder(wire, topic_name)
         # Consumer properties for reading the topics on a handover (default: the producer's, adapted).
         self.handover_config = dict(handover_config) if handover_config is not None else scan_config(config)
         self.handover_timeout = handover_timeout
@@ -258,6 +277,10 @@ class OutboxRelay:
                 break
             try:
                 value = self.encoder(event)
+            except schemas.RegistryUnavailableError as exc:
+                RELAY_ERRORS.labels("registry").inc()
+                log.warning("outbox_registry_unavailable", key=event.key, error=str(exc))
+                break  # nothing after it may overtake it; the rest waits for the next round
             except PoisonEventError as exc:
                 blocked.add(slot)
                 if event.id not in self._poisoned:

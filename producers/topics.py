@@ -9,11 +9,15 @@ Idempotent: a topic that exists is left as it is, except that its retention and 
 the wanted values (`incremental_alter_configs`, a harmless change). A partition count that differs is reported,
 never changed: adding partitions moves keys to other partitions and would break the per-batch order of events in
 flight.
+
+With a schema registry configured (`[kafka] schema_registry_url`), every topic's subject `<topic>-value` gets
+BACKWARD compatibility and every released version of the topic's schema, oldest first (the registry refuses a
+version that breaks its readers). Producers never register on their own: this command is the one that does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
+import schemas
 from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
 from schemas.topics import (
     BATCHES_TOPIC,
@@ -32,6 +37,7 @@ from schemas.topics import (
     VRP_STATUS_TOPIC,
 )
 
+COMPATIBILITY = "BACKWARD"  # consumers with the new schema read data written with the previous one
 HOUR_MS = 3_600_000
 DEFAULT_PARTITIONS = 12
 DEFAULT_RETENTION_HOURS = 7 * 24  # inputs: a week to replay
@@ -181,3 +187,67 @@ def _align(
     elif changes:
         warnings.extend(f"{spec.name}: {key} is {current.get(key)}, {value} wanted" for key, value in changes.items())
     return TopicResult(spec.name, "exists", partitions, tuple(sorted(changes)), tuple(warnings))
+
+
+@dataclass(frozen=True)
+class SubjectResult:
+    """What `ensure_subjects` did for one topic's subject."""
+
+    subject: str
+    action: str  # "registered", "exists" or "missing" (with check_only)
+    schema_ids: tuple[int, ...] = ()  # per released version, oldest first (registered or found)
+    changed_compatibility: bool = False
+
+
+def _registry_call(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a registry request; None on 404, `RegistryUnavailableError` when it cannot be answered. A version
+    refused as incompatible (409) raises `SchemaRegistryError`: a schema change to look at, not to retry."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        return call(*args, **kwargs)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code == 404:
+            return None
+        if exc.http_status_code == 409:
+            raise
+        raise schemas.RegistryUnavailableError(f"{what}: {exc}") from exc
+    except schemas.registry_transport_errors() as exc:
+        raise schemas.RegistryUnavailableError(f"{what}: unreachable: {type(exc).__name__}: {exc}") from exc
+
+
+def ensure_subjects(
+    registry: schemas.Registry, settings: KafkaSettings | None = None, *, check_only: bool = False
+) -> list[SubjectResult]:
+    """Register every released schema version of every topic under `<physical topic>-value` with BACKWARD
+    compatibility (idempotent). A version the registry refuses as incompatible raises `SchemaRegistryError`."""
+    from confluent_kafka.schema_registry import Schema
+
+    client = schemas.registry_client(registry)
+    name = settings.topic if settings is not None else (lambda logical: logical)
+    results: list[SubjectResult] = []
+    for logical in schemas.TOPICS:
+        subject = schemas.subject_name(name(logical))
+        level = _registry_call(subject, client.get_compatibility, subject)
+        change = level != COMPATIBILITY
+        if change and not check_only:
+            _registry_call(subject, client.set_compatibility, subject_name=subject, level=COMPATIBILITY)
+        ids: list[int] = []
+        added = False
+        for version in schemas.versions(logical):
+            candidate = Schema(schemas.registry_text(logical, version.version), "AVRO")
+            found = _registry_call(subject, client.lookup_schema, subject, candidate)
+            if found is None and check_only:
+                results.append(SubjectResult(subject, "missing", tuple(ids), change))
+                break
+            if found is None:
+                registered = _registry_call(subject, client.register_schema, subject, candidate)
+                if registered is None:
+                    raise schemas.RegistryUnavailableError(f"{subject}: the registry did not register the schema")
+                ids.append(int(registered))
+                added = True
+            else:
+                ids.append(int(found.schema_id))
+        else:
+            results.append(SubjectResult(subject, "registered" if added else "exists", tuple(ids), change))
+    return results

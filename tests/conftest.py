@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 _HERE = Path(__file__).parent
-pytest_plugins = [name for name in ("kafka_fixtures", "store_fixtures") if (_HERE / f"{name}.py").exists()]
+_PLUGINS = ("kafka_fixtures", "registry_fixtures", "store_fixtures")
+pytest_plugins = [name for name in _PLUGINS if (_HERE / f"{name}.py").exists()]
 
 
 def require(flag: str) -> bool:

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka_fixtures import create_topic
 
 from producers.kafka import KafkaSettings
+from schemas import WireSettings
 
 
 def unique(prefix: str) -> str:
@@ -127,6 +128,6 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int = 3) -> di
     return {tp.partition: tp.offset for tp in offsets if tp.offset >= 0}
 
 
-def settings_for(bootstrap: str, topics: dict[str, str]) -> KafkaSettings:
-    """Settings with a fresh consumer group and the given logical -> physical topic names."""
-    return KafkaSettings(bootstrap=bootstrap, group_id=unique("group"), topics=topics)
+def settings_for(bootstrap: str, topics: dict[str, str], wire: WireSettings | None = None) -> KafkaSettings:
+    """Settings with a fresh consumer group, the given logical -> physical topic names and wire format."""
+    return KafkaSettings(bootstrap=bootstrap, group_id=unique("group"), topics=topics, wire=wire or WireSettings())

@@ -21,9 +21,12 @@ commands:
   sandbox     run the sandbox bank (`dispersion sandbox init DIR` writes keys and config)
   demo        run the local demo with the embedded defaults
   dev kafka   start a local single-node Apache Kafka (KRaft) from the Maven Central jars
+  dev registry
+              start a local schema registry (Apicurio Registry, in memory) from Maven Central
   processor   run one processor instance: consumers, flow engine, outbox relay, callback API, metrics
   pay-file    run flow A for one batch without Kafka: authorization URL, redirect, result per transfer
-  submit      turn an ERP payroll export (CSV or JSON) into a payroll.batches event (validated first)
+  submit      turn an ERP payroll export (CSV, JSON, or any layout via --profile) into a payroll.batches event
+  exports     `exports check`: validate the [exports.NAME] profiles against sample exports
   status      print status events (`--follow` as they arrive, `--batch ID` for one batch)
   topics      create the project's Kafka topics (idempotent)
   vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
@@ -37,6 +40,7 @@ MODULES: dict[str, str] = {
     "demo": "processor.devtools.demo",
     "dev": "processor.devtools.dev",
     "submit": "processor.cli.submit",
+    "exports": "processor.cli.exports",
     "status": "processor.cli.status",
     "topics": "processor.cli.topics",
     "processor": "processor.cli.service",
@@ -65,6 +69,7 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "processor": ("processor.cli.service", "parser"),
     "pay-file": ("processor.cli.payfile", "build_parser"),
     "submit": ("processor.cli.submit", "parser"),
+    "exports": ("processor.cli.exports", "parser"),
     "status": ("processor.cli.status", "parser"),
     "topics": ("processor.cli.topics", "parser"),
     "vrp": ("processor.cli.vrp", "build_parser"),

@@ -31,6 +31,11 @@ Layout (`dispersion sandbox init DIR` writes exactly this shape)::
     [integrations.sandbox.retry]        # optional
     max_attempts = 5
 
+    [exports.planilla]                  # optional: how `dispersion submit --profile planilla` reads an ERP's
+    decimal_separator = ","             # export; kept raw in Config.sections["exports"] and validated by
+    [exports.planilla.columns]          # processor.domain.export_profile (docs/submit.md, "Bring your ERP's
+    amount = "Monto"                    # export")
+
 Any string key `K` may instead be given as `K_env = "VARIABLE"`, read from the environment (for secrets:
 `client_secret_env`, `signing_key_env` holding the PEM itself, `store_env` for a DSN with a password).
 Errors name the offending key (`integrations.sandbox.client_secret: ...`). Secrets never appear in a repr.

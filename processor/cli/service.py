@@ -180,11 +180,11 @@ class Processor:
 
         batch_intake = EngineIntake(self.store, integrations=self.config.integrations)
         handlers: dict[str, Handler] = {
-            self.kafka.topic(BATCHES_TOPIC): BatchHandler(batch_intake),
+            self.kafka.topic(BATCHES_TOPIC): BatchHandler(batch_intake, wire=self.kafka.wire),
             **vrp_handlers(self.kafka, VrpIntake(self.vrp, wake=wake)),
         }
         dead_letters = DeadLetterPublisher(
-            producer_config(self.kafka, f"dlq-{self.instance}"), topic=self.kafka.topic(DLQ_TOPIC)
+            producer_config(self.kafka, f"dlq-{self.instance}"), topic=self.kafka.topic(DLQ_TOPIC), wire=self.kafka.wire
         )
         config = consumer_config(
             self.kafka, "processor", instance=self.instance, **{"client.id": f"dispersion-processor-{self.instance}"}
@@ -199,6 +199,7 @@ class Processor:
             producer_config(self.kafka, f"relay-{self.instance}"),
             owner=f"relay-{self.instance}-{uuid.uuid4().hex[:6]}",
             topic_name=self.kafka.topic,
+            wire=self.kafka.wire,
         )
         self.threads = [
             _Thread("consumer", lambda: consumer.run(self.stop_event)),

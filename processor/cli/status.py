@@ -142,7 +142,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
         print(f"dispersion status: {exc}", file=sys.stderr)
         return 2
     topic = args.topic or settings.topic(logical)
-    codec = schemas.Codec(logical)
+    codec = schemas.WireCodec(logical, settings.wire)  # either wire format
     terminal = VRP_TERMINAL if args.vrp else TERMINAL
     wanted = args.key.encode("utf-8") if args.key else None
     consumer = Consumer(
@@ -187,8 +187,8 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
                 continue
             value = message.value()
             try:
-                record = codec.decode(value if value is not None else b"")
-            except schemas.DecodeError as exc:
+                record = codec.decode(value if value is not None else b"", topic)
+            except (schemas.DecodeError, schemas.RegistryUnavailableError) as exc:
                 print(f"dispersion status: skipped offset {message.offset()}: {exc}", file=sys.stderr)
                 continue
             if record["event_id"] in seen:

@@ -3,6 +3,11 @@
     dispersion submit --config dispersion.toml export.csv [--origin-account 3001234567 --origin-currency GTQ]
                       [--batch-id ID] [--integration NAME] [--file-reference REF] [--bootstrap HOST:PORT]
                       [--topic T] [--delimiter ';'] [--dry-run] [--quiet]
+    dispersion submit --config dispersion.toml --profile NAME FILE [--dry-run [--explain]] [options as above]
+
+`--profile NAME` reads the ERP's own export (CSV in any encoding and number format, or `.xlsx`) through the
+configuration's `[exports.NAME]` profile (`processor.cli.submit_profile`; docs/submit.md, "Bring your ERP's export");
+`--explain` prints how its first rows were read (ERP column -> our field -> value) before the result line.
 
 The export is read and checked completely before anything is sent: every unreadable or invalid row is reported
 (with its line in the file) and, if there is any, nothing is produced (exit 1). A valid batch is encoded as Avro
@@ -41,6 +46,13 @@ from processor.domain.batch import (
     batch_from_dict,
     loads_exact,
 )
+from processor.domain.export_profile import (
+    BATCH_COLUMNS,
+    REQUIRED_COLUMNS,
+    ROW_COLUMNS,
+    ExportProfile,
+    sniff_delimiter,
+)
 from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
 SOURCE: Final = "dispersion-submit"
@@ -48,16 +60,6 @@ EXIT_INVALID: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_KAFKA: Final = 3
 
-REQUIRED_COLUMNS: Final = ("account_number", "amount", "email", "concept")
-ROW_COLUMNS: Final = ("account_type", "currency", "employee_reference")
-BATCH_COLUMNS: Final = (
-    "batch_id",
-    "integration",
-    "file_reference",
-    "origin_account_number",
-    "origin_account_type",
-    "origin_currency",
-)
 # Digits, optionally '.' and decimals, optional leading minus (validation then refuses it with its own reason).
 _AMOUNT_TEXT: Final = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 
@@ -72,14 +74,16 @@ class ExportError(Exception):
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem in the export; `line` is the 1-based line in the file (None: the file as a whole)."""
+    """One problem in the export; `line` is the 1-based line in the file (None: the file as a whole), or the row
+    (`unit` "row") of an export read through a profile."""
 
     line: int | None
     field: str
     message: str
+    unit: str = "line"
 
     def __str__(self) -> str:
-        where = f"line {self.line}" if self.line is not None else "export"
+        where = f"{self.unit} {self.line}" if self.line is not None else "export"
         return f"{where}: {self.field}: {self.message}"
 
 
@@ -106,6 +110,8 @@ class Export:
     size: int = 0
     problems: tuple[Problem, ...] = ()  # row problems found while reading (validation adds its own)
     unreadable_amounts: frozenset[int] = frozenset()  # transactions whose amount could not be read
+    labels: Mapping[str, str] = field(default_factory=dict)  # validation field -> the ERP's column (profiles)
+    unit: str = "line"  # how `lines` count: file lines, or rows (profiles)
 
 
 class Progress:
@@ -165,18 +171,18 @@ def _normalise(name: str) -> str:
     return re.sub(r"[\s\-]+", "_", name.strip().lower())
 
 
-def sniff_delimiter(header_line: str) -> str:
-    """The most frequent of `,`, `;` and tab in the header line (`,` when none appears)."""
-    counts = {delimiter: header_line.count(delimiter) for delimiter in (",", ";", "\t")}
-    best = max(counts, key=lambda d: counts[d])
-    return best if counts[best] else ","
-
-
 def default_batch_id(path: Path, digest: str) -> str:
     """`<file name without extension>-<first 16 hex digits of its SHA-256>`: the same file submitted twice is the
     same batch (the processor ignores the repeat), a changed file is a new one."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-") or "export"
     return f"{stem[:60]}-{digest[:16]}"
+
+
+def file_defaults(path: Path, digest: str, integrations: Collection[str] | None) -> BatchFields:
+    """The defaults of docs/submit.md: the batch id from the file (`default_batch_id`), the integration when the
+    configuration has exactly one."""
+    only = sorted(integrations)[0] if integrations and len(integrations) == 1 else None
+    return BatchFields(batch_id=default_batch_id(path, digest), integration=only)
 
 
 def read_csv(
@@ -369,9 +375,9 @@ def check(
             continue  # already reported as unreadable (its value is unknown, so it is no known duplicate either)
         line = export.lines[issue.index] if export.lines is not None else None
         where = "" if line is not None else f"transactions[{issue.index}]."
-        problems.append(
-            Problem(line, f"{where}{issue.field}", f"{issue.reason.value}: {issue.message} (transaction {issue.index})")
-        )
+        name = export.labels.get(issue.field, issue.field)
+        message = f"{issue.reason.value}: {issue.message} (transaction {issue.index})"
+        problems.append(Problem(line, f"{where}{name}", message, export.unit))
     problems.sort(key=lambda p: (p.line is not None, p.line or 0))  # the file as a whole first, then by line
     return problems
 
@@ -390,6 +396,7 @@ class _Context:
     config_path: str | None = None
     kafka_options: Mapping[str, Any] = field(default_factory=dict)
     configured_bootstrap: str | None = None
+    exports: object = None  # the configuration's raw [exports] table
 
 
 def _delimiter(text: str) -> str:
@@ -423,9 +430,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--delimiter", type=_delimiter, help="CSV delimiter (default: detected from the header: ',', ';' or tab)"
     )
-    p.add_argument(
-        "--encoding", type=_encoding, default="utf-8-sig", help="CSV text encoding (default UTF-8, BOM allowed)"
-    )
+    p.add_argument("--encoding", type=_encoding, help="CSV text encoding (default utf-8-sig: UTF-8, BOM allowed)")
+    p.add_argument("--profile", help="read the export through the configuration's [exports.NAME] profile")
+    p.add_argument("--explain", action="store_true", help="with --profile: show how the first rows were read")
     p.add_argument("--batch-id", help="default: the batch_id column, else <file name>-<SHA-256 prefix>")
     p.add_argument("--integration", help="bank configuration (default: the column, or the only configured one)")
     p.add_argument("--file-reference", help="FileReference (default: the column, else the batch id)")
@@ -450,21 +457,33 @@ def _context(args: argparse.Namespace) -> _Context:
         config_path=path,
         kafka_options=config.kafka.options,
         configured_bootstrap=config.kafka.bootstrap_servers,
+        exports=config.sections.get("exports"),
     )
 
 
-def _read(args: argparse.Namespace, fields: BatchFields, defaults: BatchFields, progress: Progress) -> Export:
+def _read(
+    args: argparse.Namespace,
+    fields: BatchFields,
+    defaults: BatchFields,
+    progress: Progress,
+    profile: ExportProfile | None = None,
+) -> Export:
     fmt = args.format or ("json" if args.export.suffix.lower() == ".json" else "csv")
     size = args.export.stat().st_size
     now = datetime.now(UTC)
     requested_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
+    if profile is not None:
+        from processor.cli.submit_profile import read_for_submit
+
+        export = read_for_submit(args, profile, fields, defaults, requested_at=requested_at, progress=progress.update)
+        return replace(export, size=size)
     if fmt == "json":
         data = args.export.read_bytes()
         progress.update(f"read {size:,} bytes", force=True)
         return replace(read_json(data, fields, requested_at=requested_at, defaults=defaults), size=size)
     with args.export.open("rb") as raw:
         counter = _CountingReader(raw)
-        text = io.TextIOWrapper(io.BufferedReader(counter), encoding=args.encoding, newline="")
+        text = io.TextIOWrapper(io.BufferedReader(counter), encoding=args.encoding or "utf-8-sig", newline="")
         first = text.readline()
         delimiter = args.delimiter or sniff_delimiter(first)
         reader = csv.reader(_chain(first, text), delimiter=delimiter)
@@ -499,6 +518,11 @@ def main(argv: list[str]) -> int:
 
     try:
         context = _context(args)
+        profile = None
+        if args.profile is not None or args.explain:
+            from processor.cli.submit_profile import profile_for_submit
+
+            profile = profile_for_submit(args, context.exports, context.config_path)
     except ConfigError as exc:
         print(f"dispersion submit: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -507,8 +531,7 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"dispersion submit: cannot read {args.export}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    only = sorted(context.integrations)[0] if context.integrations and len(context.integrations) == 1 else None
-    defaults = BatchFields(batch_id=default_batch_id(args.export, digest), integration=only)
+    defaults = file_defaults(args.export, digest, context.integrations)
     fields = BatchFields(
         batch_id=args.batch_id,
         integration=args.integration,
@@ -519,12 +542,12 @@ def main(argv: list[str]) -> int:
     )
     started = time.monotonic()
     try:
-        export = _read(args, fields, defaults, progress)
+        export = _read(args, fields, defaults, progress, profile)
     except ExportError as exc:
         _report(exc.problems, progress)
         return EXIT_INVALID
     except (UnicodeDecodeError, csv.Error) as exc:
-        _report([Problem(None, "file", f"cannot be read as {args.encoding} CSV: {exc}")], progress)
+        _report([Problem(None, "file", f"cannot be read as {args.encoding or 'utf-8-sig'} CSV: {exc}")], progress)
         return EXIT_INVALID
     batch = export.batch
     count = len(batch.transactions)
@@ -563,7 +586,12 @@ def _produce(
         return EXIT_USAGE
     topic = args.topic or settings.topic(BATCHES_TOPIC)
     progress.update("encoding", force=True)
-    value = schemas.encode(BATCHES_TOPIC, batch_record(batch, source=SOURCE))
+    try:
+        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=SOURCE), topic)
+    except schemas.RegistryUnavailableError as exc:
+        progress.done("")
+        print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
+        return EXIT_KAFKA
     progress.update(f"producing {len(value):,} bytes to {topic}", force=True)
     producer = Producer(
         producer_config(

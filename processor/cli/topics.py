@@ -1,4 +1,5 @@
-"""`dispersion topics`: create the project's Kafka topics (idempotent); the work is in producers/topics.py.
+"""`dispersion topics`: create the project's Kafka topics (idempotent) and, with a schema registry, their
+`<topic>-value` subjects; the work is in producers/topics.py.
 
 dispersion topics [--config C] [--bootstrap HOST:PORT] [--partitions 12] [--retention-hours 168]
                   [--status-retention-hours 720] [--dlq-retention-hours 720] [--replication-factor N]
@@ -12,13 +13,16 @@ import sys
 
 from confluent_kafka import KafkaException
 
+import schemas
 from processor.cli.config import settings_from_config
 from producers.kafka import KafkaSetupError
 from producers.topics import (
+    COMPATIBILITY,
     DEFAULT_DLQ_RETENTION_HOURS,
     DEFAULT_PARTITIONS,
     DEFAULT_RETENTION_HOURS,
     DEFAULT_STATUS_RETENTION_HOURS,
+    ensure_subjects,
     ensure_topics,
     project_topics,
 )
@@ -28,7 +32,8 @@ def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion topics`."""
     p = argparse.ArgumentParser(
         prog="dispersion topics",
-        description="Create the project's Kafka topics (idempotent): partitions, retention, size limits.",
+        description="Create the project's Kafka topics (idempotent): partitions, retention, size limits; with "
+        "[kafka] schema_registry_url also register their subjects <topic>-value with BACKWARD compatibility.",
     )
     p.add_argument(
         "--config",
@@ -48,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """`dispersion topics`."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
     args = parser().parse_args(argv)
     try:
         settings = settings_from_config(args.config, bootstrap=args.bootstrap)
@@ -60,8 +67,13 @@ def main(argv: list[str]) -> int:
             replication_factor=args.replication_factor,
         )
         results = ensure_topics(settings.config(), specs, timeout=args.timeout, check_only=args.check)
-    except (KafkaSetupError, ValueError, KafkaException) as exc:
+        registry = settings.wire.registry
+        subjects = ensure_subjects(registry, settings, check_only=args.check) if registry is not None else []
+    except (KafkaSetupError, ValueError, KafkaException, schemas.SchemaError) as exc:
         print(f"dispersion topics: {exc}", file=sys.stderr)
+        return 1
+    except SchemaRegistryError as exc:  # 409: a released version breaks what the subject holds
+        print(f"dispersion topics: the schema registry refused a version ({COMPATIBILITY}): {exc}", file=sys.stderr)
         return 1
     differs = False
     for result in results:
@@ -72,4 +84,11 @@ def main(argv: list[str]) -> int:
         for warning in result.warnings:
             print(f"  warning: {warning}", file=sys.stderr)
         differs = differs or result.action == "missing" or bool(result.warnings) or bool(result.changed_config)
+    for subject in subjects:
+        ids = ", ".join(str(i) for i in subject.schema_ids)
+        detail = f"schema id {ids}; " if ids else ""
+        verb = "differs" if args.check else "set"
+        detail += f"compatibility {COMPATIBILITY}" + (f" ({verb})" if subject.changed_compatibility else "")
+        print(f"{subject.subject}: {subject.action} ({detail})")
+        differs = differs or subject.action == "missing" or subject.changed_compatibility
     return 1 if args.check and differs else 0

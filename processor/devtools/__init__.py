@@ -1,1 +1,1 @@
-"""Development tools: the local demo, a local Kafka broker, the scripted approver."""
+"""Development tools: the local demo, a local Kafka broker and schema registry, the scripted approver."""

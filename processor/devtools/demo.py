@@ -1,6 +1,6 @@
 """`dispersion demo`: the whole system on one machine, end to end, in one command.
 
-    dispersion demo [--dir ./demo-run] [--timeout 180] [--no-approve] [--bootstrap HOST:PORT]
+    dispersion demo [--dir ./demo-run] [--timeout 180] [--no-approve] [--bootstrap HOST:PORT] [--registry]
 
 (`--timeout` defaults to 180 s, or 900 s with `--no-approve`.)
 
@@ -10,8 +10,11 @@ Steps, each printed as it happens:
    `dispersion dev kafka`), unless a broker is given (`--bootstrap` or `KAFKA_BOOTSTRAP_SERVERS`). On a given
    broker the demo uses topics and a consumer group of its own (`demo.<run>.payroll.batches`, ...), so it never
    mixes with what else that broker carries.
+   With `--registry` the demo runs in the Confluent wire format: a local schema registry (Apicurio Registry, the
+   registry of `dispersion dev registry`) is started as well, unless `DISPERSION_SCHEMA_REGISTRY_URL` names one.
 2. `dispersion sandbox init` into the work directory, on free loopback ports (not the fixed 8600/8700), then the
-   processor configuration is rewritten: SQLite store in the work directory, the broker, quick engine timings.
+   processor configuration is rewritten: SQLite store in the work directory, the broker (and the registry with
+   `wire_format = "confluent"`), quick engine timings.
 3. The sandbox bank (`dispersion sandbox`, file payments settle after 1 s) and one processor
    (`dispersion processor`, with `DISPERSION_STORE_ALLOW_DEV_KEY=1`) as child processes; the topics are created
    (`dispersion topics`' code).
@@ -109,6 +112,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-approve", action="store_true", help="print the approval link and wait for you to open it")
     p.add_argument("--bootstrap", help="use this Kafka broker (default: $KAFKA_BOOTSTRAP_SERVERS, else start one)")
+    p.add_argument(
+        "--registry",
+        action="store_true",
+        help="Confluent wire format with a schema registry ($DISPERSION_SCHEMA_REGISTRY_URL, else a local one)",
+    )
     return p
 
 
@@ -163,12 +171,16 @@ def demo_config(
     bootstrap: str,
     topics: Mapping[str, str],
     group_id: str,
+    registry_url: str | None = None,
 ) -> str:
-    """The processor configuration for the demo: `sandbox init`'s, with the demo's store, broker and timings."""
+    """The processor configuration for the demo: `sandbox init`'s, with the demo's store, broker and timings (and
+    the Confluent wire format when a registry is given)."""
     integrations = generated.get("integrations")
     if not isinstance(integrations, Mapping) or INTEGRATION not in integrations:
         raise DemoError(f"`dispersion sandbox init` wrote no [integrations.{INTEGRATION}] table")
     kafka: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": group_id}
+    if registry_url:
+        kafka.update(wire_format="confluent", schema_registry_url=registry_url)
     if topics:
         kafka["topics"] = dict(topics)
     return toml_document(
@@ -289,6 +301,9 @@ class Demo:
     started: float = field(default_factory=time.monotonic)
     children: list[Child] = field(default_factory=list)
     kafka: Any = None  # processor.devtools.kafka_local.LocalKafka when the demo started the broker
+    registry: bool = False  # Confluent wire format
+    registry_url: str | None = None  # a registry to use (else one is started when `registry`)
+    local_registry: Any = None  # processor.devtools.registry_local.LocalRegistry when the demo started it
     approved: bool = False
 
     @property
@@ -343,7 +358,38 @@ class Demo:
         self.say(f"Kafka: {bootstrap} (pid {self.kafka.pid}, log {self._rel(self.kafka.log_file)})")
         return bootstrap
 
-    def write_config(self, bootstrap: str, api_port: int, sandbox_port: int) -> Path:
+    def start_registry(self) -> str | None:
+        """The schema registry's URL with `--registry`: the given one, or a local registry started now."""
+        if not self.registry:
+            return None
+        if self.registry_url:
+            self.say(f"schema registry: using {self.registry_url} (Confluent wire format)")
+            return self.registry_url
+        from processor.devtools.registry_local import (
+            LocalRegistry,
+            RegistryLocalError,
+            cache_home,
+            registry_version,
+            runner_jar,
+        )
+
+        if runner_jar(cache_home()) is None:
+            self.say(f"schema registry: fetching Apicurio Registry {registry_version()} with Maven (first run only)")
+        self.say("schema registry: starting a local Apicurio Registry (in memory)")
+        self.local_registry = LocalRegistry(
+            self.directory / "registry", startup_timeout=min(120.0, self.remaining("starting the registry"))
+        )
+        try:
+            url = str(self.local_registry.start())
+        except (RegistryLocalError, OSError) as exc:
+            raise DemoError(f"the schema registry did not start: {exc}") from exc
+        self.say(
+            f"schema registry: {url} (pid {self.local_registry.pid}, log "
+            f"{self._rel(self.local_registry.console_file)}); Confluent wire format"
+        )
+        return url
+
+    def write_config(self, bootstrap: str, api_port: int, sandbox_port: int, registry_url: str | None = None) -> Path:
         """`dispersion sandbox init` on the chosen ports, then the processor configuration rewritten for the demo."""
         from sandbox.init import main as sandbox_init
 
@@ -382,6 +428,7 @@ class Demo:
                 bootstrap=bootstrap,
                 topics=topics,
                 group_id=group_id,
+                registry_url=registry_url,
             )
         )
         config.chmod(0o600)  # it holds the client secret
@@ -418,7 +465,7 @@ class Demo:
                 time.sleep(0.2)
 
     def create_topics(self, config: Path) -> None:
-        """The project's topics (`dispersion topics`' code), 3 partitions each."""
+        """The project's topics (`dispersion topics`' code), 3 partitions each, and their registry subjects."""
         from processor.cli.topics import main as topics_main
 
         with _captured() as output:
@@ -426,7 +473,10 @@ class Demo:
         if code != 0:
             raise DemoError(f"`dispersion topics` failed ({code}): {output.getvalue().strip()}")
         names = [line.split(":", 1)[0] for line in output.getvalue().splitlines() if ":" in line]
-        self.say(f"topics: {', '.join(names)}")
+        self.say(f"topics: {', '.join(name for name in names if not name.endswith('-value'))}")
+        subjects = [name for name in names if name.endswith("-value")]
+        if subjects:
+            self.say(f"schema registry subjects (BACKWARD compatibility): {', '.join(subjects)}")
 
     def start_processor(self, config: Path, bootstrap: str, port: int) -> Child:
         """One `dispersion processor` (role all) as a child process (not yet waited for)."""
@@ -501,7 +551,7 @@ class Demo:
 
         settings = settings_from_config(str(config))
         topic = settings.topic(STATUS_TOPIC)
-        codec = schemas.Codec(STATUS_TOPIC)
+        codec = schemas.WireCodec(STATUS_TOPIC, settings.wire)
         consumer = Consumer(
             settings.config(
                 **{
@@ -534,7 +584,10 @@ class Demo:
                     continue
                 if message.key() != wanted:
                     continue
-                record = codec.decode(message.value() or b"")
+                try:
+                    record = codec.decode(message.value() or b"", topic)
+                except schemas.SchemaError as exc:
+                    raise DemoError(f"reading {topic}: {exc}") from exc
                 if record["event_id"] in seen:
                     continue
                 seen.add(record["event_id"])
@@ -576,10 +629,11 @@ class Demo:
         """Every step; the exit status."""
         self.say(f"work directory {self.directory}; logs in {self.logs}")
         bootstrap = self.start_kafka()
+        registry_url = self.start_registry()
         api_port, sandbox_port = free_port(), free_port()
         while sandbox_port == api_port:
             sandbox_port = free_port()
-        config = self.write_config(bootstrap, api_port, sandbox_port)
+        config = self.write_config(bootstrap, api_port, sandbox_port, registry_url)
         sandbox, sandbox_url = self.start_sandbox(sandbox_port)
         self.create_topics(config)
         processor = self.start_processor(config, bootstrap, api_port)
@@ -612,6 +666,15 @@ class Demo:
                 code = child.stop(timeout=30.0 if child.name == "processor" else 10.0)
                 how = f"exit status {code}" if code >= 0 else f"ended by signal {-code}"
                 self.say(f"stopped the {child.name} (pid {child.pid}, {how})")
+        if self.local_registry is not None:
+            pid = self.local_registry.pid
+            try:
+                code = self.local_registry.stop()
+            except Exception as exc:  # cleanup must go on; say what happened
+                self.say(f"stopping the schema registry (pid {pid}) failed: {exc}")
+            else:
+                if pid is not None:
+                    self.say(f"stopped the schema registry (pid {pid}, exit status {code})")
         if self.kafka is not None:
             pid = self.kafka.pid
             try:
@@ -638,7 +701,15 @@ def main(argv: list[str]) -> int:
         print(f"dispersion demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
     bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None
-    demo = Demo(directory, args.timeout, approve=not args.no_approve, bootstrap=bootstrap)
+    registry_url = os.environ.get("DISPERSION_SCHEMA_REGISTRY_URL", "").strip() or None
+    demo = Demo(
+        directory,
+        args.timeout,
+        approve=not args.no_approve,
+        bootstrap=bootstrap,
+        registry=args.registry,
+        registry_url=registry_url,
+    )
     handled = (signal.SIGTERM, signal.SIGINT)
     previous = {sig: signal.signal(sig, _raise_interrupted) for sig in handled}
     try:

@@ -397,21 +397,10 @@ class LocalKafka:
 
     # -- commands --------------------------------------------------------------------------------------------
 
-    def _java_command(self) -> str:
-        if self._java:
-            return self._java
-        java_home = os.environ.get("JAVA_HOME")
-        if java_home and (Path(java_home) / "bin" / "java").is_file():
-            return str(Path(java_home) / "bin" / "java")
-        found = shutil.which("java")
-        if not found:
-            raise KafkaLocalError("a Java runtime (17 or later) is needed to run Kafka; install openjdk-17-jre")
-        return found
-
     def _jvm(self, main_class: str, *args: str, heap: str) -> list[str]:
         libs = fetch_jars(self.version, self.home, say=self._say)
         return [
-            self._java_command(),
+            find_java(self._java, "Kafka"),
             f"-Xmx{heap}",
             "-Xms64m",
             # Serial GC: no background GC threads competing for the few cores of a dev machine or CI.
@@ -533,20 +522,11 @@ class LocalKafka:
         process = self._process
         if process is None:
             return None
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                _log.warning("kafka pid %s ignored SIGTERM for %.0f s; killing it", process.pid, timeout)
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                process.wait(10)
+        code = terminate(process, timeout, "kafka")
         self._process = None
         with contextlib.suppress(FileNotFoundError):
             (self.directory / PID_FILE).unlink()
-        return process.returncode
+        return code
 
     def restart(self, timeout: float = 30.0) -> str:
         """Stop and start again on the same ports and data."""
@@ -615,17 +595,23 @@ def stop_detached(directory: Path, timeout: float = 30.0) -> bool:
     The pid file is trusted only when that process is a `kafka.Kafka` JVM started on this directory's
     `server.properties`, so a stale pid never hits an unrelated process.
     """
-    pid_path = directory.resolve() / PID_FILE
+    config = str(directory.resolve() / "server.properties")
+    return stop_by_pid_file(directory.resolve() / PID_FILE, ("kafka.Kafka", config), timeout)
+
+
+def stop_by_pid_file(pid_path: Path, needles: tuple[str, ...], timeout: float = 30.0) -> bool:
+    """SIGTERM (SIGKILL after `timeout`) the process named by `pid_path` when its command line holds every one of
+    `needles` (so a stale pid never hits an unrelated process); False when no such process runs."""
     try:
         pid = int(pid_path.read_text().strip())
     except (FileNotFoundError, ValueError):
         return False
-    if not _is_our_broker(pid, directory.resolve() / "server.properties"):
+    if not process_matches(pid, needles):
         pid_path.unlink(missing_ok=True)
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _is_our_broker(pid, directory.resolve() / "server.properties"):
+    while process_matches(pid, needles):
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
@@ -634,7 +620,8 @@ def stop_detached(directory: Path, timeout: float = 30.0) -> bool:
     return True
 
 
-def _is_our_broker(pid: int, config: Path) -> bool:
+def process_matches(pid: int, needles: tuple[str, ...]) -> bool:
+    """Whether `pid` is a live process whose command line has every one of `needles` as an argument."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         status = Path(f"/proc/{pid}/status").read_text()
@@ -642,4 +629,32 @@ def _is_our_broker(pid: int, config: Path) -> bool:
         return False
     if "State:\tZ" in status:  # exited, waiting to be reaped
         return False
-    return b"kafka.Kafka" in cmdline and str(config).encode() in cmdline
+    return all(needle.encode() in cmdline for needle in needles)
+
+
+def find_java(explicit: str | None = None, what: str = "Kafka") -> str:
+    """The `java` to run: `explicit`, else `$JAVA_HOME/bin/java`, else the one on the PATH."""
+    if explicit:
+        return explicit
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise KafkaLocalError(f"a Java runtime (17 or later) is needed to run {what}; install openjdk-17-jre")
+    return found
+
+
+def terminate(process: subprocess.Popen[bytes], timeout: float, name: str) -> int | None:
+    """SIGTERM a child this module started, SIGKILL it after `timeout`; its exit code."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _log.warning("%s pid %s ignored SIGTERM for %.0f s; killing it", name, process.pid, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait(10)
+    return process.returncode

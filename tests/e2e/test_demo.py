@@ -126,3 +126,63 @@ def test_demo_refuses_a_foreign_non_empty_directory(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "not made by `dispersion demo`" in done.stderr
     assert (work / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.kafka
+def test_demo_with_registry_runs_in_the_confluent_wire_format(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """`--registry` without DISPERSION_SCHEMA_REGISTRY_URL: the demo starts its own schema registry, registers the
+    subjects, every event travels Confluent-framed, and the registry is stopped at the end."""
+    from processor.devtools.registry_local import cache_home, runner_jar
+
+    if runner_jar(cache_home()) is None:
+        pytest.skip("the registry cache is cold (`dispersion dev registry fetch`)")
+    work = tmp_path / "demo-run"
+    env = {k: v for k, v in os.environ.items() if k != "DISPERSION_SCHEMA_REGISTRY_URL"}
+    env.update(KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, PYTHONUNBUFFERED="1")
+    done = _run_demo(work, env, "--registry", "--timeout", "120", timeout=180)
+    out = done.stdout
+    assert done.returncode == 0, f"exit {done.returncode}\n{out}\n{done.stderr}"
+
+    registry = re.search(r"schema registry: (http://127\.0\.0\.1:\d+/apis/ccompat/v7) \(pid (\d+)", out)
+    assert registry is not None, out
+    assert re.search(r"schema registry subjects \(BACKWARD compatibility\): .*dispersion\.status-value", out)
+    assert [status for _, status in STATUS_LINE.findall(out)] == [
+        "AUTHORIZATION_REQUIRED",
+        "AUTHORIZED",
+        "INITIATED",
+        "COMPLETED",
+    ]
+    followed = re.search(r"following (\S+) for batch", out)
+    assert followed is not None, out
+    values = _values(kafka_bootstrap, followed.group(1))
+    assert len(values) >= 4
+    assert {value[:1] for value in values} == {b"\x00"}  # Confluent framing: magic byte, then the schema id
+    assert re.search(rf"stopped the schema registry \(pid {registry.group(2)}", out)
+    assert [pid for pid in map(int, PID.findall(out)) if _running(pid)] == []
+    assert _processes_mentioning(str(work.resolve())) == []
+
+
+def _values(bootstrap: str, topic: str) -> list[bytes]:
+    """Every message value the topic holds now."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{os.getpid()}", "enable.partition.eof": True})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        values: list[bytes] = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + 30
+        while len(at_end) < len(partitions) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                at_end.add(message.partition() or 0)
+            else:
+                values.append(message.value() or b"")
+        return values
+    finally:
+        consumer.close()

@@ -1,6 +1,7 @@
 """The payroll.batches consumer on a real broker and a real store (SQLite and PostgreSQL): at-least-once intake,
 duplicates recognised, poison messages dead-lettered with everything kept, offsets moved only after the dead
-letter's acknowledgement, a clean leave on SIGTERM."""
+letter's acknowledgement, a clean leave on SIGTERM. Each in both wire formats (single-object, and Confluent with a
+real schema registry)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ from typing import Any
 import pytest
 from kafka_fixtures import create_topic
 from kafka_layer_support import batch_record, committed, new_topic, produce, read_topic, settings_for
+from registry_fixtures import register_subjects
 from store_fixtures import StoreTarget
 
-import schemas
 from consumers.batches import EngineIntake, IntakeOutcome, batch_consumer
 from consumers.loop import AtLeastOnceConsumer
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import KafkaSettings, producer_config
+from schemas import WireCodec, WireSettings
 from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -48,8 +50,19 @@ def topics(kafka_bootstrap: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def settings(kafka_bootstrap: str, topics: dict[str, str]) -> KafkaSettings:
-    return settings_for(kafka_bootstrap, topics)
+def settings(kafka_bootstrap: str, topics: dict[str, str], wire: WireSettings) -> KafkaSettings:
+    chosen = settings_for(kafka_bootstrap, topics, wire)
+    register_subjects(chosen)
+    return chosen
+
+
+def encode(settings: KafkaSettings, logical: str, record: Mapping[str, Any]) -> bytes:
+    """A record as another producer of this deployment writes it (its wire format)."""
+    return WireCodec(logical, settings.wire).encode(record, settings.topic(logical))
+
+
+def decode(settings: KafkaSettings, logical: str, value: bytes | None) -> dict[str, Any]:
+    return WireCodec(logical, settings.wire).decode(value or b"", settings.topic(logical))
 
 
 @pytest.fixture
@@ -69,7 +82,7 @@ def consume_until(consumer: AtLeastOnceConsumer, handled: int, timeout: float = 
 def test_a_batch_delivered_twice_is_accepted_once(
     settings: KafkaSettings, topics: dict[str, str], store: Store, intake: RecordingIntake
 ) -> None:
-    value = schemas.encode(BATCHES_TOPIC, batch_record("ERP-DUP-1"))
+    value = encode(settings, BATCHES_TOPIC, batch_record("ERP-DUP-1"))
     message = (b"ERP-DUP-1", value, [("source", b"erp")])
     produce(settings.bootstrap, topics[BATCHES_TOPIC], [message, message])  # the same event, delivered twice
 
@@ -94,12 +107,12 @@ def test_poison_messages_are_dead_lettered_whole_and_the_consumer_goes_on(
     settings: KafkaSettings, topics: dict[str, str], store: Store, intake: RecordingIntake
 ) -> None:
     garbage = b"\x00not avro at all\xff"
-    invalid = schemas.encode(BATCHES_TOPIC, batch_record("ERP-BAD-1", amounts=("-5.00", "10.00"), email="nope"))
-    valid = schemas.encode(BATCHES_TOPIC, batch_record("ERP-OK-1"))
+    invalid = encode(settings, BATCHES_TOPIC, batch_record("ERP-BAD-1", amounts=("-5.00", "10.00"), email="nope"))
+    valid = encode(settings, BATCHES_TOPIC, batch_record("ERP-OK-1"))
     headers: list[tuple[str, str | bytes | None]] = [("trace", b"abc"), ("trace", b"def"), ("empty", None)]
     # One partition, so the three arrive in this order.
     topic = new_topic(settings.bootstrap, "batches", partitions=1)
-    settings = settings_for(settings.bootstrap, {**topics, BATCHES_TOPIC: topic})
+    settings = settings_for(settings.bootstrap, {**topics, BATCHES_TOPIC: topic}, settings.wire)
     produce(
         settings.bootstrap,
         topic,
@@ -114,7 +127,7 @@ def test_poison_messages_are_dead_lettered_whole_and_the_consumer_goes_on(
     assert intake.verdicts == [("ERP-BAD-1", "invalid"), ("ERP-OK-1", "accepted")]
     letters = read_topic(settings.bootstrap, topics[DLQ_TOPIC], expect=2)
     assert len(letters) == 2
-    records = sorted((schemas.decode(DLQ_TOPIC, r.value or b"") for r in letters), key=lambda r: r["offset"])
+    records = sorted((decode(settings, DLQ_TOPIC, r.value) for r in letters), key=lambda r: r["offset"])
     first, second = records
     assert first["original_value"] == garbage
     assert first["original_key"] == b"k-garbage"
@@ -143,15 +156,16 @@ def test_poison_messages_are_dead_lettered_whole_and_the_consumer_goes_on(
 
 
 def test_the_offset_moves_only_after_the_dead_letter_is_acknowledged(
-    kafka_bootstrap: str, topics: dict[str, str], intake: RecordingIntake
+    kafka_bootstrap: str, topics: dict[str, str], intake: RecordingIntake, wire: WireSettings
 ) -> None:
     topic = new_topic(kafka_bootstrap, "batches", partitions=1)
     missing_dlq = f"{topics[DLQ_TOPIC]}.later"  # does not exist yet: dead letters cannot be acknowledged
-    settings = settings_for(kafka_bootstrap, {BATCHES_TOPIC: topic, DLQ_TOPIC: missing_dlq})
-    valid = schemas.encode(BATCHES_TOPIC, batch_record("ERP-AFTER-1"))
+    settings = settings_for(kafka_bootstrap, {BATCHES_TOPIC: topic, DLQ_TOPIC: missing_dlq}, wire)
+    register_subjects(settings)
+    valid = encode(settings, BATCHES_TOPIC, batch_record("ERP-AFTER-1"))
     produce(kafka_bootstrap, topic, [(b"x", b"garbage", None), (b"ERP-AFTER-1", valid, None)])
 
-    publisher = DeadLetterPublisher(producer_config(settings, "dlq"), topic=missing_dlq, timeout=2.0)
+    publisher = DeadLetterPublisher(producer_config(settings, "dlq"), topic=missing_dlq, timeout=2.0, wire=wire)
     consumer = batch_consumer(settings, intake, dead_letters=publisher, max_backoff=0.5)
     try:
         deadline = time.monotonic() + 8
@@ -167,7 +181,7 @@ def test_the_offset_moves_only_after_the_dead_letter_is_acknowledged(
         consumer.close()
     assert intake.verdicts == [("ERP-AFTER-1", "accepted")]
     letters = read_topic(kafka_bootstrap, missing_dlq, expect=1)
-    assert [schemas.decode(DLQ_TOPIC, r.value or b"")["original_value"] for r in letters][-1] == b"garbage"
+    assert [decode(settings, DLQ_TOPIC, r.value)["original_value"] for r in letters][-1] == b"garbage"
     assert committed(kafka_bootstrap, settings.group_id, topic, partitions=1) == {0: 2}
 
 
@@ -178,10 +192,12 @@ CONSUMER_SCRIPT = textwrap.dedent(
     from consumers.loop import install_sigterm
     from processor.store import Store
     from producers.kafka import KafkaSettings
+    from schemas import Registry, WireSettings
 
-    bootstrap, group, batches, dlq, url, schema = sys.argv[1:7]
+    bootstrap, group, batches, dlq, url, schema, wire_format, registry = sys.argv[1:9]
     store = Store.open(url, schema=schema or None)
-    settings = KafkaSettings(bootstrap, group, {"payroll.batches": batches, "payroll.batches.dlq": dlq})
+    wire = WireSettings(wire_format, Registry(registry) if registry else None)
+    settings = KafkaSettings(bootstrap, group, {"payroll.batches": batches, "payroll.batches.dlq": dlq}, wire=wire)
     consumer = batch_consumer(settings, EngineIntake(store))
     stop = threading.Event()
     install_sigterm(stop)
@@ -205,7 +221,7 @@ def test_sigterm_commits_and_leaves_the_group(
 ) -> None:
     from confluent_kafka.admin import AdminClient
 
-    values = [schemas.encode(BATCHES_TOPIC, batch_record(f"ERP-TERM-{i}")) for i in range(3)]
+    values = [encode(settings, BATCHES_TOPIC, batch_record(f"ERP-TERM-{i}")) for i in range(3)]
     produce(
         settings.bootstrap, topics[BATCHES_TOPIC], [(f"ERP-TERM-{i}".encode(), v, None) for i, v in enumerate(values)]
     )
@@ -221,6 +237,8 @@ def test_sigterm_commits_and_leaves_the_group(
             topics[DLQ_TOPIC],
             store_target.url,
             store_target.schema or "",
+            settings.wire.wire_format,
+            settings.wire.registry.url if settings.wire.registry else "",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -5,6 +5,8 @@ control sum right, one result line on stdout, progress on stderr); an invalid on
 produces nothing (the topic is read back to be sure); an unreachable broker exits 3 with a clear message; the
 configuration comes from `$DISPERSION_CONFIG` when `--config` is not given.
 
+Both in each wire format (single-object, and Confluent with a real schema registry).
+
 status: prints the events a topic holds (deduplicated on `event_id`), filters by batch, JSON lines, stops at a
 final status with `--until-terminal`, and finds its configuration (bootstrap, topic names) through
 `$DISPERSION_CONFIG` or ./dispersion.toml like submit does (compose's `cli` service sets nothing else).
@@ -28,16 +30,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import EXPORT, ORIGIN, Run, write_config
+from cli_support import EXPORT, NOMINA, ORIGIN, Run, workbook, write_config
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from registry_fixtures import register_subjects
 
 import schemas
 from processor.cli import status as statuscli
 from processor.cli import submit
+from producers.kafka import KafkaSettings
+from schemas import WireCodec, WireSettings
 
 pytestmark = pytest.mark.kafka
 
 EXPORT_SUM = Decimal("43226.50")
+BATCHES = "payroll.batches"
 T0 = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
 
 
@@ -97,11 +103,21 @@ def status_run(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
 # -- submit ------------------------------------------------------------------------------------------------------
 
 
+def wire_config(path: Path, bootstrap: str, wire: WireSettings, topics: Mapping[str, str]) -> Path:
+    """A configuration file naming `wire`'s format and registry, with the subjects of `topics` registered."""
+    extra = {"wire_format": wire.wire_format}
+    if wire.registry is not None:
+        extra["schema_registry_url"] = wire.registry.url
+    register_subjects(KafkaSettings(bootstrap, topics=dict(topics), wire=wire))
+    return write_config(path, bootstrap, topics, kafka=extra)
+
+
 def test_valid_export_produces_one_event_keyed_by_batch_id(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str, wire: WireSettings
 ) -> None:
     path = tmp_path / "payroll-export.csv"
     path.write_text(EXPORT)
+    config = wire_config(tmp_path / "conf" / "dispersion.toml", kafka_bootstrap, wire, {BATCHES: kafka_topic})
     before = datetime.now(UTC).replace(microsecond=0)
     result = submit_run(
         capsys,
@@ -111,6 +127,8 @@ def test_valid_export_produces_one_event_keyed_by_batch_id(
         "NOV-2024-001",
         "--integration",
         "sandbox",
+        "--config",
+        str(config),
         "--bootstrap",
         kafka_bootstrap,
         "--topic",
@@ -131,7 +149,8 @@ def test_valid_export_produces_one_event_keyed_by_batch_id(
     assert dict(message.headers() or []) == {"source": b"dispersion-submit", "export_file": b"payroll-export.csv"}
     value = message.value()
     assert value is not None
-    event = schemas.decode("payroll.batches", value)
+    assert schemas.wire_format_of(value) == wire.wire_format
+    event = WireCodec(BATCHES, wire).decode(value, kafka_topic)
     assert event["batch_id"] == "NOV-2024-001"
     assert event["integration"] == "sandbox"
     assert event["file_reference"] == "NOV-2024-001"  # the batch id's first 40 characters
@@ -230,6 +249,29 @@ def test_configuration_from_environment_names_bootstrap_topic_and_integration(
     assert len(read_topic(kafka_bootstrap, kafka_topic)) == 1
 
 
+def test_a_workbook_read_through_a_profile_becomes_one_exact_event(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """`submit --profile nomina` over an `.xlsx` (docs/submit.md, "Bring your ERP's export"): the amounts are the
+    decimals the cells show, the text account numbers keep their zeros, the batch id comes from its column."""
+    config = write_config(tmp_path / "dispersion.toml", kafka_bootstrap, {"payroll.batches": kafka_topic})
+    config.write_text(config.read_text() + NOMINA)
+    path = workbook(tmp_path / "nomina.xlsx")
+    result = submit_run(capsys, "--config", str(config), "--profile", "nomina", str(path), "--quiet")
+    assert result.code == 0, result.err
+    summary = "submitted batch NOM-2024-11: 3 transactions, control sum 8501.31 GTQ"
+    assert result.out.startswith(f"{summary} -> {kafka_topic} partition ")
+    (message,) = read_topic(kafka_bootstrap, kafka_topic)
+    assert message.key() == b"NOM-2024-11"
+    value = message.value()
+    assert value is not None
+    event = schemas.decode("payroll.batches", value)
+    assert [t["amount"] for t in event["transactions"]] == [Decimal("0.30"), Decimal("8500.00"), Decimal("1.01")]
+    accounts = [t["destination_account"]["account_number"] for t in event["transactions"]]
+    assert accounts == ["0012003003", "2001002001", "2001002002"]
+    assert event["origin_account"]["account_number"] == "3001234567"
+
+
 def test_progress_goes_to_stderr_and_the_result_to_stdout(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
 ) -> None:
@@ -317,10 +359,11 @@ def status_event(batch_id: str, status: str, minute: int, **fields: Any) -> dict
     }
 
 
-def produce(bootstrap: str, topic: str, *events: Mapping[str, Any]) -> None:
+def produce(bootstrap: str, topic: str, *events: Mapping[str, Any], wire: WireSettings | None = None) -> None:
+    codec = WireCodec("dispersion.status", wire)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for event in events:
-        producer.produce(topic, key=event["batch_id"].encode(), value=schemas.encode("dispersion.status", event))
+        producer.produce(topic, key=event["batch_id"].encode(), value=codec.encode(event, topic))
     assert producer.flush(30) == 0
 
 
@@ -374,9 +417,11 @@ def status_topic(kafka_bootstrap: str, kafka_topic: str) -> str:
 
 
 def test_status_prints_the_history_once_and_exits(
-    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, status_topic: str
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, kafka_topic: str, wire: WireSettings, tmp_path: Path
 ) -> None:
-    result = status_run(capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic)
+    config = wire_config(tmp_path / "dispersion.toml", kafka_bootstrap, wire, {"dispersion.status": kafka_topic})
+    produce(kafka_bootstrap, kafka_topic, *HISTORY, wire=wire)
+    result = status_run(capsys, "--config", str(config), "--topic", kafka_topic)
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert sorted(lines) == sorted([*NOV_LINES, OCT_LINE])

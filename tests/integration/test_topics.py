@@ -1,9 +1,12 @@
 """`dispersion topics` against a real broker: the six topics created with the wanted partitions, retention and size
 limits; a second run changes nothing; retention follows the options; a partition count is reported, never
-changed; `--check` changes nothing and exits 1 when something differs."""
+changed; `--check` changes nothing and exits 1 when something differs. With a schema registry, every topic's
+subject is registered with BACKWARD compatibility, which the registry then enforces on a schema change."""
 
 from __future__ import annotations
 
+import copy
+import json
 import uuid
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import pytest
 from cli_support import write_config
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
+import schemas
 from processor.cli.topics import main
 from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings
 from producers.topics import HOUR_MS, ensure_topics, project_topics
@@ -92,3 +96,59 @@ def test_the_command_creates_then_checks(
 
 def _described_names(bootstrap: str) -> set[str]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
+
+
+def test_subjects_get_backward_compatibility_and_the_registry_guards_schema_evolution(
+    kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    names = _names()
+    wire = {"wire_format": "confluent", "schema_registry_url": schema_registry_url}
+    config = write_config(tmp_path / "dispersion.toml", kafka_bootstrap, names, kafka=wire)
+    assert main(["--config", str(config), "--check", "--partitions", "1"]) == 1
+    assert f"{names[STATUS_TOPIC]}-value: missing" in capsys.readouterr().out  # --check registers nothing
+
+    assert main(["--config", str(config), "--partitions", "1"]) == 0
+    first = capsys.readouterr().out
+    assert f"{names[STATUS_TOPIC]}-value: registered (schema id " in first
+    assert main(["--config", str(config), "--partitions", "1"]) == 0
+    assert f"{names[STATUS_TOPIC]}-value: exists (schema id " in capsys.readouterr().out  # idempotent
+    assert main(["--config", str(config), "--check", "--partitions", "1"]) == 0
+
+    registry = SchemaRegistryClient({"url": schema_registry_url})
+    subject = f"{names[STATUS_TOPIC]}-value"
+    assert registry.get_compatibility(subject) == "BACKWARD"
+    released = json.loads(schemas.registry_text(STATUS_TOPIC))
+
+    compatible = copy.deepcopy(released)  # a new optional field: readers of the new version read old data
+    compatible["fields"].append({"name": "ledger_reference", "type": ["null", "string"], "default": None})
+    assert registry.register_schema(subject, Schema(json.dumps(compatible), "AVRO")) > 0
+
+    incompatible = copy.deepcopy(released)  # a new field without a default: old data cannot be read with it
+    incompatible["fields"].append({"name": "ledger_account", "type": "string"})
+    with pytest.raises(SchemaRegistryError) as refused:
+        registry.register_schema(subject, Schema(json.dumps(incompatible), "AVRO"))
+    assert refused.value.http_status_code == 409
+    assert len(registry.get_versions(subject)) == 2  # the released version and the compatible change
+
+
+def test_a_schema_the_registry_refuses_fails_the_command_clearly(
+    kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    names = _names()
+    registry = SchemaRegistryClient({"url": schema_registry_url})
+    subject = f"{names[STATUS_TOPIC]}-value"
+    # Someone else's record already lives under the subject, and BACKWARD forbids replacing it with ours.
+    registry.set_compatibility(subject_name=subject, level="BACKWARD")
+    registry.register_schema(subject, Schema(schemas.registry_text("vrp.payments"), "AVRO"))
+    wire = {"wire_format": "confluent", "schema_registry_url": schema_registry_url}
+    config = write_config(tmp_path / "dispersion.toml", kafka_bootstrap, names, kafka=wire)
+    assert main(["--config", str(config), "--partitions", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dispersion topics: the schema registry refused a version (BACKWARD): ")
+    assert "Traceback" not in err
+    assert len(registry.get_versions(subject)) == 1

@@ -13,6 +13,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from text_strategies import SAFE_CHARACTERS
 
 from processor.domain.batch import OriginAccount, PayrollBatch, Transfer
 from processor.domain.payload import prepare_file_payload
@@ -39,7 +40,7 @@ rows = st.lists(
         st.from_regex(r"[a-z0-9]{1,12}@[a-z]{1,10}\.(com|gt)", fullmatch=True),
         st.sampled_from(["SAVINGS", "MONETARY"]),
         st.integers(min_value=1, max_value=999_999_999_999_99).map(lambda c: Decimal(c) / 100),
-        st.text(max_size=140),
+        st.text(SAFE_CHARACTERS, max_size=140),
     ),
     min_size=1,
     max_size=20,

@@ -19,6 +19,7 @@ from typing import Any
 import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from text_strategies import SAFE_CHARACTERS
 
 from processor.domain.batch import OriginAccount, PayrollBatch, Transfer, batch_from_json
 from processor.domain.canonical import number_text
@@ -92,11 +93,6 @@ def test_control_sum_of_many_cents_and_tenths_is_not_float_rounded() -> None:
 
 # --- hash stability under the input's JSON spelling ----------------------------------------------------------
 
-# Free text as ERPs send it: any character but controls and bidi formatting (refused: processor/domain/text.py).
-SAFE_CHARACTERS = st.characters(
-    blacklist_categories=("Cc", "Cs"),
-    blacklist_characters="\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
-)
 concepts = st.text(SAFE_CHARACTERS, max_size=60)
 emails = st.from_regex(
     r"[a-z0-9]{1,10}(\.[a-z0-9+_-]{1,5})?@[a-z0-9]{1,10}(-[a-z0-9]{1,5})?\.(com|gt|org)", fullmatch=True

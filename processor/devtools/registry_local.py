@@ -1,0 +1,342 @@
+"""A real schema registry on loopback: Apicurio Registry 3.0.9 from Maven Central, in-memory storage.
+
+Used by `dispersion dev registry`, the test fixtures and `dispersion demo --registry`, so they all start the same
+registry the same way (like `processor.devtools.kafka_local` for the broker). Two parts:
+
+- `fetch_registry` runs Maven once (`dependency:copy` of `io.apicurio:apicurio-registry-app:3.0.9`, classifier
+  `all`, type `tar.gz`) into a cache folder (`~/.cache/dispersion/apicurio-registry-<version>`, or
+  `$DISPERSION_REGISTRY_HOME`) and unpacks it there. Later runs reuse it.
+- `LocalRegistry` runs `java -jar apicurio-registry-app-<version>-runner.jar` (Java 17) as a child process in its
+  own process group, on a free port of 127.0.0.1, and waits until it is ready. Its Confluent-compatible API is
+  `url` (`http://127.0.0.1:PORT/apis/ccompat/v7`). Storage is in memory: a restart starts empty.
+
+Only processes started here are ever signalled, and only by their pid.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from processor.devtools.kafka_local import (
+    _die_with_parent,
+    _file_lock,
+    find_java,
+    free_port,
+    stop_by_pid_file,
+    terminate,
+)
+
+DEFAULT_REGISTRY_VERSION = "3.0.9"  # 3.3.x needs Java 21
+ARTIFACT = "io.apicurio:apicurio-registry-app"
+CCOMPAT_PATH = "/apis/ccompat/v7"
+DEFAULT_HEAP = "384m"
+# maven-dependency-plugin 3.x reads the artifact's POM, whose parent (io.apicurio:apicurio-registry:3.0.9) is not on
+# Maven Central, and gives up; 2.8 (Maven 3's default binding) copies the file without reading it.
+COPY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:2.8:copy"
+PID_FILE = "registry.pid"
+URL_FILE = "registry.url"
+# A property on the command line that names the run directory: how `stop` recognises its own JVM by pid.
+DIR_PROPERTY = "dispersion.registry.dir"
+
+
+class RegistryLocalError(RuntimeError):
+    """The local registry could not be fetched, started or stopped."""
+
+
+def registry_version() -> str:
+    """The Apicurio Registry version to run: `$DISPERSION_REGISTRY_VERSION` or the project's pinned one."""
+    return os.environ.get("DISPERSION_REGISTRY_VERSION") or DEFAULT_REGISTRY_VERSION
+
+
+def cache_home(version: str | None = None) -> Path:
+    """Where one registry version is cached (`$DISPERSION_REGISTRY_HOME` overrides the default)."""
+    override = os.environ.get("DISPERSION_REGISTRY_HOME")
+    if override:
+        return Path(override).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "dispersion" / f"apicurio-registry-{version or registry_version()}"
+
+
+def runner_jar(home: Path) -> Path | None:
+    """The unpacked runner jar of a complete download (the marker is written last), or None."""
+    app = home / "app"
+    if not (app / ".complete").is_file():
+        return None
+    found = sorted(app.rglob("*-runner.jar"))
+    return found[0] if found else None
+
+
+def fetch_registry(
+    version: str | None = None,
+    home: Path | None = None,
+    *,
+    mvn: str | None = None,
+    timeout: float = 900.0,
+    say: Callable[[str], None] | None = None,
+) -> Path:
+    """Make sure the registry is downloaded and unpacked; return its runner jar.
+
+    The first call runs Maven (about 110 MB); later calls return at once. A failed or interrupted download leaves
+    nothing behind that looks complete.
+    """
+    version = version or registry_version()
+    home = home or cache_home(version)
+    jar = runner_jar(home)
+    if jar is not None:
+        return jar
+    with _file_lock(home / ".lock"):
+        jar = runner_jar(home)
+        if jar is not None:  # another process finished while we waited for the lock
+            return jar
+        mvn_path = mvn or shutil.which("mvn")
+        if not mvn_path:
+            raise RegistryLocalError(
+                "Maven (`mvn`) is needed once to fetch Apicurio Registry; install it (apt-get install maven)"
+            )
+        download = home / "download"
+        shutil.rmtree(download, ignore_errors=True)
+        if say:
+            say(f"fetching Apicurio Registry {version} with Maven into {home} (first run only)")
+        log_path = home / "maven.log"
+        command = [
+            mvn_path,
+            "-B",
+            COPY_PLUGIN,
+            f"-Dartifact={ARTIFACT}:{version}:tar.gz:all",
+            f"-DoutputDirectory={download}",
+        ]
+        with log_path.open("wb") as log:
+            try:
+                result = subprocess.run(
+                    command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False, cwd=home
+                )
+            except subprocess.TimeoutExpired as exc:
+                raise RegistryLocalError(f"Maven did not finish within {timeout:.0f} s; see {log_path}") from exc
+        archives = sorted(download.glob("*.tar.gz"))
+        if result.returncode != 0 or not archives:
+            raise RegistryLocalError(
+                f"Maven could not fetch {ARTIFACT}:{version} (exit {result.returncode}); see {log_path}"
+            )
+        staging = home / "app.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        with tarfile.open(archives[0]) as archive:
+            archive.extractall(staging, filter="data")  # no absolute paths, links or devices out of the archive
+        if not any(staging.rglob("*-runner.jar")):
+            raise RegistryLocalError(f"{archives[0]} holds no *-runner.jar")
+        shutil.rmtree(home / "app", ignore_errors=True)
+        staging.rename(home / "app")
+        (home / "app" / ".complete").write_text(version + "\n")
+        shutil.rmtree(download, ignore_errors=True)  # the unpacked tree is what runs
+    jar = runner_jar(home)
+    assert jar is not None
+    return jar
+
+
+class LocalRegistry:
+    """One local Apicurio Registry in a run directory (logs, pid); its data lives in memory only.
+
+    `start()` fetches it if needed and waits until it answers; `stop()` sends SIGTERM to the pid it started
+    (SIGKILL after a timeout). Without a directory a temporary one is used and removed by `close()`.
+    """
+
+    def __init__(
+        self,
+        directory: Path | str | None = None,
+        *,
+        port: int | None = None,
+        version: str | None = None,
+        home: Path | None = None,
+        heap: str = DEFAULT_HEAP,
+        java: str | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 120.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self._owns_directory = directory is None
+        chosen = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="dispersion-registry-"))
+        self.directory = chosen.resolve()
+        self.version = version or registry_version()
+        self.home = home or cache_home(self.version)
+        self.heap = heap
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self._java = java
+        self._say = say
+        self._requested_port = port
+        self.port: int | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def console_file(self) -> Path:
+        """What the registry printed (Quarkus logs to the console)."""
+        return self.directory / "logs" / "registry.log"
+
+    @property
+    def base_url(self) -> str:
+        """`http://host:port` of the running registry."""
+        if self.port is None:
+            raise RegistryLocalError("the registry has not been started")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The Confluent-compatible API, for `[kafka] schema_registry_url`."""
+        return self.base_url + CCOMPAT_PATH
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's pid while it runs."""
+        return self._process.pid if self._process and self._process.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the JVM this object started is alive."""
+        return self.pid is not None
+
+    def fetch(self) -> Path:
+        """Fetch the registry now (normally done by `start`)."""
+        return fetch_registry(self.version, self.home, say=self._say)
+
+    def command(self, jar: Path, port: int) -> list[str]:
+        """The JVM command line: in-memory storage, loopback only, a small heap and few threads."""
+        return [
+            find_java(self._java, "Apicurio Registry"),
+            f"-Xmx{self.heap}",
+            "-Xms64m",
+            # Serial GC and a quick JIT: no background threads competing for the few cores of a dev machine or CI.
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-D{DIR_PROPERTY}={self.directory}",
+            f"-Dquarkus.http.port={port}",
+            f"-Dquarkus.http.host={self.host}",
+            "-Dapicurio.storage.kind=sql",
+            "-Dapicurio.storage.sql.kind=h2",
+            "-Dapicurio.datasource.url=jdbc:h2:mem:dispersion_registry",
+            "-Dapicurio.datasource.jdbc.initial-size=2",
+            "-Dapicurio.datasource.jdbc.min-size=2",
+            "-jar",
+            str(jar),
+        ]
+
+    def start(self, *, detach: bool = False) -> str:
+        """Start the registry, wait until it is ready, return its Confluent-compatible URL.
+
+        With `detach` the registry is not tied to this process's life (for `dispersion dev registry --detach`).
+        """
+        if self.running:
+            return self.url
+        jar = self.fetch()
+        for attempt in range(3):
+            port = self._requested_port or free_port(self.host)
+            try:
+                return self._start_once(jar, port, detach=detach)
+            except RegistryLocalError as exc:
+                # A port picked free a moment ago may be taken by now (another session starting something).
+                taken = "Port already bound" in str(exc) or "Address already in use" in str(exc)
+                if self._requested_port or not taken or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, jar: Path, port: int, *, detach: bool) -> str:
+        self.console_file.parent.mkdir(parents=True, exist_ok=True)
+        self.port = port
+        # PR_SET_PDEATHSIG fires when the *thread* that started the child ends: tie only to the main thread.
+        tie = not detach and threading.current_thread() is threading.main_thread()
+        with self.console_file.open("ab") as console:
+            self._process = subprocess.Popen(
+                self.command(jar, port),
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                start_new_session=True,  # its own process group: a Ctrl-C in our terminal does not reach it
+                preexec_fn=_die_with_parent() if tie else None,  # only calls prctl
+            )
+        (self.directory / PID_FILE).write_text(f"{self._process.pid}\n")
+        (self.directory / URL_FILE).write_text(self.url + "\n")
+        try:
+            self.wait_until_ready(self.startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def wait_until_ready(self, timeout: float) -> None:
+        """Wait until the readiness check is UP and the Confluent-compatible API answers."""
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=2.0) as http:
+            while True:
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise RegistryLocalError(
+                        f"the registry did not get ready within {timeout:.0f} s:\n{self.log_tail()}"
+                    )
+                try:
+                    if (
+                        http.get(self.base_url + "/health/ready").status_code == 200
+                        and http.get(self.url + "/subjects").status_code == 200
+                    ):
+                        return
+                except httpx.HTTPError:
+                    pass  # not listening yet
+                time.sleep(0.25)
+
+    def _check_alive(self) -> None:
+        if self._process is not None and self._process.poll() is not None:
+            code = self._process.returncode
+            self._process = None
+            raise RegistryLocalError(f"the registry exited with code {code} during start-up:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM the registry this object started, SIGKILL it after `timeout`; return its exit code."""
+        process = self._process
+        if process is None:
+            return None
+        code = terminate(process, timeout, "registry")
+        self._process = None
+        (self.directory / PID_FILE).unlink(missing_ok=True)
+        return code
+
+    def close(self) -> None:
+        """Stop the registry and remove the run directory when this object created it."""
+        self.stop()
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines the registry printed."""
+        if not self.console_file.is_file():
+            return "(no output)"
+        return "\n".join(self.console_file.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> LocalRegistry:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def stop_detached(directory: Path, timeout: float = 30.0) -> bool:
+    """Stop a registry that `dispersion dev registry --detach` started in `directory`; False when none runs.
+
+    The pid file is trusted only when that process is a JVM started for this very directory.
+    """
+    directory = directory.resolve()
+    return stop_by_pid_file(directory / PID_FILE, (f"-D{DIR_PROPERTY}={directory}",), timeout)
