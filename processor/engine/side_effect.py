@@ -1,19 +1,22 @@
 """The guarded side effect: every resource-creating bank call of every flow (A1, A2, A3, B1, B2) goes
 begin -> call -> disposition -> complete | ambiguous | fail.
 
-    guard = Guarded(flow, flow_row.key, Operation.CREATE_CONSENT)
-    effect = await guard.begin(request_sha256)             # 1. a PENDING record holding the idempotency key, committed
-    if effect.done: ...                                    #    created before: use effect.resource_id, call nothing
+    guard = Guarded(flow, row.key, Operation.CREATE_VRP)
+    effect = await guard.begin(body)                     # 1. PENDING, the key and the request, committed
+    if effect.done: ...                                  #    created before: use effect.resource_id, call nothing
+    request = guard.request(body)                        #    what the first attempt sent (None: not reproducible)
     try:
-        consent = await guard.call(lambda again: bank.create_file_consent(..., idempotency_key=effect.idempotency_key))
-    except BankError as exc:                               # 2. the call failed: the one disposition decides
-        return await guard.failed(row, owner, exc, refuse)  #    retry | resolve (AMBIGUOUS) | refuse (FAILED)
+        vrp = await guard.call(lambda refresh: bank.create_domestic_vrp(request, ...))
+    except BankError as exc:                             # 2. the call failed: the one disposition decides
+        return await guard.failed(row, owner, exc, refuse)  # retry | resolve (AMBIGUOUS) | refuse (FAILED)
     ... in the transaction of the flow's move:
-        guard.complete(tx, consent.consent_id)             # 3. DONE with the resource, with the state change
+        guard.complete(tx, vrp.domestic_vrp_id)          # 3. DONE with the resource, with the state change
 
 A process that dies between 1 and 3 leaves the record PENDING and the row in its earlier state; the next `begin`
-finds it (`effect.resumed`) and the handler resolves the outcome (the same key again, or a read) instead of
-creating anything new. Nothing ever calls a creating operation with a new key for the same flow.
+finds it (`effect.resumed`) and the handler resolves the outcome (the bytes first sent, under the same key, or a
+read) instead of creating anything new. Nothing ever calls a creating operation with a new key, or another body
+under its key, for the same flow; and a resumed call is ended FAILED or REJECTED only on the bank's answer to that
+request or a read showing nothing was created (`unresolved`).
 
 `call` makes the checkpoints `{operation}:before` and `{operation}:after` (where the crash tests abort), and
 when the bank refuses the access token (`Disposition.REAUTHENTICATE`) repeats the call once with a refreshed
