@@ -1,7 +1,7 @@
 """The `vrp.mandates` and `vrp.payments` consumers: each record is decoded and stored by the VRP engine (never a
 bank call here: the stored mandate or payment is due work that a worker takes); its offset moves after that.
 
-    intake = VrpIntake(vrp)                      # vrp: processor.engine.vrp_flow.VrpEngine
+    intake = VrpIntake(vrp)                      # vrp: processor.engine.vrp.VrpEngine
     consumer = vrp_consumer(settings, intake)
     consumer.run(stop)
 
@@ -33,7 +33,7 @@ import schemas
 from consumers.loop import Accept, AtLeastOnceConsumer, Handler, Reject, Retry, Verdict, consumer_config, route
 from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, Payment
-from processor.engine.vrp_flow import VrpEngine
+from processor.engine.vrp import VrpEngine
 from processor.store import StoreError
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import KafkaSettings, producer_config

@@ -612,27 +612,11 @@ class BankClient:
     # -- flow B --------------------------------------------------------------------------------------------
 
     async def create_vrp_consent(
-        self,
-        *,
-        control_parameters: Mapping[str, Any],
-        initiation: Mapping[str, Any],
-        remittance_information: Mapping[str, Any],
-        idempotency_key: str,
-        risk: Mapping[str, Any] | None = None,
-        customer_ip: str | None = None,
+        self, body: bytes, *, idempotency_key: str, customer_ip: str | None = None
     ) -> VrpConsent:
-        """B1: create a domestic VRP consent (sweeping mandate)."""
+        """B1: create a domestic VRP consent (sweeping mandate) from its exact request bytes (`vrp_consent_body`;
+        a resumed call sends the bytes its first attempt sent)."""
         op = "B1 create domestic-vrp-consent"
-        body = dumps(
-            {
-                "Data": {
-                    "ControlParameters": control_parameters,
-                    "Initiation": initiation,
-                    "RemittanceInformation": remittance_information,
-                },
-                "Risk": dict(risk or {}),
-            }
-        )
         reply = await self._resource(
             op,
             "POST",
@@ -645,32 +629,11 @@ class BankClient:
         return self._parse(op, reply, lambda b: VrpConsent.parse(b, reply.interaction_id))
 
     async def create_domestic_vrp(
-        self,
-        *,
-        consent_id: str,
-        initiation: Mapping[str, Any],
-        instruction: Mapping[str, Any],
-        access_token: str,
-        idempotency_key: str,
-        psu_authentication_method: str = SCA,
-        vrp_type: str = SWEEPING,
-        risk: Mapping[str, Any] | None = None,
-        customer_ip: str | None = None,
+        self, body: bytes, *, access_token: str, idempotency_key: str, customer_ip: str | None = None
     ) -> DomesticVrp:
-        """B2: create a domestic VRP under an authorised consent, with that consent's auth-code token."""
+        """B2: create a domestic VRP under an authorised consent, with that consent's auth-code token, from its exact
+        request bytes (`domestic_vrp_body`; a resumed call sends the bytes its first attempt sent)."""
         op = "B2 create domestic-vrp"
-        body = dumps(
-            {
-                "Data": {
-                    "ConsentId": consent_id,
-                    "Initiation": initiation,
-                    "PSUAuthenticationMethod": psu_authentication_method,
-                    "VRPType": vrp_type,
-                    "Instruction": instruction,
-                },
-                "Risk": dict(risk or {}),
-            }
-        )
         reply = await self._resource(
             op,
             "POST",
@@ -832,3 +795,37 @@ def _transport_error(exc: httpx.RequestError, operation: str, interaction_id: st
     if isinstance(exc, httpx.DecodingError):
         return errors.ProtocolError(f"response could not be decoded ({kind})", **common)
     return errors.TransportError(f"request failed ({kind}: {exc})", retry_safe=False, **common)
+
+
+def vrp_consent_body(
+    control_parameters: Mapping[str, Any],
+    initiation: Mapping[str, Any],
+    remittance_information: Mapping[str, Any],
+    risk: Mapping[str, Any] | None = None,
+) -> bytes:
+    """The JSON bytes of a B1 request."""
+    data = {
+        "ControlParameters": control_parameters,
+        "Initiation": initiation,
+        "RemittanceInformation": remittance_information,
+    }
+    return dumps({"Data": data, "Risk": dict(risk or {})})
+
+
+def domestic_vrp_body(
+    consent_id: str,
+    initiation: Mapping[str, Any],
+    instruction: Mapping[str, Any],
+    psu_authentication_method: str = SCA,
+    vrp_type: str = SWEEPING,
+    risk: Mapping[str, Any] | None = None,
+) -> bytes:
+    """The JSON bytes of a B2 request."""
+    data = {
+        "ConsentId": consent_id,
+        "Initiation": initiation,
+        "PSUAuthenticationMethod": psu_authentication_method,
+        "VRPType": vrp_type,
+        "Instruction": instruction,
+    }
+    return dumps({"Data": data, "Risk": dict(risk or {})})

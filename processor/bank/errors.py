@@ -34,6 +34,16 @@ connection, 5xx). For a creating call the outcome must then be resolved (same ke
 never by a call with a new key.
 
 `error_from_response` maps a raw HTTP response of either error shape onto this tree; it is pure.
+
+`disposition(exc)` is what every flow of the engine does about a failed call, the one classifier:
+
+    reauthenticate   the bank refused the access token (token_expired, or a 401 / an `Authorization` error):
+                     refresh the token once and repeat the same request
+    retry            nothing happened at the bank, or repeating is safe (connect errors, 429): try again later
+    resolve          the bank may have acted (read timeout, dropped connection, 5xx, an answer we cannot read, a 409,
+                     the idempotency key refused as used with another body): record the call AMBIGUOUS and
+                     resolve it (the same bytes under the same key again, or a read) before anything new
+    refuse           a refusal repeating cannot change (any other 4xx, a refused grant): nothing was created
 """
 
 # The names follow the brief and httpx (Timeout, NotFound, ...), not the "Error" suffix rule.
@@ -46,6 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -53,6 +64,7 @@ __all__ = [
     "BankHTTPError",
     "ConnectError",
     "ConnectionDropped",
+    "Disposition",
     "ErrorEntry",
     "FailsControlParameters",
     "FieldInvalid",
@@ -74,6 +86,8 @@ __all__ = [
     "Timeout",
     "TokenExpired",
     "TransportError",
+    "describe",
+    "disposition",
     "error_from_response",
     "parse_retry_after",
 ]
@@ -370,3 +384,51 @@ def error_from_response(
     if status == 404:
         return NotFound(message, **common)
     return BankHTTPError(message, **common)
+
+
+class Disposition(StrEnum):
+    """What a flow does about a failed bank call (see the module docstring)."""
+
+    RETRY = "retry"
+    RESOLVE = "resolve"
+    REFUSE = "refuse"
+    REAUTHENTICATE = "reauthenticate"
+
+
+def _token_refused(exc: BankError) -> bool:
+    if isinstance(exc, TokenExpired):
+        return True
+    return isinstance(exc, HeaderInvalid) and (
+        exc.status == 401 or any(entry.path == "Authorization" for entry in exc.errors)
+    )
+
+
+def _may_follow_a_success(exc: BankError) -> bool:
+    # A conflict, or the idempotency key refused (used with another body, still in use): an earlier attempt
+    # under the key may have created the resource, so the refusal proves nothing.
+    if not isinstance(exc, BankHTTPError):
+        return False
+    named = any((entry.path or "").lower() == "x-idempotency-key" for entry in exc.errors)
+    return exc.status == 409 or named or "different body" in exc.message
+
+
+def disposition(exc: BankError) -> Disposition:
+    """The one classification of a failed bank call that every flow acts on."""
+    if _token_refused(exc):
+        return Disposition.REAUTHENTICATE
+    if exc.ambiguous or isinstance(exc, ProtocolError) or _may_follow_a_success(exc):
+        return Disposition.RESOLVE
+    if exc.retry_safe:
+        return Disposition.RETRY
+    if isinstance(exc, BankHTTPError) and 400 <= exc.status < 500:
+        return Disposition.REFUSE
+    return Disposition.RESOLVE  # anything else: never taken as final without knowing
+
+
+def describe(exc: BankError) -> str:
+    """A short line for a failed call: `HTTP 403 UK.OBIE.Header.Invalid: token_expired`, or the error's type
+    and message."""
+    if isinstance(exc, BankHTTPError):
+        code = f" {exc.code}" if exc.code else ""
+        return f"HTTP {exc.status}{code}: {exc.message}"
+    return f"{type(exc).__name__}: {exc.message}"

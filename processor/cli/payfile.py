@@ -41,13 +41,14 @@ from processor.cli.common import (
 from processor.cli.config import Config
 from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
 from processor.domain.file_states import FlowState
+from processor.domain.kinds import Kind
 from processor.domain.masking import mask_account
 from processor.domain.settings import ConfigError
 from processor.domain.time import iso_ms
 from processor.domain.validation import validate
 from processor.engine.assembly import Engine
 from processor.engine.authorization import approval_link
-from processor.engine.file_flow import KIND, results_of
+from processor.engine.file_events import results_of
 from processor.engine.intake import accept_batch, readable_batch_id
 from processor.store import Flow, Store, StoreError
 from processor.store.values import sha256_hex
@@ -235,7 +236,7 @@ def _announce(engine: Engine, flow: Flow) -> None:
         print(f"consent {flow.consent_id} created; uploading the file")
     elif state == FlowState.AWAITING_AUTHORIZATION:
         print(f"file uploaded; consent {flow.consent_id} awaits authorization")
-        print(f"approval link: {approval_link(engine.ctx.public_url, KIND, flow.batch_id, flow.approval_token)}")
+        print(f"approval link: {approval_link(engine.ctx.public_url, Kind.FILE, flow.batch_id, flow.approval_token)}")
         if flow.authorization_deadline is not None:
             print(f"the link works until {iso_ms(flow.authorization_deadline)}")
         print("waiting for the approver...", flush=True)
@@ -282,7 +283,7 @@ async def report(store: Store, engine: Engine, flow: Flow) -> int:
     if not flow.terminal:
         print(f"batch {batch_id}: {flow.state}, still running; run the same command again to resume")
         if flow.state == FlowState.AWAITING_AUTHORIZATION:
-            print(f"approval link: {approval_link(engine.ctx.public_url, KIND, batch_id, flow.approval_token)}")
+            print(f"approval link: {approval_link(engine.ctx.public_url, Kind.FILE, batch_id, flow.approval_token)}")
         if flow.last_error:
             print(f"  last error: {flow.last_error}")
         return WAITING

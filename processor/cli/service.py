@@ -60,7 +60,7 @@ from processor.cli.config import Config, default_config_path, load_config
 from processor.cli.logs import configure_logging
 from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
-from processor.engine.vrp_flow import attach_vrp
+from processor.engine.vrp import attach_vrp
 from processor.store import Store, StoreError, load_cipher
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import KafkaSettings, KafkaSetupError, producer_config, settings_from

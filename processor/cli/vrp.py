@@ -46,7 +46,7 @@ from processor.domain.time import iso_ms
 from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, mandate_terminal, payment_terminal
 from processor.engine.assembly import Engine
-from processor.engine.vrp_flow import VrpEngine, attach_vrp
+from processor.engine.vrp import VrpEngine, attach_vrp
 from processor.store import NotFoundError, Store, StoreError, VrpMandate, VrpPayment
 from schemas.topics import VRP_STATUS_TOPIC
 

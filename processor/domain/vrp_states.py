@@ -24,13 +24,15 @@ New payments enter at RECEIVED (mandate not yet authorised), SUBMITTED (checked 
 (limits), REJECTED (mandate ended) or INVALID (bad instruction). SUBMITTED, PENDING and COMPLETED payments
 count against the periodic limits; the others never reached the bank or were refused by it.
 
-The states match the store's suggested names (`processor.store.MandateState` / `VrpPaymentState`, free text
-columns), plus INVALID for payments.
+The store's `state` columns hold these values. `MANDATE_TABLE` and `PAYMENT_TABLE` (`processor.domain.steps`) are
+what the engine dispatches on.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from processor.domain.steps import Approval, Rule, Wait
 
 
 class IllegalMoveError(ValueError):
@@ -75,16 +77,20 @@ class VrpStatus(StrEnum):
     INVALID = "INVALID"
 
 
-MANDATE_MOVES: dict[Mandate, frozenset[Mandate]] = {
-    Mandate.RECEIVED: frozenset({Mandate.AWAITING_AUTHORIZATION, Mandate.INVALID}),
+_M = Mandate
+MANDATE_TABLE: dict[Mandate, Rule[Mandate]] = {
+    _M.RECEIVED: Rule("create_consent", frozenset({_M.AWAITING_AUTHORIZATION, _M.INVALID})),
     # Back to RECEIVED (publishing nothing) to replace a consent authorised at the bank whose tokens were lost.
-    Mandate.AWAITING_AUTHORIZATION: frozenset(
-        {Mandate.AUTHORIZED, Mandate.REJECTED, Mandate.EXPIRED, Mandate.RECEIVED}
+    _M.AWAITING_AUTHORIZATION: Rule(
+        "watch_authorization",
+        frozenset({_M.AUTHORIZED, _M.REJECTED, _M.EXPIRED, _M.RECEIVED}),
+        Wait.CHECK,
+        Approval.AWAITING,
     ),
-    Mandate.AUTHORIZED: frozenset(),
-    Mandate.REJECTED: frozenset(),
-    Mandate.EXPIRED: frozenset(),
-    Mandate.INVALID: frozenset(),
+    _M.AUTHORIZED: Rule(None, frozenset(), approval=Approval.AUTHORIZED),
+    _M.REJECTED: Rule(None, frozenset(), approval=Approval.REJECTED),
+    _M.EXPIRED: Rule(None, frozenset(), approval=Approval.EXPIRED),
+    _M.INVALID: Rule(None, frozenset(), approval=Approval.ENDED),
 }
 
 MANDATE_PUBLISHES: dict[Mandate, VrpStatus] = {
@@ -105,15 +111,17 @@ MANDATE_STATUS_RANKS: dict[VrpStatus, int] = {
     VrpStatus.INVALID: 100,
 }
 
-PAYMENT_MOVES: dict[Payment, frozenset[Payment]] = {
-    Payment.RECEIVED: frozenset({Payment.SUBMITTED, Payment.REFUSED, Payment.REJECTED, Payment.INVALID}),
-    Payment.SUBMITTED: frozenset({Payment.PENDING, Payment.COMPLETED, Payment.REJECTED, Payment.FAILED}),
-    Payment.PENDING: frozenset({Payment.COMPLETED, Payment.REJECTED}),
-    Payment.COMPLETED: frozenset(),
-    Payment.REFUSED: frozenset(),
-    Payment.REJECTED: frozenset(),
-    Payment.FAILED: frozenset(),
-    Payment.INVALID: frozenset(),
+_P = Payment
+PAYMENT_TABLE: dict[Payment, Rule[Payment]] = {
+    # Parked until its mandate is authorised: checked again now and then (and at once when it is).
+    _P.RECEIVED: Rule("recheck_parked", frozenset({_P.SUBMITTED, _P.REFUSED, _P.REJECTED, _P.INVALID}), Wait.CHECK),
+    _P.SUBMITTED: Rule("create_vrp", frozenset({_P.PENDING, _P.COMPLETED, _P.REJECTED, _P.FAILED})),
+    _P.PENDING: Rule("read_vrp", frozenset({_P.COMPLETED, _P.REJECTED}), Wait.POLL),
+    _P.COMPLETED: Rule(None, frozenset()),
+    _P.REFUSED: Rule(None, frozenset()),
+    _P.REJECTED: Rule(None, frozenset()),
+    _P.FAILED: Rule(None, frozenset()),
+    _P.INVALID: Rule(None, frozenset()),
 }
 
 # What entering a payment state may publish. REJECTED publishes LIMIT_EXCEEDED when the bank refused the
@@ -144,18 +152,18 @@ BANK_REJECTED = "Rejected"
 
 def mandate_terminal(state: str) -> bool:
     """Whether no move leaves this mandate state."""
-    return not MANDATE_MOVES[Mandate(state)]
+    return MANDATE_TABLE[Mandate(state)].terminal
 
 
 def payment_terminal(state: str) -> bool:
     """Whether no move leaves this payment state."""
-    return not PAYMENT_MOVES[Payment(state)]
+    return PAYMENT_TABLE[Payment(state)].terminal
 
 
 def move_mandate(current: str, target: Mandate, *, replacing: bool = False) -> VrpStatus | None:
     """Check a mandate move; the status it publishes. `replacing`: the mandate is on a replacement consent,
     so reaching AWAITING_AUTHORIZATION again publishes nothing (its approval link already went out)."""
-    if target not in MANDATE_MOVES[Mandate(current)]:
+    if target not in MANDATE_TABLE[Mandate(current)].moves:
         raise IllegalMoveError(f"mandate {current} -> {target.value} is not a legal move")
     if replacing and target is Mandate.AWAITING_AUTHORIZATION:
         return None
@@ -164,7 +172,7 @@ def move_mandate(current: str, target: Mandate, *, replacing: bool = False) -> V
 
 def move_payment(current: str, target: Payment, status: VrpStatus | None) -> None:
     """Check a payment move and the status published with it (None: nothing)."""
-    if target not in PAYMENT_MOVES[Payment(current)]:
+    if target not in PAYMENT_TABLE[Payment(current)].moves:
         raise IllegalMoveError(f"VRP payment {current} -> {target.value} is not a legal move")
     allowed = PAYMENT_PUBLISHES[target]
     if status is None and allowed and target is not Payment.SUBMITTED:
@@ -189,8 +197,3 @@ def payment_state_of_bank_status(bank_status: str) -> Payment:
     if bank_status == BANK_REJECTED:
         return Payment.REJECTED
     return Payment.PENDING
-
-
-def backoff(attempt: int, first: float, cap: float) -> float:
-    """Seconds before the next try: doubling from `first` per attempt (attempt 0 waits `first`), capped."""
-    return float(min(cap, first * (2 ** min(max(0, attempt), 30))))

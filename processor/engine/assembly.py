@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from processor.bank.integration import Integration
+from processor.domain.kinds import Kind
 from processor.domain.time import Clock, SystemClock
 from processor.engine.authorization import Authorizer, FlowKinds
 from processor.engine.banks import BankPool
@@ -116,7 +117,7 @@ def build_engine(
         checkpoint=checkpoint,
     )
     kinds = FlowKinds()
-    kinds.register("file", FileAuthorizationHooks(ctx))
+    kinds.register(Kind.FILE, FileAuthorizationHooks(ctx))
     file_flow = FileFlow(ctx)
     engine = Engine(
         config=config,

@@ -1,11 +1,11 @@
 """Authorization machinery shared by every flow kind: the stable approval link, PAR, and the redirect callback.
 
-A flow kind ("file" for file payments, "mandate" for VRP mandates) plugs in by registering an object that
-satisfies `AuthorizationHooks`:
+A flow kind (`Kind.FILE` for file payments, `Kind.MANDATE` for VRP mandates) plugs in by registering an object
+that satisfies `AuthorizationHooks`:
 
     kinds = FlowKinds()
-    kinds.register("file", FileAuthorizationHooks())
-    kinds.register("mandate", MandateAuthorizationHooks())      # processor/engine/vrp_flow.py
+    kinds.register(Kind.FILE, FileAuthorizationHooks(ctx))             # processor/engine/file_flow.py
+    kinds.register(Kind.MANDATE, MandateAuthorizationHooks())           # processor/engine/mandate_flow.py
 
 The hooks are synchronous and run inside a store transaction (`tx`) opened by this module, so the flow's
 state change, its outbox event and (for `on_authorized`) the stored tokens commit together or not at all.
@@ -13,7 +13,7 @@ They must touch nothing but the store (the transaction may be repeated on a busy
 
 Sequence (see docs/engine.md):
 
-    approver opens  GET {public_url}/approve/{kind}/{flow_id}?t=<approval token>
+    approver opens  GET {public_url}/approve/{kind.link}/{flow_id}?t=<approval token>
       -> hooks.consent_for(tx, flow_id): token, deadline, still awaiting?          (else a refusal page)
       -> new auth attempt: state (256 bits) + PKCE verifier (encrypted), committed
       -> E4 PAR (fresh request_uri every time), E5 authorization URL
@@ -49,24 +49,22 @@ from urllib.parse import quote
 import structlog
 
 from processor.bank import BankClient, BankError, TokenResponse, new_pkce, new_state
+from processor.domain.kinds import Kind
+from processor.domain.steps import Approval
 from processor.domain.time import Clock, SystemClock, iso_ms
 from processor.engine.banks import BankPool, UnknownIntegrationError
 from processor.engine.settings import EngineSettings
-from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx, VersionConflictError
+from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx
 
 log = structlog.get_logger("processor.engine.authorization")
-
-# The store's `auth_attempts.flow_kind` column knows two values; registry kinds map onto them.
-_STORE_FLOW_KIND = {"file": "file", "mandate": "vrp", "vrp": "vrp"}
-_LOG_FIELD = {"file": "batch_id", "mandate": "mandate_id"}
 
 # The bank's consent status once the approver authorised it (file and VRP consents alike).
 CONSENT_AUTHORISED = "Authorised"
 
 
-async def _consent_status(bank: BankClient, kind: str, consent_id: str) -> str:
+async def _consent_status(bank: BankClient, kind: Kind, consent_id: str) -> str:
     """The consent's status at the bank (A: file-payment consent, B: VRP consent), client-credentials token."""
-    if store_flow_kind(kind) == "file":
+    if kind is Kind.FILE:
         return (await bank.get_file_consent(consent_id, echo_file=False)).status
     return (await bank.get_vrp_consent(consent_id)).status
 
@@ -89,7 +87,7 @@ class PendingAuthorization:
     - `deadline`: when the approval link stops working (None: no deadline).
     - `awaiting`: True only while the flow waits for its approver; any other state (not yet ready, already
       authorised, rejected, expired, ended) makes the link refuse and the callback skip the token exchange.
-    - `state`: the flow's state name, shown on refusal pages and in logs.
+    - `state`: the flow's state name, shown in logs; what the link answers for it comes from the kind's table.
     """
 
     integration: str
@@ -136,18 +134,18 @@ class UnknownFlowKindError(KeyError):
 
 
 class FlowKinds:
-    """The registry of flow kinds: kind name (as it appears in approval links) -> hooks."""
+    """The registry of the kinds whose flows wait for an approver: kind -> hooks."""
 
     def __init__(self) -> None:
-        self._hooks: dict[str, AuthorizationHooks] = {}
+        self._hooks: dict[Kind, AuthorizationHooks] = {}
 
-    def register(self, kind: str, hooks: AuthorizationHooks) -> None:
-        """Register (or replace) the hooks of `kind` ("file" or "mandate")."""
-        if kind not in _STORE_FLOW_KIND:
-            raise ValueError(f"unknown flow kind {kind!r}; known: {sorted(_STORE_FLOW_KIND)}")
+    def register(self, kind: Kind, hooks: AuthorizationHooks) -> None:
+        """Register (or replace) the hooks of `kind` (`Kind.FILE` or `Kind.MANDATE`)."""
+        if not kind.approved:
+            raise ValueError(f"flows of kind {kind.value!r} have no approver")
         self._hooks[kind] = hooks
 
-    def hooks(self, kind: str) -> AuthorizationHooks:
+    def hooks(self, kind: Kind) -> AuthorizationHooks:
         """The hooks of `kind`; `UnknownFlowKindError` when none are registered."""
         try:
             return self._hooks[kind]
@@ -157,84 +155,16 @@ class FlowKinds:
     def __contains__(self, kind: object) -> bool:
         return kind in self._hooks
 
-    @staticmethod
-    def log_ids(kind: str, flow_id: str) -> dict[str, str]:
-        """The field a flow's id gets in log lines, as the workers name it (batch_id, mandate_id)."""
-        return {_LOG_FIELD.get(kind, "flow_id"): flow_id}
-
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[Kind]:
         return iter(self._hooks)
 
 
-def store_flow_kind(kind: str) -> str:
-    """The `auth_attempts.flow_kind` value of a registry kind ("file" -> "file", "mandate" -> "vrp")."""
-    return _STORE_FLOW_KIND[kind]
-
-
-def registry_kind(store_kind: str) -> str:
-    """The registry kind of a stored attempt's `flow_kind` ("vrp" -> "mandate")."""
-    return "mandate" if store_kind == "vrp" else store_kind
-
-
-def approval_link(public_url: str, kind: str, flow_id: str, approval_token: str) -> str:
+def approval_link(public_url: str, kind: Kind, flow_id: str, approval_token: str) -> str:
     """The stable approval link of a flow, published as `authorization_url` in its status event:
-    `{public_url}/approve/{kind}/{flow_id}?t={approval_token}` (flow id and token URL-quoted)."""
+    `{public_url}/approve/{kind.link}/{flow_id}?t={approval_token}` (flow id and token URL-quoted)."""
     base = public_url.rstrip("/")
-    return f"{base}/approve/{quote(kind, safe='')}/{quote(flow_id, safe='')}?t={quote(approval_token, safe='')}"
-
-
-# -- per-consent tokens -------------------------------------------------------------------------------------------
-
-
-class MissingTokensError(LookupError):
-    """No usable authorization-code token is stored for a consent (never authorised, or refresh impossible)."""
-
-
-async def consent_access_token(
-    store: Store,
-    bank: BankClient,
-    consent_id: str,
-    *,
-    clock: Clock,
-    margin: float = 60.0,
-    force_refresh: bool = False,
-) -> str:
-    """The consent's access token from the store, refreshed first (refresh-token grant, stored again encrypted)
-    when it expires within `margin` seconds or when `force_refresh` (the bank refused it).
-
-    Two instances refreshing at once: the second write loses the compare-and-set and uses the winner's tokens.
-    Raises `MissingTokensError`, or the bank's error when the refresh itself fails.
-    """
-    tokens = await store.arun(lambda tx: tx.tokens.get(consent_id), write=False)
-    if tokens is None:
-        raise MissingTokensError(f"no tokens are stored for consent {consent_id}")
-    now = clock.now()
-    if not force_refresh and not tokens.expires_within(now, margin):
-        return tokens.access_token
-    if tokens.refresh_token is None:
-        raise MissingTokensError(f"the token of consent {consent_id} expired and there is no refresh token")
-    fresh = await bank.refresh(tokens.refresh_token)
-    if fresh.consent_id is not None and fresh.consent_id != consent_id:
-        raise MissingTokensError(f"the refreshed token names consent {fresh.consent_id}, not {consent_id}")
-    stored = tokens
-
-    def save(tx: StoreTx) -> str:
-        try:
-            return tx.tokens.replace(
-                stored,
-                access_token=fresh.access_token,
-                expires_at=fresh.expires_at,
-                now=clock.now(),
-                refresh_token=fresh.refresh_token,
-                scope=fresh.scope or None,
-            ).access_token
-        except VersionConflictError:
-            winner = tx.tokens.get(consent_id)
-            if winner is None:
-                raise MissingTokensError(f"the tokens of consent {consent_id} were deleted meanwhile") from None
-            return winner.access_token
-
-    return await store.arun(save)
+    link = quote(kind.link, safe="")
+    return f"{base}/approve/{link}/{quote(flow_id, safe='')}?t={quote(approval_token, safe='')}"
 
 
 # -- the approval link and the redirect ---------------------------------------------------------------------------
@@ -286,21 +216,23 @@ class Authorizer:
 
     # -- GET /approve/{kind}/{flow_id}?t=... --------------------------------------------------------------------
 
-    async def open_link(self, kind: str, flow_id: str, token: str) -> Outcome:
-        """The approver opened the approval link: check it, push a fresh PAR, and say where to redirect."""
+    async def open_link(self, link: str, flow_id: str, token: str) -> Outcome:
+        """The approver opened the approval link (`link`: its kind segment): check it, push a fresh PAR, and say
+        where to redirect."""
         refused = Outcome(404, "unknown_link", "This approval link is not valid. Check that it was copied whole.")
-        if kind not in self.kinds or not token or len(token) > MAX_PARAM or len(flow_id) > MAX_PARAM:
+        kind = Kind.of_link(link)
+        if kind is None or kind not in self.kinds or not token or len(token) > MAX_PARAM or len(flow_id) > MAX_PARAM:
             return refused
-        with structlog.contextvars.bound_contextvars(**self.kinds.log_ids(kind, flow_id)):
+        with structlog.contextvars.bound_contextvars(**{kind.log_field: flow_id}):
             return await self._open_link(kind, flow_id, token, refused)
 
-    async def _open_link(self, kind: str, flow_id: str, token: str, refused: Outcome) -> Outcome:
+    async def _open_link(self, kind: Kind, flow_id: str, token: str, refused: Outcome) -> Outcome:
         hooks = self.kinds.hooks(kind)
         pending = await self.store.arun(lambda tx: hooks.consent_for(tx, flow_id), write=False)
         if pending is None or not hmac.compare_digest(pending.approval_token.encode(), token.encode()):
             return refused
         now = self.clock.now()
-        where = {"kind": kind, "flow_id": flow_id}
+        where = {"kind": kind.link, "flow_id": flow_id}
         if pending.deadline is not None and now >= pending.deadline:
             return Outcome(
                 410,
@@ -309,7 +241,7 @@ class Authorizer:
                 **where,
             )
         if not pending.awaiting or pending.consent_id is None:
-            return _not_awaiting(pending, where)
+            return _not_awaiting(kind.approval(pending.state), where)
         try:
             bank = await self.banks.get(pending.integration)
         except (UnknownIntegrationError, BankError) as exc:
@@ -324,7 +256,7 @@ class Authorizer:
         # The attempt (state + encrypted verifier) is committed before the bank hears of the state.
         await self.store.arun(
             lambda tx: tx.auth.create(
-                flow_kind=store_flow_kind(kind),
+                flow_kind=kind.value,
                 flow_id=flow_id,
                 consent_id=consent_id,
                 integration=pending.integration,
@@ -372,19 +304,19 @@ class Authorizer:
         if attempt is None:
             log.warning("redirect with an unknown state; ignored")
             return Outcome(400, "unknown_state", "This authorization response is not one we started.")
-        kind = registry_kind(attempt.flow_kind)
+        kind = Kind(attempt.flow_kind)
         if kind not in self.kinds:
             return Outcome(400, "unknown_state", "This authorization response is not one we started.")
         # Every line logged from here on (the bank client's E6 and A3 included) names the flow.
-        with structlog.contextvars.bound_contextvars(**self.kinds.log_ids(kind, attempt.flow_id)):
+        with structlog.contextvars.bound_contextvars(**{kind.log_field: attempt.flow_id}):
             return await self._complete(attempt, kind, params)
 
-    async def _complete(self, attempt: AuthAttempt, kind: str, params: Mapping[str, str]) -> Outcome:
+    async def _complete(self, attempt: AuthAttempt, kind: Kind, params: Mapping[str, str]) -> Outcome:
         code = params.get("code", "")
         error = params.get("error", "")
         iss = params.get("iss")
         state = params.get("state", "")
-        where = {"kind": kind, "flow_id": attempt.flow_id}
+        where = {"kind": kind.link, "flow_id": attempt.flow_id}
         try:
             integration = self.banks.integration(attempt.integration)
         except UnknownIntegrationError:
@@ -400,12 +332,12 @@ class Authorizer:
                 400, "expired_state", "This authorization took too long. Open the approval link again.", **where
             )
         if consumed.outcome is ConsumeOutcome.USED:
-            return await self._repeated(hooks, attempt, code, error, where)
+            return await self._repeated(kind, attempt, code, error, where)
         if not consumed.ok:
             return Outcome(400, "unknown_state", "This authorization response is not one we started.", **where)
         if error:
             return await self._error(hooks, attempt, error, params.get("error_description", ""), where)
-        return await self._exchange(hooks, attempt, code, where)
+        return await self._exchange(kind, attempt, code, where)
 
     async def _error(
         self, hooks: AuthorizationHooks, attempt: AuthAttempt, error: str, description: str, where: dict[str, str]
@@ -429,9 +361,8 @@ class Authorizer:
         log.info("authorization rejected", flow_id=attempt.flow_id, recorded=changed)
         return Outcome(200, "rejected", "The rejection was received. Nothing will be paid.", **where)
 
-    async def _exchange(
-        self, hooks: AuthorizationHooks, attempt: AuthAttempt, code: str, where: dict[str, str]
-    ) -> Outcome:
+    async def _exchange(self, kind: Kind, attempt: AuthAttempt, code: str, where: dict[str, str]) -> Outcome:
+        hooks = self.kinds.hooks(kind)
         now = self.clock.now()
         pending = await self.store.arun(lambda tx: hooks.consent_for(tx, attempt.flow_id), write=False)
         if (
@@ -451,7 +382,7 @@ class Authorizer:
             log.warning("code exchange failed", flow_id=attempt.flow_id, error=type(exc).__name__)
             if bank is not None and isinstance(exc, BankError):
                 found = await self._replace_if_stranded(
-                    where["kind"], bank, attempt.flow_id, attempt.consent_id, own_state=attempt.state
+                    kind, bank, attempt.flow_id, attempt.consent_id, own_state=attempt.state
                 )
                 if found is Stranded.REPLACED:
                     return _preparing_again(where)
@@ -493,11 +424,12 @@ class Authorizer:
         return Outcome(200, "authorized", "Authorization received. The payment will now be made.", **where)
 
     async def _repeated(
-        self, hooks: AuthorizationHooks, attempt: AuthAttempt, code: str, error: str, where: dict[str, str]
+        self, kind: Kind, attempt: AuthAttempt, code: str, error: str, where: dict[str, str]
     ) -> Outcome:
         """A second delivery of a redirect whose state is used up: a no-op answered with success once the first
         delivery's result is recorded. Never a second exchange, except to recover a first exchange that left no
         tokens long ago (its process died mid-way): the code is then either unused (and works) or refused."""
+        hooks = self.kinds.hooks(kind)
         waited = 0.0
         step = 0.1
         while True:
@@ -513,7 +445,7 @@ class Authorizer:
         now = self.clock.now()
         used_at = attempt.used_at
         if code and not error and used_at is not None:
-            recovered = await self._recover(hooks, attempt, code, now, used_at, where)
+            recovered = await self._recover(kind, attempt, code, now, used_at, where)
             if recovered is not None:
                 return recovered
         return Outcome(
@@ -524,7 +456,7 @@ class Authorizer:
         )
 
     async def _replace_if_stranded(
-        self, kind: str, bank: BankClient, flow_id: str, consent_id: str, *, own_state: str
+        self, kind: Kind, bank: BankClient, flow_id: str, consent_id: str, *, own_state: str
     ) -> Stranded:
         """After a failed exchange or a refused PAR: if the bank holds `consent_id` authorised while no tokens
         are stored for it, and no other attempt started or consumed within `exchange_recovery_after` may still
@@ -547,7 +479,7 @@ class Authorizer:
             pending = hooks.consent_for(tx, flow_id)
             if pending is None or not pending.awaiting or pending.consent_id != consent_id:
                 return Stranded.NO
-            for other in tx.auth.for_flow(store_flow_kind(kind), flow_id):
+            for other in tx.auth.for_flow(kind.value, flow_id):
                 # The bank marks a consent Authorised when the approver decides, before any exchange: another
                 # attempt started or consumed lately may still bring its redirect or finish its exchange.
                 latest = other.used_at or other.created_at
@@ -573,7 +505,7 @@ class Authorizer:
 
     async def _recover(
         self,
-        hooks: AuthorizationHooks,
+        kind: Kind,
         attempt: AuthAttempt,
         code: str,
         now: datetime,
@@ -586,7 +518,7 @@ class Authorizer:
         if has_tokens:
             return None
         log.warning("repeating a code exchange that left no tokens", flow_id=attempt.flow_id)
-        return await self._exchange(hooks, attempt, code, where)
+        return await self._exchange(kind, attempt, code, where)
 
 
 def _preparing_again(where: dict[str, str]) -> Outcome:
@@ -599,14 +531,13 @@ def _preparing_again(where: dict[str, str]) -> Outcome:
     )
 
 
-def _not_awaiting(pending: PendingAuthorization, where: dict[str, str]) -> Outcome:
-    state = pending.state
-    if state in ("AUTHORIZED", "INITIATED", "COMPLETED", "PAYMENT_CREATED"):
+def _not_awaiting(approval: Approval, where: dict[str, str]) -> Outcome:
+    if approval is Approval.AUTHORIZED:
         return Outcome(409, "already_authorized", "This payment is already authorised. Nothing more to do.", **where)
-    if state == "REJECTED":
+    if approval is Approval.REJECTED:
         return Outcome(410, "rejected", "This payment was rejected. The link no longer works.", **where)
-    if state == "EXPIRED":
+    if approval is Approval.EXPIRED:
         return Outcome(410, "deadline_passed", "The deadline to authorise this payment has passed.", **where)
-    if state in ("FAILED", "INVALID", "REVOKED"):
+    if approval is Approval.ENDED:
         return Outcome(410, "ended", "This payment has ended. The link no longer works.", **where)
     return Outcome(409, "not_ready", "This payment is not ready for authorization yet. Try again in a moment.", **where)

@@ -1,324 +1,104 @@
-"""Flow A, the file payment, as durable steps: each call of `FileFlow.run` advances one flow as far as it can.
+"""Flow A, the file payment: the step handlers `FILE_TABLE` names, and the authorization hooks of its kind.
 
-    RECEIVED         A1 create consent           -> CONSENT_CREATED
-    CONSENT_CREATED  A2 upload the file          -> AWAITING_AUTHORIZATION   publishes AUTHORIZATION_REQUIRED
-    AWAITING_...     (the approver; processor.engine.authorization moves it on)  -> AUTHORIZED | REJECTED
-                     due at the deadline         -> EXPIRED
-    AUTHORIZED       A3 create the file payment  -> INITIATED                publishes INITIATED
-    INITIATED        A4 read (backing off), report-file -> COMPLETED | FAILED with the per-transaction report
+    RECEIVED         create_consent  A1 create consent     -> CONSENT_CREATED
+    CONSENT_CREATED  upload_file     A2 upload the file    -> AWAITING_AUTHORIZATION   publishes AUTHORIZATION_REQUIRED
+    AWAITING_...     expire_if_due   (the approver; `FileAuthorizationHooks` move it on) -> EXPIRED at the deadline
+    AUTHORIZED       create_payment  A3 create the payment -> INITIATED                publishes INITIATED
+    INITIATED        poll_payment    A4 read (backing off), report-file -> COMPLETED | FAILED with the results
 
-Crash safety. Every resource-creating call (A1, A2, A3) is bracketed by the store's side-effect records:
-
-1. `side_effects.begin` commits a PENDING record holding the idempotency key *before* the call;
-2. the call is made with that key (the bank client repeats it on its own retries);
-3. `side_effects.complete` and the flow's move (with its outbox event) commit *together* after it.
-
-A process that dies between 1 and 3 leaves the record PENDING with the flow still in the earlier state; the next
-run finds `effect.resumed` and resolves the outcome instead of creating anything new: A1 is repeated with the
-same key (the bank answers with the consent it already created), A2 first reads the consent (the file landed if
-it left `AwaitingUpload`), A3 first reads the consent (`Consumed` means the payment exists; repeating A3 with the
-same key returns it). A bank error that may have taken effect (timeout, reset, 5xx: `ambiguous`) is recorded
-AMBIGUOUS and resolved the same way on the next try. A semantic refusal (4xx) ends the flow FAILED. Nothing ever
-calls a creating operation with a new key for the same flow.
-
-Every state change is a compare-and-set on the flow's version made by the holder of its lease, so two
-instances never both act on one flow; a flow whose lease ran out (its worker died) is taken over by another.
+Leases, the step loop and retries are the leased-flow base's (`processor.engine.leased`); every creating call
+(A1, A2, A3) is a guarded side effect (`processor.engine.side_effect`). On resume: A1 is repeated with the same
+key (the bank answers with the consent it already created), A2 first reads the consent (the file landed if it
+left `AwaitingUpload`), A3 first reads the consent (`Consumed` means the payment exists; repeating A3 with the
+same key returns it).
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import re
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from decimal import Decimal
-from functools import cached_property
 from typing import Any
 
-import orjson
 import structlog
 
-from processor.bank import BankError, ProtocolError
+from processor.bank import BankClient, BankError
 from processor.bank import errors as bank_errors
-from processor.bank.models import FilePaymentReport
-from processor.domain.batch import PayrollBatch, batch_from_json
-from processor.domain.file_states import BatchStatus, FlowState, move, outcome_of_bank_status
-from processor.domain.payload import FilePayload, prepare_file_payload
+from processor.bank.models import FilePayment
+from processor.domain.file_states import FlowState, move, outcome_of_bank_status
+from processor.domain.kinds import Kind
 from processor.domain.time import iso_ms
-from processor.engine.authorization import (
-    AuthorizationHooks,
-    MissingTokensError,
-    PendingAuthorization,
-    approval_link,
-    consent_access_token,
-)
+from processor.engine.authorization import AuthorizationHooks, PendingAuthorization, approval_link
 from processor.engine.context import EngineContext
-from processor.store import Flow, Operation, SideEffect, StatusEvent, StoreTx, VersionConflictError
-from schemas.topics import STATUS_TOPIC
+from processor.engine.file_events import (
+    currency_in_tx,
+    report_summary,
+    status_event,
+    transaction_results,
+)
+from processor.engine.file_payloads import FilePayloads
+from processor.engine.leased import LeasedFlow
+from processor.engine.side_effect import Guarded, Refusal
+from processor.engine.tokens import TokenUnavailableError, access_token
+from processor.store import EffectStatus, Flow, Operation, StoreTx
 
 log = structlog.get_logger("processor.engine.file")
 
-KIND = "file"
 PAYMENT_PENDING = "InitiationPending"
+_UNKNOWN = (EffectStatus.PENDING, EffectStatus.AMBIGUOUS)
 
 
 class FlowNotAwaitingError(RuntimeError):
     """A hook was called for a flow that no longer waits for its approver (or for another consent)."""
 
 
-# -- status events ----------------------------------------------------------------------------------------------
-
-
-def status_payload(
-    flow: Flow,
-    status: BatchStatus | str,
-    now: datetime,
-    *,
-    currency: str | None = None,
-    **overrides: Any,
-) -> dict[str, Any]:
-    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v1.avsc, minus `event_id`,
-    which the outbox assigns). Values come from the flow row; `overrides` replace them (e.g. the new ids)."""
-    payload: dict[str, Any] = {
-        "batch_id": flow.batch_id,
-        "status": str(status),
-        "occurred_at": iso_ms(now),
-        "consent_id": flow.consent_id,
-        "file_payment_id": flow.file_payment_id,
-        "authorization_url": None,
-        "number_of_transactions": flow.number_of_transactions,
-        "control_sum": flow.control_sum,
-        "currency": currency if flow.control_sum is not None or currency else None,
-        "bank_status": flow.bank_status,
-        "reason": None,
-        "transaction_results": None,
-    }
-    payload.update(overrides)
-    return payload
-
-
-def status_event(
-    flow: Flow,
-    target: FlowState,
-    now: datetime,
-    *,
-    currency: str | None = None,
-    replacing: bool = False,
-    **overrides: Any,
-) -> StatusEvent | None:
-    """The event a move of `flow` to `target` publishes (None when it publishes nothing); checks the move.
-    `replacing`: the flow is on a replacement consent (see `flow_states.move`)."""
-    status = move(flow.state, target, replacing=replacing)
-    if status is None:
-        return None
-    return StatusEvent(status.value, status_payload(flow, status, now, currency=currency, **overrides), STATUS_TOPIC)
-
-
-# The batch's `origin_account` is a flat object; in JSON text an unescaped `"origin_account"` followed by `:` can
-# only be a member name (inside a string value its quotes would be escaped).
-_ORIGIN_ACCOUNT = re.compile(r'"origin_account"\s*:\s*(\{[^{}]*\})')
-
-
-def _origin_currency(payload_text: str) -> str | None:
-    """The origin account's currency from the stored batch text, without parsing the whole batch (a
-    100,000-transfer batch is 24 MB of JSON)."""
-    found = _ORIGIN_ACCOUNT.search(payload_text)
-    try:
-        origin = orjson.loads(found.group(1)) if found else orjson.loads(payload_text)["origin_account"]
-        value = origin["currency"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return None
-    return value if isinstance(value, str) else None
-
-
-# -- the per-transaction report ---------------------------------------------------------------------------------
-
-_LINE_STATUS = {"settled": "COMPLETED", "rejected": "FAILED", "pending": "PENDING"}
-
-
-def transaction_results(
-    report: FilePaymentReport, transfers: Sequence[tuple[str | None, Decimal]]
-) -> list[dict[str, Any]] | None:
-    """The report's lines as the status event's `transaction_results` (batch order; `transfers` gives each
-    transfer's employee reference and amount), or None when the bank's report is not in a format we can read."""
-    if not report.lines:
-        return None
-    results: list[dict[str, Any]] = []
-    for line in sorted(report.lines, key=lambda item: item.index):
-        transfer = transfers[line.index] if 0 <= line.index < len(transfers) else None
-        reason = " ".join(part for part in (line.reason_code, line.reason) if part) or None
-        results.append(
-            {
-                "index": line.index,
-                "employee_reference": transfer[0] if transfer else None,
-                "amount": transfer[1] if transfer else line.amount,
-                "status": _LINE_STATUS.get(line.status.lower(), "PENDING"),
-                "reason": reason,
-            }
-        )
-    return results
-
-
-def report_summary(results: list[dict[str, Any]] | None) -> str | None:
-    """`2 of 3 transfers settled; 1 rejected (AC04 ...)`: a reason line for COMPLETED and FAILED events."""
-    if not results:
-        return None
-    done = sum(1 for r in results if r["status"] == "COMPLETED")
-    failed = [r for r in results if r["status"] == "FAILED"]
-    text = f"{done} of {len(results)} transfers settled"
-    if failed:
-        codes = sorted({(r["reason"] or "no reason").split(" ")[0] for r in failed})
-        text += f"; {len(failed)} rejected ({', '.join(codes)})"
-    return text
-
-
-# -- the flow ---------------------------------------------------------------------------------------------------
-
-
-class _Prepared:
-    """A flow's file payload, and the `Data.Initiation` of A1 and A3 as JSON bytes (the canonical file reused,
-    never re-serialised), built on first use: A2 never needs it."""
-
-    def __init__(self, payload: FilePayload) -> None:
-        self.payload = payload
-        self.currency = payload.origin.currency
-        self.transactions = len(payload.source.batch.transactions)
-
-    @cached_property
-    def initiation(self) -> bytes:
-        return self.payload.initiation_json()
-
-    @cached_property
-    def initiation_sha256(self) -> str:
-        return hashlib.sha256(self.initiation).hexdigest()
-
-
-class FileFlow:
+class FileFlow(LeasedFlow[Flow]):
     """The steps of flow A over the store. One instance serves any number of flows concurrently."""
 
-    kind = KIND
-    log_field = "batch_id"
+    kind = Kind.FILE
 
     def __init__(self, ctx: EngineContext, *, cache_transactions: int = 20_000) -> None:
-        self.ctx = ctx
-        # Built payloads, most recent last, holding at most `cache_transactions` transfers in all: enough for
-        # every flow in flight at month end (32 x a few hundred) to build its payload once for A1 and A2, while
-        # a very large batch is never kept between steps (a 100,000-transfer payload is about 160 MiB).
-        self._cache: OrderedDict[tuple[str, str], _Prepared] = OrderedDict()
-        self._cache_transactions = cache_transactions
-        self._cached_transactions = 0
+        super().__init__(ctx)
+        self.payloads = FilePayloads(ctx.store, cache_transactions=cache_transactions)
 
-    # -- claiming ---------------------------------------------------------------------------------------------
-
-    async def claim(self, *, owner: str, limit: int) -> list[Flow]:
-        """Lease up to `limit` due flows."""
-        now = self.ctx.clock.now()
-        lease = self.ctx.settings.lease_seconds
-        return await self.ctx.store.arun(
-            lambda tx: tx.flows.claim_due(now=now, owner=owner, limit=limit, lease_seconds=lease)
-        )
-
-    async def acquire(self, key: str, *, owner: str) -> Flow | None:
-        """Lease one flow if it is due and free (single-flow mode, e.g. `dispersion pay-file`)."""
-        now = self.ctx.clock.now()
-        lease = self.ctx.settings.lease_seconds
-
-        def work(tx: StoreTx) -> Flow | None:
-            flow = tx.flows.get(key)
-            if flow is None or flow.next_action_at is None or flow.next_action_at > now:
-                return None
-            return tx.flows.acquire(key, owner=owner, now=now, lease_seconds=lease)
-
-        return await self.ctx.store.arun(work)
-
-    async def renew(self, key: str, *, owner: str) -> bool:
-        """Extend the lease while a step runs; False when it was lost."""
-        now = self.ctx.clock.now()
-        lease = self.ctx.settings.lease_seconds
-        return await self.ctx.store.arun(lambda tx: tx.flows.renew(key, owner=owner, now=now, lease_seconds=lease))
-
-    async def release(self, key: str, *, owner: str) -> None:
-        """Give a lease back."""
-        await self.ctx.store.arun(lambda tx: tx.flows.release(key, owner=owner))
-
-    # -- running ----------------------------------------------------------------------------------------------
-
-    async def run(self, flow: Flow, *, owner: str) -> Flow:
-        """Advance a leased flow step by step until it waits (for the approver, the bank, a retry) or ends.
-
-        Returns the flow as last written. Errors that are not the bank's (a bug, the database) are recorded as
-        `last_error` and the flow is retried later; a lost compare-and-set means someone else moved the flow,
-        so this run just stops.
-        """
-        current = flow
-        try:
-            while True:
-                following = await self.step(current, owner=owner)
-                if following is None:
-                    return current
-                current = following
-                if current.terminal or current.lease_owner != owner:
-                    return current
-                now = self.ctx.clock.now()
-                if current.next_action_at is None or current.next_action_at > now:
-                    return current
-        except VersionConflictError:
-            log.info("flow changed under this step; leaving it", batch_id=current.batch_id, state=current.state)
-            await self.release(current.batch_id, owner=owner)
-            return current
-        except Exception as exc:  # a bug or the database: keep the flow, try again later
-            log.exception("flow step crashed", batch_id=current.batch_id, state=current.state)
-            await self._reschedule_after_error(current, owner, f"internal error: {type(exc).__name__}: {exc}")
-            return current
-
-    async def step(self, flow: Flow, *, owner: str) -> Flow | None:
-        """Run the one step the flow's state calls for; the flow as written, or None when nothing was done."""
-        state = flow.state
-        if state == FlowState.RECEIVED:
-            return await self._create_consent(flow, owner)
-        if state == FlowState.CONSENT_CREATED:
-            return await self._upload(flow, owner)
-        if state == FlowState.AWAITING_AUTHORIZATION:
-            return await self._check_deadline(flow, owner)
-        if state == FlowState.AUTHORIZED:
-            return await self._create_payment(flow, owner)
-        if state == FlowState.INITIATED:
-            return await self._poll_payment(flow, owner)
-        # Terminal (or unknown) state: nothing to do; make sure it is not claimed again.
-        return await self._write(flow, owner, flow.state, next_action_at=None, release_lease=True)
+    def repo(self, tx: StoreTx) -> Any:
+        """The `flows` table."""
+        return tx.flows
 
     # -- A1 ---------------------------------------------------------------------------------------------------
 
-    async def _create_consent(self, flow: Flow, owner: str) -> Flow | None:
-        prepared = await self._prepared(flow)
+    async def create_consent(self, flow: Flow, owner: str) -> Flow:
+        """A1: the file-payment consent, created once (the same key on every try)."""
+        prepared = await self.payloads.prepared(flow)
         if prepared is None:
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
         initiation, file_hash = prepared.initiation, prepared.payload.file_hash
-        effect = await self._begin(flow, Operation.CREATE_CONSENT, prepared.initiation_sha256)
+        guard = Guarded(self, flow.batch_id, Operation.CREATE_CONSENT)
+        effect = await guard.begin(initiation, keep=False, digest=prepared.initiation_sha256)
         del prepared  # a payload too large for the cache is freed before the bank's (large) answer is read
         if effect.done and effect.resource_id:
-            return await self._consent_created(flow, owner, effect.resource_id, file_hash)
-        self.ctx.checkpoint("create_consent:before", flow.batch_id)
+            return await self._consent_created(flow, owner, guard, effect.resource_id, file_hash)
+        request = guard.request(initiation)
+        if request is None:
+            return await guard.unresolved(flow, owner, "the consent request changed since its first attempt")
         bank = await self.ctx.banks.get(flow.integration)
         try:
             # A resumed record repeats the call with the same key: the bank answers with the consent it holds.
-            consent = await bank.create_file_consent(
-                initiation, idempotency_key=effect.idempotency_key, echo_file=False
+            consent = await guard.call(
+                lambda _: bank.create_file_consent(request, idempotency_key=effect.idempotency_key, echo_file=False)
             )
         except BankError as exc:
-            return await self._bank_error(flow, owner, Operation.CREATE_CONSENT, exc)
-        self.ctx.checkpoint("create_consent:after", flow.batch_id)
+            return await guard.failed(flow, owner, exc, self._refused(flow, owner, guard))
         if consent.file_hash != file_hash:
             log.warning("consent echoes another file hash", batch_id=flow.batch_id, consent_id=consent.consent_id)
-        return await self._consent_created(flow, owner, consent.consent_id, file_hash)
+        return await self._consent_created(flow, owner, guard, consent.consent_id, file_hash)
 
-    async def _consent_created(self, flow: Flow, owner: str, consent_id: str, file_hash: str) -> Flow:
-        now = self.ctx.clock.now()
+    async def _consent_created(
+        self, flow: Flow, owner: str, guard: Guarded[Flow], consent_id: str, file_hash: str
+    ) -> Flow:
+        now = self.now()
 
         def work(tx: StoreTx) -> Flow:
-            tx.side_effects.complete(flow.batch_id, Operation.CREATE_CONSENT, consent_id, now=now)
+            guard.complete(tx, consent_id)
             return tx.flows.transition(
                 flow,
                 FlowState.CONSENT_CREATED,
@@ -337,36 +117,42 @@ class FileFlow:
 
     # -- A2 ---------------------------------------------------------------------------------------------------
 
-    async def _upload(self, flow: Flow, owner: str) -> Flow | None:
+    async def upload_file(self, flow: Flow, owner: str) -> Flow:
+        """A2: the file, uploaded once to the consent (a resumed upload first reads whether it landed)."""
         consent_id = flow.consent_id
         if consent_id is None:
             return await self._fail(flow, owner, "consent id missing for the upload")
-        prepared = await self._prepared(flow)
+        prepared = await self.payloads.prepared(flow)
         if prepared is None:
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
         body, currency = prepared.payload.upload_json(consent_id), prepared.currency
         del prepared
-        effect = await self._begin(flow, Operation.UPLOAD, hashlib.sha256(body).hexdigest())
+        guard = Guarded(self, flow.batch_id, Operation.UPLOAD)
+        effect = await guard.begin(body, keep=False)
         if effect.done:
-            return await self._uploaded(flow, owner, currency)
+            return await self._uploaded(flow, owner, guard, currency)
         bank = await self.ctx.banks.get(flow.integration)
+        refuse = self._refused(flow, owner, guard)
+        request = guard.request(body)
         try:
             if effect.resumed and await bank.upload_landed(consent_id):
-                return await self._uploaded(flow, owner, currency)
-            self.ctx.checkpoint("upload:before", flow.batch_id)
-            result = await bank.upload_file(consent_id, body, idempotency_key=effect.idempotency_key)
+                return await self._uploaded(flow, owner, guard, currency)
+            if request is None:
+                return await guard.unresolved(flow, owner, "the file changed since its first upload attempt")
+            result = await guard.call(
+                lambda _: bank.upload_file(consent_id, request, idempotency_key=effect.idempotency_key)
+            )
         except bank_errors.InvalidConsentStatus as exc:
             # The consent is past AwaitingUpload: our file landed (an answer lost earlier) unless it was rejected.
             try:
                 landed = await bank.upload_landed(consent_id)
             except BankError as again:
-                return await self._bank_error(flow, owner, Operation.UPLOAD, again)
+                return await guard.failed(flow, owner, again, refuse)
             if landed:
-                return await self._uploaded(flow, owner, currency)
-            return await self._bank_error(flow, owner, Operation.UPLOAD, exc)
+                return await self._uploaded(flow, owner, guard, currency)
+            return await guard.failed(flow, owner, exc, refuse)
         except BankError as exc:
-            return await self._bank_error(flow, owner, Operation.UPLOAD, exc)
-        self.ctx.checkpoint("upload:after", flow.batch_id)
+            return await guard.failed(flow, owner, exc, refuse)
         if result.number_of_transactions != flow.number_of_transactions or result.control_sum != flow.control_sum:
             log.warning(
                 "upload answer differs from the batch",
@@ -374,15 +160,16 @@ class FileFlow:
                 bank_count=result.number_of_transactions,
                 count=flow.number_of_transactions,
             )
-        return await self._uploaded(flow, owner, currency)
+        return await self._uploaded(flow, owner, guard, currency)
 
-    async def _uploaded(self, flow: Flow, owner: str, currency: str) -> Flow:
+    async def _uploaded(self, flow: Flow, owner: str, guard: Guarded[Flow], currency: str) -> Flow:
         assert flow.consent_id is not None
-        now = self.ctx.clock.now()
+        consent_id = flow.consent_id
+        now = self.now()
         # A replacement consent (the first one's tokens were lost) keeps the deadline and the published link.
         replacing = flow.authorization_deadline is not None
-        deadline = flow.authorization_deadline or now + timedelta(seconds=self.ctx.settings.authorization_deadline)
-        link = approval_link(self.ctx.public_url, KIND, flow.batch_id, flow.approval_token)
+        deadline = flow.authorization_deadline or self._deadline(now)
+        link = approval_link(self.ctx.public_url, self.kind, flow.batch_id, flow.approval_token)
         event = status_event(
             flow,
             FlowState.AWAITING_AUTHORIZATION,
@@ -393,7 +180,7 @@ class FileFlow:
         )
 
         def work(tx: StoreTx) -> Flow:
-            tx.side_effects.complete(flow.batch_id, Operation.UPLOAD, flow.consent_id or "", now=now)
+            guard.complete(tx, consent_id)
             return tx.flows.transition(
                 flow,
                 FlowState.AWAITING_AUTHORIZATION,
@@ -401,7 +188,7 @@ class FileFlow:
                 owner=owner,
                 event=event,
                 authorization_deadline=deadline,
-                next_action_at=deadline,  # the worker looks again only to expire it
+                next_action_at=self.next_look(FlowState.AWAITING_AUTHORIZATION, now, deadline=deadline),
                 attempts=0,
                 last_error=None,
                 release_lease=True,
@@ -411,86 +198,117 @@ class FileFlow:
         log.info("file uploaded; waiting for the approver", batch_id=flow.batch_id, deadline=iso_ms(deadline))
         return updated
 
+    def _deadline(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self.ctx.settings.authorization_deadline)
+
     # -- waiting for the approver -----------------------------------------------------------------------------
 
-    async def _check_deadline(self, flow: Flow, owner: str) -> Flow:
-        now = self.ctx.clock.now()
+    async def expire_if_due(self, flow: Flow, owner: str) -> Flow:
+        """While the approver decides: nothing until the deadline, then EXPIRED."""
+        now = self.now()
         deadline = flow.authorization_deadline
         if deadline is not None and now < deadline:
-            return await self._write(flow, owner, flow.state, next_action_at=deadline, release_lease=True)
-        currency = await self._currency(flow)
+            return await self.update(flow, owner, next_action_at=deadline, release_lease=True)
+        currency = await self.payloads.currency(flow)
         reason = "the approver did not authorise before the deadline" + (
             f" ({iso_ms(deadline)})" if deadline is not None else ""
         )
         event = status_event(flow, FlowState.EXPIRED, now, currency=currency, reason=reason)
-        updated = await self._write(
-            flow, owner, FlowState.EXPIRED, event=event, next_action_at=None, release_lease=True, last_error=None
+        updated = await self.ctx.store.arun(
+            lambda tx: tx.flows.transition(
+                flow,
+                FlowState.EXPIRED,
+                now=now,
+                owner=owner,
+                event=event,
+                next_action_at=None,
+                last_error=None,
+                release_lease=True,
+            )
         )
         log.info("authorization deadline passed", batch_id=flow.batch_id)
         return updated
 
     # -- A3 ---------------------------------------------------------------------------------------------------
 
-    async def _create_payment(self, flow: Flow, owner: str) -> Flow | None:
+    async def create_payment(self, flow: Flow, owner: str) -> Flow:
+        """A3: the file payment under the authorised consent, with the consent's token (refreshed when due)."""
         consent_id = flow.consent_id
         if consent_id is None:
             return await self._fail(flow, owner, "consent id missing for the payment")
-        prepared = await self._prepared(flow)
+        bank = await self.ctx.banks.get(flow.integration)
+
+        async def nothing_created() -> bool:
+            # A consent is Consumed once its payment exists (read with the client-credentials token).
+            try:
+                return (await bank.get_file_consent(consent_id, echo_file=False)).status != "Consumed"
+            except BankError:
+                return False
+
+        prepared = await self.payloads.prepared(flow)
         if prepared is None:
-            return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
+            reason = "the stored batch can no longer be turned into a file payload"
+            earlier = await self.ctx.store.arun(
+                lambda tx: tx.side_effects.get(flow.batch_id, Operation.CREATE_PAYMENT), write=False
+            )
+            if earlier is not None and earlier.status in _UNKNOWN and not await nothing_created():
+                return await self.retry_later(flow, owner, reason)  # an earlier A3 may have paid: never FAILED
+            return await self._fail(flow, owner, reason)
         initiation, currency = prepared.initiation, prepared.currency
-        effect = await self._begin(flow, Operation.CREATE_PAYMENT, prepared.initiation_sha256)
+        guard = Guarded(self, flow.batch_id, Operation.CREATE_PAYMENT)
+        effect = await guard.begin(initiation, keep=False, digest=prepared.initiation_sha256)
         del prepared
         if effect.done and effect.resource_id:
-            return await self._initiated(flow, owner, effect.resource_id, PAYMENT_PENDING, currency)
-        bank = await self.ctx.banks.get(flow.integration)
+            return await self._initiated(flow, owner, guard, effect.resource_id, PAYMENT_PENDING, currency)
         key = effect.idempotency_key
-        refreshed = False
-        while True:
-            try:
-                token = await consent_access_token(
-                    self.ctx.store, bank, consent_id, clock=self.ctx.clock, force_refresh=refreshed
-                )
-            except MissingTokensError as exc:
-                return await self._fail(flow, owner, f"cannot create the payment: {exc}")
-            except BankError as exc:
-                if exc.retry_safe or isinstance(exc, ProtocolError):
-                    return await self._bank_error(flow, owner, Operation.CREATE_PAYMENT, exc)
-                return await self._fail(flow, owner, f"the consent's token could not be refreshed: {exc}")
-            try:
-                payment = None
-                if effect.resumed:
-                    # An earlier try may have created it: the consent tells (Consumed), repeating the key finds it.
-                    payment = await bank.find_file_payment(
-                        consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
-                    )
-                if payment is None:
-                    self.ctx.checkpoint("create_payment:before", flow.batch_id)
-                    payment = await bank.create_file_payment(
-                        consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
-                    )
-            except bank_errors.HeaderInvalid as exc:
-                if refreshed or exc.status != 401:
-                    return await self._bank_error(flow, owner, Operation.CREATE_PAYMENT, exc)
-                refreshed = True  # the bank refused the access token: refresh it once and repeat (same key)
-                continue
-            except bank_errors.InvalidConsentStatus as exc:
-                try:
-                    payment = await bank.find_file_payment(
-                        consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
-                    )
-                except BankError as again:
-                    return await self._bank_error(flow, owner, Operation.CREATE_PAYMENT, again)
-                if payment is None:
-                    return await self._bank_error(flow, owner, Operation.CREATE_PAYMENT, exc)
-            except BankError as exc:
-                return await self._bank_error(flow, owner, Operation.CREATE_PAYMENT, exc)
-            break
-        self.ctx.checkpoint("create_payment:after", flow.batch_id)
-        return await self._initiated(flow, owner, payment.file_payment_id, payment.status, currency)
+        resumed = effect.resumed
+        refuse = self._refused(flow, owner, guard)
+        request = guard.request(initiation)
+        if request is None:
+            reason = "the payment request changed since its first attempt"
+            return await guard.unresolved(
+                flow, owner, reason, end=lambda: self._fail(flow, owner, reason, guard), check=nothing_created
+            )
 
-    async def _initiated(self, flow: Flow, owner: str, file_payment_id: str, bank_status: str, currency: str) -> Flow:
-        now = self.ctx.clock.now()
+        async def attempt(refresh: bool) -> FilePayment:
+            token = await access_token(self.ctx, bank, consent_id, force=refresh)
+            payment = None
+            if resumed:
+                # An earlier try may have created it: the consent tells (Consumed), repeating the key finds it.
+                payment = await bank.find_file_payment(
+                    consent_id, request, access_token=token, idempotency_key=key, echo_file=False
+                )
+            if payment is None:
+                payment = await self._create_or_find(bank, consent_id, request, token, key)
+            return payment
+
+        try:
+            payment = await guard.call(attempt)
+        except (BankError, TokenUnavailableError) as exc:
+            return await guard.failed(flow, owner, exc, refuse, nothing_created=nothing_created)
+        return await self._initiated(flow, owner, guard, payment.file_payment_id, payment.status, currency)
+
+    @staticmethod
+    async def _create_or_find(
+        bank: BankClient, consent_id: str, initiation: bytes, token: str, key: str
+    ) -> FilePayment:
+        try:
+            return await bank.create_file_payment(
+                consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
+            )
+        except bank_errors.InvalidConsentStatus:
+            # The consent is no longer Authorised: Consumed by our own payment (an answer lost earlier)?
+            found = await bank.find_file_payment(
+                consent_id, initiation, access_token=token, idempotency_key=key, echo_file=False
+            )
+            if found is None:
+                raise
+            return found
+
+    async def _initiated(
+        self, flow: Flow, owner: str, guard: Guarded[Flow], file_payment_id: str, bank_status: str, currency: str
+    ) -> Flow:
+        now = self.now()
         event = status_event(
             flow,
             FlowState.INITIATED,
@@ -499,10 +317,9 @@ class FileFlow:
             file_payment_id=file_payment_id,
             bank_status=bank_status,
         )
-        first_poll = now + timedelta(seconds=self.ctx.settings.poll_delay(0))
 
         def work(tx: StoreTx) -> Flow:
-            tx.side_effects.complete(flow.batch_id, Operation.CREATE_PAYMENT, file_payment_id, now=now)
+            guard.complete(tx, file_payment_id)
             return tx.flows.transition(
                 flow,
                 FlowState.INITIATED,
@@ -513,7 +330,7 @@ class FileFlow:
                 bank_status=bank_status,
                 attempts=0,
                 last_error=None,
-                next_action_at=first_poll,
+                next_action_at=self.next_look(FlowState.INITIATED, now, attempt=0),
                 release_lease=True,
             )
 
@@ -523,7 +340,8 @@ class FileFlow:
 
     # -- A4 and the report ------------------------------------------------------------------------------------
 
-    async def _poll_payment(self, flow: Flow, owner: str) -> Flow | None:
+    async def poll_payment(self, flow: Flow, owner: str) -> Flow:
+        """A4: read the payment (backing off while the bank works); at its end, the report-file's results."""
         file_payment_id = flow.file_payment_id
         if file_payment_id is None:
             return await self._fail(flow, owner, "file payment id missing")
@@ -532,32 +350,30 @@ class FileFlow:
             payment = await bank.get_file_payment(file_payment_id, echo_file=False)
         except BankError as exc:
             # Reading never creates anything: whatever the error, read again later.
-            return await self._retry_later(flow, owner, None, exc)
+            return await self.retry_later(flow, owner, exc)
         bank_status = payment.status
         del payment  # its answer echoes the whole file
         end = outcome_of_bank_status(bank_status)
         if end is None:
-            delay = self.ctx.settings.poll_delay(flow.attempts + 1)
-            now = self.ctx.clock.now()
-            return await self._write(
+            now = self.now()
+            return await self.update(
                 flow,
                 owner,
-                flow.state,
                 bank_status=bank_status,
                 attempts=flow.attempts + 1,
-                next_action_at=now + timedelta(seconds=delay),
+                next_action_at=self.next_look(flow.state, now, attempt=flow.attempts + 1),
                 release_lease=True,
                 last_error=None,
             )
         # What the results need from the batch, read before the report so the two are never in memory at once.
-        batch = await self._batch(flow)
+        batch = await self.payloads.batch(flow)
         transfers = None if batch is None else [(t.employee_reference, t.amount) for t in batch.transactions]
-        currency = batch.origin.currency if batch is not None else await self._currency(flow)
+        currency = batch.origin.currency if batch is not None else await self.payloads.currency(flow)
         del batch
         try:
             report = await bank.get_file_payment_report(file_payment_id)
         except BankError as exc:
-            return await self._retry_later(flow, owner, None, exc)
+            return await self.retry_later(flow, owner, exc)
         results = transaction_results(report, transfers) if transfers is not None else None
         stored_report = {
             "file_payment_id": file_payment_id,
@@ -568,17 +384,11 @@ class FileFlow:
             "bank_report": None if report.lines else report.body.decode("utf-8", errors="replace"),
         }
         del report, transfers
-        now = self.ctx.clock.now()
+        now = self.now()
         summary = report_summary(results)
         reason = summary if end == FlowState.COMPLETED else (summary or f"the bank reports {bank_status}")
         event = status_event(
-            flow,
-            end,
-            now,
-            currency=currency,
-            bank_status=bank_status,
-            reason=reason,
-            transaction_results=results,
+            flow, end, now, currency=currency, bank_status=bank_status, reason=reason, transaction_results=results
         )
         consent_id = flow.consent_id
 
@@ -603,96 +413,27 @@ class FileFlow:
         log.info("file payment ended", batch_id=flow.batch_id, bank_status=bank_status)
         return updated
 
-    # -- shared helpers ---------------------------------------------------------------------------------------
+    # -- ending -----------------------------------------------------------------------------------------------
 
-    async def _prepared(self, flow: Flow) -> _Prepared | None:
-        """The file payload of the flow's batch (validated again, deterministic), cached for a few flows."""
-        key = (flow.batch_id, flow.payload_sha256)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
-        text = await self.ctx.store.arun(lambda tx: tx.flows.payload(flow.batch_id), write=False)
-        if text is None:
-            return None
-        try:
-            payload = prepare_file_payload(batch_from_json(text))
-        except ValueError:
-            log.exception("stored batch no longer builds a payload", batch_id=flow.batch_id)
-            return None
-        prepared = _Prepared(payload)
-        size = prepared.transactions
-        if size <= self._cache_transactions:
-            self._cache[key] = prepared
-            self._cached_transactions += size
-            while self._cached_transactions > self._cache_transactions:
-                _, dropped = self._cache.popitem(last=False)
-                self._cached_transactions -= dropped.transactions
-        return prepared
+    def _refused(self, flow: Flow, owner: str, guard: Guarded[Flow]) -> Callable[[Refusal], Awaitable[Flow]]:
+        async def refuse(error: Refusal) -> Flow:
+            if isinstance(error, BankError):
+                reason = f"the bank refused {guard.operation.value}: {error}"
+            else:
+                reason = f"cannot create the payment: {error}"
+            return await self._fail(flow, owner, reason, guard)
 
-    async def _batch(self, flow: Flow) -> PayrollBatch | None:
-        """The flow's batch for the per-transaction results (from the cache, or parsed from the store without
-        building the file payload again)."""
-        cached = self._cache.get((flow.batch_id, flow.payload_sha256))
-        if cached is not None:
-            return cached.payload.source.batch
-        text = await self.ctx.store.arun(lambda tx: tx.flows.payload(flow.batch_id), write=False)
-        if text is None:
-            return None
-        try:
-            return batch_from_json(text)
-        except ValueError:
-            log.exception("stored batch can no longer be read", batch_id=flow.batch_id)
-            return None
+        return refuse
 
-    async def _currency(self, flow: Flow) -> str | None:
-        cached = self._cache.get((flow.batch_id, flow.payload_sha256))
-        if cached is not None:
-            return cached.currency
-        text = await self.ctx.store.arun(lambda tx: tx.flows.payload(flow.batch_id), write=False)
-        return None if text is None else _origin_currency(text)
-
-    async def _begin(self, flow: Flow, operation: Operation, request_sha256: str | None) -> SideEffect:
-        now = self.ctx.clock.now()
-        effect = await self.ctx.store.arun(
-            lambda tx: tx.side_effects.begin(flow.batch_id, operation, now=now, request_sha256=request_sha256)
-        )
-        if effect.resumed:
-            log.info(
-                "resuming a call whose outcome is unknown",
-                batch_id=flow.batch_id,
-                operation=operation.value,
-                previous=effect.previous_status,
-                idempotency_key=effect.idempotency_key,
-            )
-        return effect
-
-    async def _write(
-        self,
-        flow: Flow,
-        owner: str,
-        state: str,
-        *,
-        event: StatusEvent | None = None,
-        release_lease: bool = False,
-        **changes: Any,
-    ) -> Flow:
-        now = self.ctx.clock.now()
-        return await self.ctx.store.arun(
-            lambda tx: tx.flows.transition(
-                flow, state, now=now, owner=owner, event=event, release_lease=release_lease, **changes
-            )
-        )
-
-    async def _fail(self, flow: Flow, owner: str, reason: str, operation: Operation | None = None) -> Flow:
+    async def _fail(self, flow: Flow, owner: str, reason: str, guard: Guarded[Flow] | None = None) -> Flow:
         """End the flow FAILED (publishing it), recording a refused side effect when there is one."""
-        now = self.ctx.clock.now()
-        currency = await self._currency(flow)
+        now = self.now()
+        currency = await self.payloads.currency(flow)
         event = status_event(flow, FlowState.FAILED, now, currency=currency, reason=reason)
 
         def work(tx: StoreTx) -> Flow:
-            if operation is not None:
-                tx.side_effects.fail(flow.batch_id, operation, reason, now=now)
+            if guard is not None:
+                guard.fail(tx, reason)
             return tx.flows.transition(
                 flow,
                 FlowState.FAILED,
@@ -708,74 +449,12 @@ class FileFlow:
         log.warning("flow failed", batch_id=flow.batch_id, reason=reason)
         return updated
 
-    async def _bank_error(self, flow: Flow, owner: str, operation: Operation, exc: BankError) -> Flow:
-        """A creating call failed: a transient or ambiguous error is retried later with the same key; a
-        semantic refusal ends the flow FAILED."""
-        if exc.retry_safe or exc.ambiguous or isinstance(exc, ProtocolError):
-            return await self._retry_later(flow, owner, operation, exc)
-        return await self._fail(flow, owner, f"the bank refused {operation.value}: {exc}", operation)
-
-    async def _retry_later(self, flow: Flow, owner: str, operation: Operation | None, exc: BankError) -> Flow:
-        now = self.ctx.clock.now()
-        delay = exc.retry_after if isinstance(exc, bank_errors.BankHTTPError) and exc.retry_after else None
-        wait = max(delay or 0.0, self.ctx.settings.retry_delay(flow.attempts))
-        reason = f"{type(exc).__name__}: {exc}"
-
-        def work(tx: StoreTx) -> Flow:
-            if operation is not None and (exc.ambiguous or isinstance(exc, ProtocolError)):
-                tx.side_effects.mark_ambiguous(flow.batch_id, operation, reason, now=now)
-            return tx.flows.transition(
-                flow,
-                flow.state,
-                now=now,
-                owner=owner,
-                attempts=flow.attempts + 1,
-                last_error=reason[:2000],
-                next_action_at=now + timedelta(seconds=wait),
-                release_lease=True,
-            )
-
-        updated = await self.ctx.store.arun(work)
-        log.warning(
-            "bank call failed; will try again",
-            batch_id=flow.batch_id,
-            operation=operation.value if operation else "read",
-            error=type(exc).__name__,
-            ambiguous=exc.ambiguous,
-            retry_in=wait,
-        )
-        return updated
-
-    async def _reschedule_after_error(self, flow: Flow, owner: str, reason: str) -> None:
-        now = self.ctx.clock.now()
-        wait = self.ctx.settings.retry_delay(flow.attempts)
-
-        def work(tx: StoreTx) -> None:
-            current = tx.flows.get(flow.batch_id)
-            if current is None or current.lease_owner != owner or current.terminal:
-                return
-            tx.flows.update(
-                flow.batch_id,
-                expected_version=current.version,
-                now=now,
-                owner=owner,
-                release_lease=True,
-                attempts=current.attempts + 1,
-                last_error=reason[:2000],
-                next_action_at=now + timedelta(seconds=wait),
-            )
-
-        try:
-            await self.ctx.store.arun(work)
-        except Exception:  # the lease will run out and another run will pick the flow up
-            logging.getLogger(__name__).debug("could not record the error", exc_info=True)
-
 
 # -- the authorization hooks of the file kind -------------------------------------------------------------------
 
 
 class FileAuthorizationHooks(AuthorizationHooks):
-    """How processor.engine.authorization sees and moves file flows (registered as kind "file")."""
+    """How processor.engine.authorization sees and moves file flows (registered as `Kind.FILE`)."""
 
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx
@@ -805,13 +484,13 @@ class FileAuthorizationHooks(AuthorizationHooks):
     def on_authorized(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
         """AUTHORIZED, published, and due now for the payment step."""
         flow = self._awaiting(tx, flow_id, consent_id)
-        event = status_event(flow, FlowState.AUTHORIZED, now, currency=_currency_in_tx(tx, flow))
+        event = status_event(flow, FlowState.AUTHORIZED, now, currency=currency_in_tx(tx, flow))
         tx.flows.transition(flow, FlowState.AUTHORIZED, now=now, event=event, next_action_at=now, attempts=0)
 
     def on_rejected(self, tx: StoreTx, flow_id: str, reason: str, *, now: datetime) -> None:
         """REJECTED, published; the flow ends."""
         flow = self._awaiting(tx, flow_id, None)
-        event = status_event(flow, FlowState.REJECTED, now, currency=_currency_in_tx(tx, flow), reason=reason)
+        event = status_event(flow, FlowState.REJECTED, now, currency=currency_in_tx(tx, flow), reason=reason)
         tx.flows.transition(flow, FlowState.REJECTED, now=now, event=event, next_action_at=None, last_error=None)
 
     def on_stranded(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
@@ -829,21 +508,3 @@ class FileAuthorizationHooks(AuthorizationHooks):
             attempts=0,
             last_error=f"consent {consent_id} is authorised at the bank but its tokens were lost; replacing it",
         )
-
-
-def _currency_in_tx(tx: StoreTx, flow: Flow) -> str | None:
-    text = tx.flows.payload(flow.batch_id)
-    return None if text is None else _origin_currency(text)
-
-
-def decimal_text(value: Decimal | None) -> str | None:
-    """An amount as plain text (for printing)."""
-    return None if value is None else format(value, "f")
-
-
-def results_of(report: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The stored report's `transaction_results` (amounts as strings), or an empty list."""
-    if not isinstance(report, Mapping):
-        return []
-    results = report.get("transaction_results")
-    return list(results) if isinstance(results, list) else []

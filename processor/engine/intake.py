@@ -24,7 +24,7 @@ from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.payload import build_file_payload
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
-from processor.engine.file_flow import status_payload
+from processor.engine.file_events import status_payload
 from processor.store import Flow, Store, StoreTx
 from processor.store.values import money, sha256_hex
 from schemas.topics import STATUS_TOPIC

@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from processor.domain.settings import ConfigError
+from processor.domain.steps import doubling
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,11 @@ class EngineSettings:
 
     def poll_delay(self, attempt: int) -> float:
         """Wait before the next read of a pending payment: doubling from `poll_first`, capped at `poll_max`."""
-        return float(min(self.poll_max, self.poll_first * (2 ** min(max(0, attempt), 30))))
+        return doubling(attempt, self.poll_first, self.poll_max)
 
     def retry_delay(self, attempt: int) -> float:
         """Wait before trying a failed step again: doubling from `retry_first`, capped at `retry_max`."""
-        return float(min(self.retry_max, self.retry_first * (2 ** min(max(0, attempt), 30))))
+        return doubling(attempt, self.retry_first, self.retry_max)
 
 
 _LIMITS: dict[str, tuple[float, float]] = {

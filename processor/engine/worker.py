@@ -26,14 +26,18 @@ from typing import Any, Protocol
 
 import structlog
 
+from processor.domain.kinds import Kind
+
 log = structlog.get_logger("processor.engine.worker")
 
 
 class WorkSource(Protocol):
     """A kind of leased work (file flows, VRP mandates, ...). Items have a `key` attribute."""
 
-    kind: str
-    log_field: str  # the name its items' keys get in log lines (batch_id, mandate_id, ...)
+    @property
+    def kind(self) -> Kind:
+        """The kind of its items (their keys are named `kind.log_field` in log lines: batch_id, mandate_id...)."""
+        ...
 
     async def claim(self, *, owner: str, limit: int) -> Sequence[Any]:
         """Lease up to `limit` due items."""
@@ -192,7 +196,7 @@ class Worker:
     async def _run_item(self, source: WorkSource, item: Any, key: str) -> None:
         beat = asyncio.create_task(self._keep_lease(source, key))
         # This task runs one item: every line it logs, the bank client's included, names the item.
-        structlog.contextvars.bind_contextvars(**{source.log_field: key})
+        structlog.contextvars.bind_contextvars(**{source.kind.log_field: key})
         try:
             await source.run(item, owner=self.owner)
             self.steps += 1

@@ -19,7 +19,6 @@ from processor.store.flows import (
     new_secret_token,
 )
 from processor.store.outbox import (
-    DISPERSION_STATUS_RANKS,
     Adoption,
     Handover,
     OutboxEvent,
@@ -28,11 +27,10 @@ from processor.store.outbox import (
 )
 from processor.store.schema import MIGRATIONS, MigrationError, current_version, migrate
 from processor.store.session import Store, StoreTx
-from processor.store.vrp import MandateState, VrpMandate, VrpPayment, VrpPaymentState
+from processor.store.vrp import VrpMandate, VrpPayment
 from processor.store.work import Created, NotFoundError, VersionConflictError
 
 __all__ = [
-    "DISPERSION_STATUS_RANKS",
     "MIGRATIONS",
     "Adoption",
     "AuthAttempt",
@@ -46,7 +44,6 @@ __all__ = [
     "EffectStatus",
     "Flow",
     "Handover",
-    "MandateState",
     "MigrationError",
     "NotFoundError",
     "Operation",
@@ -64,7 +61,6 @@ __all__ = [
     "VersionConflictError",
     "VrpMandate",
     "VrpPayment",
-    "VrpPaymentState",
     "connect",
     "current_version",
     "generate_key",

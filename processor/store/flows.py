@@ -21,6 +21,7 @@ outcome (re-sending with the same idempotency key, or reading the resource) inst
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
@@ -310,6 +311,7 @@ class SideEffect:
     idempotency_key: str
     status: EffectStatus
     request_sha256: str | None
+    request_body: bytes | None = field(repr=False)
     resource_id: str | None
     reason: str | None
     attempts: int
@@ -350,6 +352,7 @@ def _effect(row: Mapping[str, Any], previous: EffectStatus | None = None) -> Sid
         idempotency_key=str(row["idempotency_key"]),
         status=EffectStatus(row["status"]),
         request_sha256=row["request_sha256"],
+        request_body=None if row["request_body"] is None else str(row["request_body"]).encode("utf-8"),
         resource_id=row["resource_id"],
         reason=row["reason"],
         attempts=int(row["attempts"]),
@@ -372,24 +375,30 @@ class SideEffects:
         *,
         now: datetime,
         request_sha256: str | None = None,
+        request_body: bytes | None = None,
         idempotency_key: str | None = None,
     ) -> SideEffect:
         """Record that a call is about to be made; commit before making it.
 
-        First time: a PENDING row with a new idempotency key (`previous_status=None`). Again after a crash,
-        an AMBIGUOUS or a FAILED outcome: the same row and key, back to PENDING, `attempts` + 1, with
-        `previous_status` saying what was found. A DONE record is returned unchanged: do not call again.
+        First time: a PENDING row with a new idempotency key (`previous_status=None`), holding the request's
+        hash and, when given, its exact bytes (`request_sha256` is then their hash). Again after a crash, an
+        AMBIGUOUS or a FAILED outcome: the same row and key, back to PENDING, `attempts` + 1, with
+        `previous_status` saying what was found; the request recorded the first time is kept (and returned), so
+        the call is repeated with what it first sent. A DONE record is returned unchanged: do not call again.
         """
         op = Operation(operation).value
         key = idempotency_key or new_idempotency_key(op)
         if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
             raise ValueError(f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
+        if request_body is not None:
+            request_sha256 = hashlib.sha256(request_body).hexdigest()
+        body = None if request_body is None else request_body.decode("utf-8")
         now = utc_ms(now)
         row = self.tx.fetchone(
-            "INSERT INTO side_effects (scope_id, operation, idempotency_key, status, request_sha256, created_at,"
-            " updated_at) VALUES (?, ?, ?, 'PENDING', ?, ?, ?) ON CONFLICT (scope_id, operation) DO NOTHING"
-            " RETURNING *",
-            (scope_id, op, key, request_sha256, now, now),
+            "INSERT INTO side_effects (scope_id, operation, idempotency_key, status, request_sha256, request_body,"
+            " created_at, updated_at) VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?) ON CONFLICT (scope_id, operation)"
+            " DO NOTHING RETURNING *",
+            (scope_id, op, key, request_sha256, body, now, now),
         )
         if row is not None:
             return _effect(row)
@@ -402,10 +411,12 @@ class SideEffects:
         previous = EffectStatus(found["status"])
         if previous is EffectStatus.DONE:
             return _effect(found, previous)
+        # A record made before any request was known (none recorded) takes this one; a recorded one stays.
         again = self.tx.fetchone(
             "UPDATE side_effects SET status = 'PENDING', attempts = attempts + 1, updated_at = ?,"
-            " request_sha256 = COALESCE(?, request_sha256) WHERE scope_id = ? AND operation = ? RETURNING *",
-            (now, request_sha256, scope_id, op),
+            " request_body = CASE WHEN request_sha256 IS NULL THEN ? ELSE request_body END,"
+            " request_sha256 = COALESCE(request_sha256, ?) WHERE scope_id = ? AND operation = ? RETURNING *",
+            (now, body, request_sha256, scope_id, op),
         )
         assert again is not None
         return _effect(again, previous)
@@ -764,7 +775,6 @@ __all__ = [
     "FlowChanges",
     "FlowFields",
     "FlowRepo",
-    "FlowState",
     "Operation",
     "SideEffect",
     "SideEffectMismatchError",

@@ -38,22 +38,10 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
+from processor.domain.file_states import STATUS_RANKS
 from processor.domain.time import utc_ms
 from processor.store.db import StoreError, Tx, in_clause, to_datetime
 from processor.store.values import dump_json, load_json
-
-# Order of the `dispersion.status` values (DESIGN.md). Terminal statuses share the top rank, so after one of
-# them nothing more can be emitted for the batch.
-DISPERSION_STATUS_RANKS: dict[str, int] = {
-    "AUTHORIZATION_REQUIRED": 10,
-    "AUTHORIZED": 20,
-    "INITIATED": 30,
-    "COMPLETED": 100,
-    "FAILED": 100,
-    "REJECTED": 100,
-    "EXPIRED": 100,
-    "INVALID": 100,
-}
 
 
 class StatusConflictError(StoreError):
@@ -76,7 +64,7 @@ class StatusEvent:
     payload: Mapping[str, Any]
     topic: str
     key: str | None = None  # defaults to the item's key (batch id, mandate id, ...)
-    rank: int | None = None  # defaults to DISPERSION_STATUS_RANKS[status]
+    rank: int | None = None  # defaults to STATUS_RANKS[status]
     headers: Mapping[str, str] | None = None
     event_id: str | None = None  # defaults to a new UUID; pass the one you put in the payload to keep them equal
 
@@ -223,11 +211,11 @@ class Outbox:
         headers: Mapping[str, str] | None = None,
         event_id: str | None = None,
     ) -> OutboxEvent:
-        """Append a status event; `rank` defaults to `DISPERSION_STATUS_RANKS[status]`."""
+        """Append a status event; `rank` defaults to `STATUS_RANKS[status]`."""
         if rank is None:
-            if status not in DISPERSION_STATUS_RANKS:
+            if status not in STATUS_RANKS:
                 raise ValueError(f"unknown status {status!r}: pass its rank")
-            rank = DISPERSION_STATUS_RANKS[status]
+            rank = STATUS_RANKS[status]
         return self.append(topic, key, payload, now=now, headers=headers, status=status, rank=rank, event_id=event_id)
 
     def emit(self, event: StatusEvent, default_key: str, *, now: datetime) -> OutboxEvent:

@@ -193,9 +193,14 @@ _V2 = (
     "ALTER TABLE outbox_keys ADD COLUMN handed_since {TS}",
 )
 
+# The exact bytes a creating call first sent, kept with its side effect: a resumed call sends them again under
+# the same idempotency key, whatever the configuration or the code builds by then.
+_V3 = ("ALTER TABLE side_effects ADD COLUMN request_body TEXT",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
+    Migration(3, "side-effect request bytes", _V3),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -14,41 +14,15 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from enum import StrEnum
 from typing import Any, ClassVar, TypedDict, Unpack
 
 from processor.domain.time import utc_ms
+from processor.domain.vrp_states import Mandate, Payment
 from processor.store.db import in_clause
 from processor.store.flows import new_secret_token
 from processor.store.outbox import Outbox, StatusEvent
 from processor.store.values import Kind, dump_json, json_text, money, read_money, sha256_hex
 from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
-
-
-class MandateState(StrEnum):
-    """Suggested mandate states (the column is free text)."""
-
-    RECEIVED = "RECEIVED"
-    CONSENT_CREATED = "CONSENT_CREATED"
-    AWAITING_AUTHORIZATION = "AWAITING_AUTHORIZATION"
-    AUTHORIZED = "AUTHORIZED"
-    REJECTED = "REJECTED"
-    EXPIRED = "EXPIRED"
-    REVOKED = "REVOKED"
-    FAILED = "FAILED"
-    INVALID = "INVALID"
-
-
-class VrpPaymentState(StrEnum):
-    """Suggested VRP payment states (the column is free text)."""
-
-    RECEIVED = "RECEIVED"
-    REFUSED = "REFUSED"  # refused client-side: outside the mandate's limits or validity
-    SUBMITTED = "SUBMITTED"
-    PENDING = "PENDING"
-    COMPLETED = "COMPLETED"
-    REJECTED = "REJECTED"
-    FAILED = "FAILED"
 
 
 @dataclass(frozen=True)
@@ -150,7 +124,7 @@ class MandateRepo(WorkRepo[VrpMandate]):
         currency: str | None = None,
         valid_from: datetime | None = None,
         valid_to: datetime | None = None,
-        state: str = MandateState.RECEIVED,
+        state: str = Mandate.RECEIVED,
         authorization_deadline: datetime | None = None,
         next_action_at: datetime | None = None,
         approval_token: str | None = None,
@@ -317,7 +291,7 @@ class VrpPaymentRepo(WorkRepo[VrpPayment]):
         currency: str,
         instruction: str | bytes | Mapping[str, Any],
         now: datetime,
-        state: str = VrpPaymentState.RECEIVED,
+        state: str = Payment.RECEIVED,
         next_action_at: datetime | None = None,
     ) -> Created[VrpPayment]:
         """Insert a payment unless its id exists (a duplicate changes nothing: `created=False`). The mandate

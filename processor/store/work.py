@@ -242,8 +242,3 @@ class WorkRepo(Generic[T]):
         if row is None:
             raise VersionConflictError(self.table, key, expected_version, owner)
         return self._decode(row)
-
-
-def due_soon(now: datetime, seconds: float) -> datetime:
-    """`now + seconds` in store precision (a convenience for `next_action_at`)."""
-    return utc_ms(now) + timedelta(seconds=seconds)

@@ -22,7 +22,7 @@ from processor_support import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from processor.store.flows import FlowState
+from processor.domain.file_states import FlowState
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(180)]
 

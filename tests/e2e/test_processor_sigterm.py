@@ -48,7 +48,7 @@ TOTAL = FIRST_WAVE + SECOND_WAVE + THIRD_WAVE
 GRACE = 10  # the harness starts every instance with --grace 10
 # Worst case documented by the shutdown order: the consumer's join, the worker's grace, the relay's flush.
 EXIT_DEADLINE = 3 * GRACE
-PAYMENT_STATES = ("AUTHORIZED", "PAYMENT_CREATED", "INITIATED")
+PAYMENT_STATES = ("AUTHORIZED", "INITIATED")
 SLOW_CREATE = 18.0  # seconds: far above the grace, so the victim must cancel such a step and hand it over
 # Slow bank calls, so that steps are genuinely running (leases held) when the signal arrives. A file payment's
 # creation is committed at the bank and answered late: after 1 s, or for about half of them after 18 s, longer

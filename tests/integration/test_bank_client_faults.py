@@ -31,7 +31,7 @@ from bank_support import (
 
 from processor.bank import errors
 from processor.bank.auth import new_pkce, new_state
-from processor.bank.client import BankClient, new_idempotency_key
+from processor.bank.client import BankClient, domestic_vrp_body, new_idempotency_key, vrp_consent_body
 from processor.bank.models import FileConsent, TokenResponse
 
 CONSENTS = "/open-banking/v3.1/pisp/file-payment-consents"
@@ -130,7 +130,7 @@ async def test_commit_then_fail_on_upload_and_payment_never_duplicates(rig: Rig)
 async def test_commit_then_fail_on_domestic_vrp_never_duplicates(rig: Rig) -> None:
     parts = vrp_consent_parts(rig.sandbox.clock.now())
     rig.faults({"operation": "domestic-vrp-consents.create", "fault": "commit_then_fail", "times": 1})
-    consent = await rig.client.create_vrp_consent(**parts, idempotency_key=new_idempotency_key())
+    consent = await rig.client.create_vrp_consent(vrp_consent_body(**parts), idempotency_key=new_idempotency_key())
     assert rig.sandbox.count("vrp_consent") == 1
     token = await authorised(rig, consent.consent_id)
     rig.faults({"operation": "domestic-vrps.create", "fault": "commit_then_fail", "times": 1})
@@ -141,9 +141,7 @@ async def test_commit_then_fail_on_domestic_vrp_never_duplicates(rig: Rig) -> No
         "InstructedAmount": {"Amount": "99.99", "Currency": "GBP"},
     }
     vrp = await rig.client.create_domestic_vrp(
-        consent_id=consent.consent_id,
-        initiation=consent.initiation,
-        instruction=instruction,
+        domestic_vrp_body(consent.consent_id, consent.initiation, instruction),
         access_token=token.access_token,
         idempotency_key=new_idempotency_key(),
     )

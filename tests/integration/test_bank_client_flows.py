@@ -36,7 +36,7 @@ from bank_support import (
 
 from processor.bank import errors
 from processor.bank.auth import new_pkce, new_state
-from processor.bank.client import BankClient, new_idempotency_key
+from processor.bank.client import BankClient, domestic_vrp_body, new_idempotency_key, vrp_consent_body
 from processor.bank.models import FileConsent, TokenResponse
 
 
@@ -300,7 +300,7 @@ async def test_token_the_bank_calls_expired_is_renewed_once() -> None:
 @pytest.mark.parametrize("rig", [{"token_auth_method": "client_secret_basic"}], indirect=True)
 async def test_flow_b_end_to_end_with_refresh(rig: Rig) -> None:
     parts = vrp_consent_parts(rig.sandbox.clock.now())
-    consent = await rig.client.create_vrp_consent(**parts, idempotency_key=new_idempotency_key())
+    consent = await rig.client.create_vrp_consent(vrp_consent_body(**parts), idempotency_key=new_idempotency_key())
     assert consent.status == "AwaitingAuthorisation"
     assert consent.maximum_individual_amount.amount == Decimal("500.00")
     query, verifier, _ = await authorise(rig, consent.consent_id)
@@ -316,9 +316,7 @@ async def test_flow_b_end_to_end_with_refresh(rig: Rig) -> None:
             "RemittanceInformation": {"Unstructured": "sweep"},
         }
         return await rig.client.create_domestic_vrp(
-            consent_id=consent.consent_id,
-            initiation=consent.initiation,
-            instruction=instruction,
+            domestic_vrp_body(consent.consent_id, consent.initiation, instruction),
             access_token=tok.access_token,
             idempotency_key=new_idempotency_key(),
         )

@@ -318,7 +318,7 @@ async def run_child(rig: Rig, target: StoreTarget, key: str, batch_id: str, poin
         "point": point,
         "batch_id": batch_id,
     }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parent.parent)])}
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         str(HERE / "file_engine_child.py"),

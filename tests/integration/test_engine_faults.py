@@ -18,6 +18,7 @@ import pytest
 from engine_support import Rig, batch, engine_rig
 
 from processor.domain.file_states import FlowState
+from processor.engine.file_payloads import FilePayloads
 from processor.store import EffectStatus, Operation, Store
 
 STORY = ["AUTHORIZATION_REQUIRED", "AUTHORIZED", "INITIATED", "COMPLETED"]
@@ -142,3 +143,67 @@ async def test_a_semantic_refusal_is_not_retried(store: Store) -> None:
         assert "Header.Invalid" in (rig.events(batch_id)[-1].payload["reason"] or "")
         assert rig.count("file_payment") == 0
         assert await rig.run_round() == 0  # nothing more happens
+
+
+async def test_a_payment_that_may_exist_is_never_reported_failed_for_want_of_a_token(store: Store) -> None:
+    # A3 committed at the bank, every answer lost (AMBIGUOUS); then the consent's tokens are gone. Repeating A3
+    # needs a token, and the consent reads Consumed (a payment exists), so the flow is not ended FAILED.
+    async with engine_rig(store) as rig:
+        document = batch()
+        batch_id = document["batch_id"]
+        await rig.submit(document)
+        await approve_when_asked(rig, batch_id)
+        rig.faults(
+            [
+                {"operation": "file-payments.create", "fault": "commit_then_fail", "times": 1},
+                {"operation": "file-payments.create", "fault": "error", "status": 502, "times": 3},
+            ]
+        )
+        await rig.run_round()
+        flow = rig.flow(batch_id)
+        assert flow.state == FlowState.AUTHORIZED and flow.consent_id is not None
+        assert rig.count("file_payment") == 1
+        consent_id = flow.consent_id
+        store.run(lambda tx: tx.tokens.delete(consent_id))
+
+        for _ in range(3):
+            flow = rig.flow(batch_id)
+            assert flow.next_action_at is not None
+            rig.clock.advance(max(0.0, (flow.next_action_at - rig.clock.now()).total_seconds()))
+            await rig.run_round()
+        flow = rig.flow(batch_id)
+        assert flow.state == FlowState.AUTHORIZED and "no tokens" in (flow.last_error or "")
+        effect = store.run(lambda tx: tx.side_effects.get(batch_id, Operation.CREATE_PAYMENT), write=False)
+        assert effect is not None and effect.status is EffectStatus.AMBIGUOUS
+        assert rig.statuses(batch_id) == ["AUTHORIZATION_REQUIRED", "AUTHORIZED"]
+        assert rig.count("file_payment") == 1
+
+
+async def test_a_payment_that_may_exist_is_never_reported_failed_when_its_batch_no_longer_builds(
+    store: Store,
+) -> None:
+    # The same lost A3, then the stored batch no longer builds a payload (say a stricter validation deployed):
+    # the request cannot be rebuilt, the consent reads Consumed, so the flow is not ended FAILED.
+    async with engine_rig(store) as rig:
+        document = batch()
+        batch_id = document["batch_id"]
+        await rig.submit(document)
+        await approve_when_asked(rig, batch_id)
+        rig.faults(
+            [
+                {"operation": "file-payments.create", "fault": "commit_then_fail", "times": 1},
+                {"operation": "file-payments.create", "fault": "error", "status": 502, "times": 3},
+            ]
+        )
+        await rig.run_round()
+        assert rig.flow(batch_id).state == FlowState.AUTHORIZED and rig.count("file_payment") == 1
+        store.run(lambda tx: tx.raw.execute("UPDATE flows SET payload = ? WHERE batch_id = ?", ('{"x": 1}', batch_id)))
+        rig.engine.file_flow.payloads = FilePayloads(store)  # a new process: nothing cached
+
+        flow = rig.flow(batch_id)
+        assert flow.next_action_at is not None
+        rig.clock.advance(max(0.0, (flow.next_action_at - rig.clock.now()).total_seconds()))
+        await rig.run_round()
+        flow = rig.flow(batch_id)
+        assert flow.state == FlowState.AUTHORIZED and "no longer" in (flow.last_error or "")
+        assert rig.statuses(batch_id) == ["AUTHORIZATION_REQUIRED", "AUTHORIZED"]

@@ -8,7 +8,7 @@ from decimal import Decimal
 from engine_support import Rig, batch, engine_rig
 
 from processor.domain.file_states import FlowState
-from processor.engine.file_flow import results_of
+from processor.engine.file_events import results_of
 from processor.store import Store
 
 

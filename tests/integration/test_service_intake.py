@@ -30,7 +30,7 @@ from processor.cli.config import Config, parse_config
 from processor.cli.service import Processor
 from processor.engine.assembly import build_engine
 from processor.engine.intake import accept_batch
-from processor.engine.vrp_flow import attach_vrp
+from processor.engine.vrp import attach_vrp
 from processor.store import Store
 from producers.kafka import KafkaSettings
 from schemas.topics import VRP_STATUS_TOPIC

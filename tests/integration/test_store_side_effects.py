@@ -92,6 +92,24 @@ def test_ambiguous_and_failed_outcomes_keep_the_key(store: Store) -> None:
     assert third.idempotency_key == key and third.attempts == 3
 
 
+def test_a_resumed_call_gets_the_request_its_first_attempt_recorded(store: Store) -> None:
+    first = b'{"Data":{"Instruction":{"Amount":"250.00"}},"Risk":{}}'
+    with store.transaction() as tx:
+        begun = tx.side_effects.begin("p-1", Operation.CREATE_VRP, now=T0, request_body=first)
+        tx.side_effects.mark_ambiguous("p-1", Operation.CREATE_VRP, "HTTP 502", now=at(1))
+    assert begun.request_body == first and begun.request_sha256 is not None
+    with store.transaction() as tx:
+        # A deploy between the attempts builds another body: the record keeps (and returns) the first one.
+        again = tx.side_effects.begin("p-1", Operation.CREATE_VRP, now=at(5), request_body=b'{"other":1}')
+    assert again.resumed and again.request_body == first and again.request_sha256 == begun.request_sha256
+    with store.transaction() as tx:
+        # A record begun before any request was known takes the first one given.
+        tx.side_effects.begin("p-2", Operation.CREATE_VRP, now=T0)
+        tx.side_effects.mark_ambiguous("p-2", Operation.CREATE_VRP, "HTTP 502", now=at(1))
+        later = tx.side_effects.begin("p-2", Operation.CREATE_VRP, now=at(5), request_body=first)
+    assert later.request_body == first and later.request_sha256 == begun.request_sha256
+
+
 def test_records_are_per_flow_and_operation(store: Store) -> None:
     with store.transaction() as tx:
         a = tx.side_effects.begin("b-1", Operation.CREATE_CONSENT, now=T0)

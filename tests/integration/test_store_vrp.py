@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 from store_fixtures import T0, StoreTarget, at
 
-from processor.store import ConstraintError, MandateState, StatusEvent, Store, VersionConflictError, VrpPaymentState
+from processor.domain.vrp_states import Mandate, Payment
+from processor.store import ConstraintError, StatusEvent, Store, VersionConflictError
 from schemas.topics import VRP_STATUS_TOPIC
 
 LIMITS = {
@@ -40,13 +41,13 @@ def test_mandates_are_unique_and_keep_their_limits(store: Store) -> None:
         again = tx.mandates.create("m-1", "other", {"x": 1}, limits={}, now=at(5))
     assert not again.created and not again.same_document
     mandate = again.row
-    assert mandate.integration == "bank" and mandate.state == MandateState.RECEIVED
+    assert mandate.integration == "bank" and mandate.state == Mandate.RECEIVED
     assert mandate.limits["MaximumIndividualAmount"]["Amount"] == "100.00"
     assert mandate.valid_at(at(1)) and not mandate.valid_at(T0 + timedelta(days=31)) and not mandate.valid_at(at(-1))
     with store.transaction() as tx:
         authorised = tx.mandates.transition(
             mandate,
-            MandateState.AUTHORIZED,
+            Mandate.AUTHORIZED,
             now=at(60),
             consent_id="vrp-1",
             event=StatusEvent("AUTHORIZED", {"mandate_id": "m-1"}, topic=VRP_STATUS_TOPIC, rank=20),
@@ -83,7 +84,7 @@ def test_totals_are_exact_per_state_and_window(store: Store) -> None:
                 f"p-{n}", "m-1", amount=Decimal(amount), currency="GBP", instruction={"n": n}, now=at(n * 3600)
             )
             if n == 4:
-                tx.vrp_payments.transition(created.row, VrpPaymentState.REFUSED, now=at(n * 3600), last_error="limit")
+                tx.vrp_payments.transition(created.row, Payment.REFUSED, now=at(n * 3600), last_error="limit")
     with store.transaction(write=False) as tx:
         live = ["RECEIVED", "SUBMITTED", "PENDING", "COMPLETED"]
         assert tx.vrp_payments.total("m-1", states=live) == Decimal("33.93")  # 0.1 + 0.2 + 0.3 exactly

@@ -99,6 +99,96 @@ async def test_commit_then_fail_on_payment_creation_leaves_one_vrp(
         assert rig.statuses(mandate.mandate_id, payment_id) == ["PAYMENT_PENDING", "PAYMENT_COMPLETED"]
 
 
+async def test_a_configuration_change_between_attempts_still_creates_one_consent(
+    vrp_sandbox: SandboxProcess,  # noqa: F811
+    store: Store,
+) -> None:
+    async with vrp_rig(vrp_sandbox, store) as rig:
+        before = await rig.counts()
+        await rig.faults(
+            [
+                {"operation": B1, "fault": "commit_then_fail", "times": 1},
+                {"operation": B1, "fault": "error", "status": 503, "times": 4},
+            ]
+        )
+        request = mandate_request(now=rig.clock.now())  # no description: B1's names the TPP (the convention)
+        mandate_id = request["mandate_id"]
+        assert (await rig.vrp.submit_mandate(request)).mandate.state == "RECEIVED"
+        assert (await rig.counts())["vrp_consent"] - before["vrp_consent"] == 1  # created, the answer lost
+
+        # A deploy renames the TPP: the body the configuration builds now differs from the one first sent.
+        engine, _ = rig.new_engine(tpp_name="Renamed Payments Ltd")
+        await rig.advance(rig.settings.retry_max + 1)
+        assert await engine.worker().run_once() >= 1
+        mandate = rig.mandate(mandate_id)
+        assert mandate.state == "AWAITING_AUTHORIZATION", mandate.last_error
+        assert _effect(store, mandate_id, Operation.CREATE_VRP_CONSENT).resource_id == mandate.consent_id
+        assert (await rig.counts())["vrp_consent"] - before["vrp_consent"] == 1
+        assert rig.statuses(mandate_id) == ["AUTHORIZATION_REQUIRED"]
+
+
+async def test_a_configuration_change_between_attempts_is_never_reported_rejected(
+    vrp_sandbox: SandboxProcess,  # noqa: F811
+    store: Store,
+) -> None:
+    # The audit's reproduction: B2 committed at the bank, every answer lost, the TPP renamed by a deploy, the
+    # payment resumed. Rebuilding the body would send another request under the same key ("already used with
+    # a different body") and report a paid payment REJECTED; the bytes first sent are sent again instead.
+    async with vrp_rig(vrp_sandbox, store) as rig:
+        mandate = await rig.authorised_mandate()
+        before = await rig.counts()
+        await rig.faults(
+            [
+                {"operation": B2, "fault": "commit_then_fail", "times": 1},
+                {"operation": B2, "fault": "error", "status": 502, "times": 4},
+            ]
+        )
+        instruction = payment_request(mandate.mandate_id, "250.00", remittance=None)  # B2 names the TPP
+        outcome = await rig.vrp.submit_payment(instruction)
+        assert outcome.payment is not None and outcome.payment.state == "SUBMITTED"
+        payment_id = outcome.payment.payment_id
+        assert (await rig.counts())["domestic_vrp"] - before["domestic_vrp"] == 1
+        first = _effect(store, payment_id, Operation.CREATE_VRP)
+        assert first.status is EffectStatus.AMBIGUOUS and first.request_body is not None
+
+        _, renamed = rig.new_engine(tpp_name="Renamed Payments Ltd")
+        done = await renamed.follow_payment(payment_id, max_seconds=120)
+        assert done.state == "COMPLETED", done.last_error
+        assert (await rig.counts())["domestic_vrp"] - before["domestic_vrp"] == 1
+        assert rig.statuses(mandate.mandate_id, payment_id) == ["PAYMENT_PENDING", "PAYMENT_COMPLETED"]
+        effect = _effect(store, payment_id, Operation.CREATE_VRP)
+        assert effect.status is EffectStatus.DONE and effect.request_body == first.request_body
+
+
+async def test_no_token_to_resolve_a_payment_with_is_never_reported_rejected(
+    vrp_sandbox: SandboxProcess,  # noqa: F811
+    store: Store,
+) -> None:
+    # B2 committed and its answers lost, then the consent's tokens are gone: the call cannot be repeated, and
+    # nothing read can prove the VRP was not created, so the payment is never published PAYMENT_REJECTED.
+    async with vrp_rig(vrp_sandbox, store) as rig:
+        mandate = await rig.authorised_mandate()
+        before = await rig.counts()
+        await rig.faults(
+            [
+                {"operation": B2, "fault": "commit_then_fail", "times": 1},
+                {"operation": B2, "fault": "error", "status": 502, "times": 4},
+            ]
+        )
+        outcome = await rig.vrp.submit_payment(payment_request(mandate.mandate_id, "80.00"))
+        assert outcome.payment is not None and outcome.payment.state == "SUBMITTED"
+        payment_id = outcome.payment.payment_id
+        consent_id = mandate.consent_id
+        assert consent_id is not None
+        store.run(lambda tx: tx.tokens.delete(consent_id))
+
+        later = await rig.vrp.follow_payment(payment_id, max_seconds=30)
+        assert later.state == "SUBMITTED" and "no tokens" in (later.last_error or "")
+        assert _effect(store, payment_id, Operation.CREATE_VRP).status is EffectStatus.AMBIGUOUS
+        assert rig.statuses(mandate.mandate_id, payment_id) == []
+        assert (await rig.counts())["domestic_vrp"] - before["domestic_vrp"] == 1
+
+
 @pytest.mark.parametrize("point", ["create_vrp_consent:before", "create_vrp_consent:after"])
 async def test_a_crash_around_consent_creation_resumes_without_a_second_consent(
     vrp_sandbox: SandboxProcess,  # noqa: F811
@@ -191,10 +281,10 @@ async def test_a_crash_around_payment_creation_resumes_without_a_second_vrp(
         assert (await rig.counts())["domestic_vrp"] - before["domestic_vrp"] == created_at_bank
 
         rig.crash_at(None)
-        _, other = rig.new_engine()
+        engine, other = rig.new_engine()
         assert not (await other.submit_payment(instruction)).created  # a redelivered instruction: no-op
         await rig.advance(rig.settings.lease_seconds + 1)
-        assert await other.run_due() >= 1
+        assert await engine.worker().run_once() >= 1  # another instance's worker takes the payment over
         done = await other.follow_payment(payment_id, max_seconds=120)
         assert done.state == "COMPLETED" and done.idempotency_key == key
         assert (await rig.counts())["domestic_vrp"] - before["domestic_vrp"] == 1
@@ -221,7 +311,7 @@ async def test_a_killed_process_resumes_without_paying_twice(
                 "point": "create_vrp:after",
                 "payment": instruction,
             }
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parent.parent)])}
             child = await asyncio.to_thread(
                 subprocess.run,
                 [sys.executable, str(HERE / "vrp_engine_child.py"), json.dumps(args)],

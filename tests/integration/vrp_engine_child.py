@@ -18,7 +18,7 @@ from vrp_engine_support import ShiftedClock, flow_b_config, instant_sleep
 
 from processor.engine.assembly import build_engine
 from processor.engine.settings import EngineSettings
-from processor.engine.vrp_flow import attach_vrp
+from processor.engine.vrp import attach_vrp
 from processor.store import Cipher, Store
 
 KILLED = 17

@@ -30,7 +30,7 @@ from processor.cli.config import Config, load_config
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.settings import EngineSettings
-from processor.engine.vrp_flow import VrpEngine, attach_vrp
+from processor.engine.vrp import VrpEngine, attach_vrp
 from processor.store import Store, VrpMandate, VrpPayment
 from schemas.topics import VRP_STATUS_TOPIC
 
@@ -162,9 +162,14 @@ class VrpRig:
 
     # -- the engine -----------------------------------------------------------------------------------------
 
-    def new_engine(self) -> tuple[Engine, VrpEngine]:
-        """Another engine on the same store, bank and clock (another process; e.g. after a crash)."""
-        return assemble(self.config, self.store, self.settings, self.clock, self.checkpoint_box, self.advance)
+    def new_engine(self, *, tpp_name: str | None = None) -> tuple[Engine, VrpEngine]:
+        """Another engine on the same store, bank and clock (another process; e.g. after a crash); `tpp_name`:
+        deployed with the integration's TPP name changed (the VRP bodies it builds name the TPP)."""
+        config = self.config
+        if tpp_name is not None:
+            integration = replace(config.integration("sandbox"), tpp_name=tpp_name)
+            config = replace(config, integrations={"sandbox": integration})
+        return assemble(config, self.store, self.settings, self.clock, self.checkpoint_box, self.advance)
 
     def crash_at(self, point: str | None) -> None:
         """From now on crash at `point` (None: never)."""

@@ -137,3 +137,47 @@ def test_transport_errors_flags() -> None:
     assert errors.ConnectionDropped("x").ambiguous and errors.ConnectionDropped("x").retry_safe
     assert not errors.ProtocolError("x").retry_safe
     assert "[interaction abc]" in str(errors.Timeout("t", operation="A1", interaction_id="abc"))
+
+
+DISPOSITIONS = [
+    (errors.ConnectError("refused"), errors.Disposition.RETRY),
+    (errors.Timeout("connect", ambiguous=False), errors.Disposition.RETRY),
+    (error_from_response(429, {}, b""), errors.Disposition.RETRY),
+    (errors.Timeout("read"), errors.Disposition.RESOLVE),
+    (errors.ConnectionDropped("reset"), errors.Disposition.RESOLVE),
+    (error_from_response(503, {}, b""), errors.Disposition.RESOLVE),
+    (errors.ProtocolError("unreadable 201"), errors.Disposition.RESOLVE),
+    (error_from_response(403, {}, resource("UK.OBIE.Header.Invalid", "token_expired", "Authorization")), "reauth"),
+    (error_from_response(401, {}, resource("UK.OBIE.Header.Invalid", "no_access_token", "Authorization")), "reauth"),
+    (error_from_response(401, {}, resource("UK.OBIE.Header.Invalid", "bad token")), "reauth"),
+    (error_from_response(400, {}, resource("UK.OBIE.Header.Invalid", "x-fapi-interaction-id", "x-fapi")), "refuse"),
+    (error_from_response(400, {}, oauth("invalid_grant", "refresh token revoked")), errors.Disposition.REFUSE),
+    (error_from_response(400, {}, resource("UK.OBIE.Rules.FailsControlParameters", "over")), "refuse"),
+    (error_from_response(404, {}, b"no such path"), errors.Disposition.REFUSE),
+    # A refusal that may follow a lost success proves nothing: resolved by the same bytes again, or a read.
+    (error_from_response(409, {}, b"conflict"), errors.Disposition.RESOLVE),
+    (
+        error_from_response(
+            400,
+            {},
+            resource(
+                "UK.OBIE.Header.Invalid",
+                "invalid_header: x-idempotency-key was already used with a different body",
+                "x-idempotency-key",
+            ),
+        ),
+        errors.Disposition.RESOLVE,
+    ),
+]
+
+
+@pytest.mark.parametrize(("error", "expected"), DISPOSITIONS, ids=[type(e).__name__ for e, _ in DISPOSITIONS])
+def test_one_disposition_for_every_flow(error: errors.BankError, expected: str) -> None:
+    wanted = {"reauth": errors.Disposition.REAUTHENTICATE, "refuse": errors.Disposition.REFUSE}.get(expected, expected)
+    assert errors.disposition(error) is wanted
+
+
+def test_describe_names_status_and_code() -> None:
+    refused = error_from_response(400, {}, resource("UK.OBIE.Rules.FailsControlParameters", "over the limit"))
+    assert errors.describe(refused) == "HTTP 400 UK.OBIE.Rules.FailsControlParameters: over the limit"
+    assert errors.describe(errors.Timeout("read timed out")) == "Timeout: read timed out"

@@ -8,7 +8,7 @@ from decimal import Decimal
 import orjson
 
 from processor.bank.models import FilePaymentReport
-from processor.engine.file_flow import _origin_currency, report_summary, transaction_results
+from processor.engine.file_events import origin_currency, report_summary, transaction_results
 
 
 def _report(*lines: tuple[int, str, str | None]) -> FilePaymentReport:
@@ -57,6 +57,6 @@ def test_the_origin_currency_is_found_without_parsing_the_transfers() -> None:
             "origin_account": {"account_number": "3001", "account_type": "MONETARY", "currency": "GTQ"},
         }
     ).decode()
-    assert _origin_currency(text) == "GTQ"
-    assert _origin_currency('{"origin_account": {"currency": 5}}') is None
-    assert _origin_currency("not json") is None
+    assert origin_currency(text) == "GTQ"
+    assert origin_currency('{"origin_account": {"currency": 5}}') is None
+    assert origin_currency("not json") is None

@@ -7,14 +7,13 @@ import pytest
 import schemas
 from processor.domain.vrp_states import (
     COUNTED_PAYMENT_STATES,
-    MANDATE_MOVES,
     MANDATE_STATUS_RANKS,
-    PAYMENT_MOVES,
+    MANDATE_TABLE,
+    PAYMENT_TABLE,
     IllegalMoveError,
     Mandate,
     Payment,
     VrpStatus,
-    backoff,
     enter_payment,
     mandate_terminal,
     move_mandate,
@@ -45,8 +44,8 @@ def test_mandate_moves_publish_their_status() -> None:
 
 
 def test_mandate_statuses_only_move_forward() -> None:
-    for state, targets in MANDATE_MOVES.items():
-        for target in targets:
+    for state, rule in MANDATE_TABLE.items():
+        for target in rule.moves:
             published = move_mandate(state, target)
             if target is Mandate.RECEIVED:  # back for a new consent (tokens lost): publishes nothing
                 assert (state, published) == (Mandate.AWAITING_AUTHORIZATION, None)
@@ -79,7 +78,7 @@ def test_payment_moves_and_their_statuses() -> None:
         Payment.FAILED,
         Payment.INVALID,
     }
-    assert all(not PAYMENT_MOVES[s] for s in Payment if payment_terminal(s))
+    assert all(PAYMENT_TABLE[s].terminal for s in Payment if payment_terminal(s))
 
 
 def test_new_payments_enter_where_allowed() -> None:
@@ -103,8 +102,3 @@ def test_counted_payments_and_bank_statuses() -> None:
 def test_published_statuses_exist_in_the_schema() -> None:
     symbols = set(schemas.load_schema("vrp.status")["fields"][3]["type"]["symbols"])
     assert {s.value for s in VrpStatus} == symbols
-
-
-def test_backoff_doubles_and_caps() -> None:
-    assert [backoff(n, 1.0, 10.0) for n in range(6)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
-    assert backoff(10_000, 1.0, 60.0) == 60.0

@@ -1,0 +1,219 @@
+"""VRP mandates (flow B, part 1): the step handlers `MANDATE_TABLE` names, and the authorization hooks of the kind.
+
+    RECEIVED                create_consent       B1 the VRP consent  -> AWAITING_AUTHORIZATION (AUTHORIZATION_REQUIRED)
+    AWAITING_AUTHORIZATION  watch_authorization  read the consent; Rejected at the bank -> REJECTED, deadline -> EXPIRED
+                            (the approver; `MandateAuthorizationHooks` move it to AUTHORIZED or REJECTED)
+
+B1 is a guarded side effect (`processor.engine.side_effect`): a lost answer is resolved by repeating it with the
+same key and the same body, so a mandate has one consent at the bank.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from processor.bank import BankError
+from processor.bank.client import vrp_consent_body
+from processor.bank.errors import describe
+from processor.bank.models import VrpConsent
+from processor.domain.kinds import Kind
+from processor.domain.time import iso_ms
+from processor.domain.vrp_requests import CONSENT_CREATED_KEY, consent_parts
+from processor.domain.vrp_states import Mandate, move_mandate
+from processor.engine.authorization import PendingAuthorization, approval_link
+from processor.engine.leased import LeasedFlow
+from processor.engine.side_effect import Guarded, Refusal
+from processor.engine.vrp_moves import consent_created_at, mandate_request, move_mandate_tx, settle_parked_payments
+from processor.store import Operation, StoreTx, VrpMandate
+
+log = structlog.get_logger("processor.engine.vrp")
+
+BANK_REJECTED = "Rejected"
+BANK_AUTHORISED = "Authorised"
+
+
+class MandateStateError(RuntimeError):
+    """The mandate is not in the state an authorization callback expects (rolls the callback back)."""
+
+
+class MandateFlow(LeasedFlow[VrpMandate]):
+    """VRP mandates as leased work: B1 for new ones, the authorization watch for waiting ones."""
+
+    kind = Kind.MANDATE
+
+    def repo(self, tx: StoreTx) -> Any:
+        """The `vrp_mandates` table."""
+        return tx.mandates
+
+    def approval_url(self, mandate: VrpMandate) -> str:
+        """The mandate's stable approval link (published as `authorization_url`)."""
+        return approval_link(self.ctx.public_url, self.kind, mandate.mandate_id, mandate.approval_token)
+
+    async def create_consent(self, mandate: VrpMandate, owner: str) -> VrpMandate:
+        """B1, recorded before and after; a lost answer is resolved by repeating it with the same key."""
+        mandate_id = mandate.mandate_id
+        req = mandate_request(mandate)
+        integration = self.ctx.banks.integration(mandate.integration)
+        parts = consent_parts(req, integration.tpp_name)
+        guard = Guarded(self, mandate_id, Operation.CREATE_VRP_CONSENT)
+        body = vrp_consent_body(parts.control_parameters, parts.initiation, parts.remittance_information)
+        effect = await guard.begin(body)
+        # A resumed call sends the bytes its first attempt sent, whatever the configuration builds now.
+        request = guard.request(body)
+        if not effect.done and request is None:
+            return await guard.unresolved(mandate, owner, "the consent request of the first attempt is not known")
+        consent: VrpConsent
+        try:
+            bank = await self.ctx.banks.get(mandate.integration)
+            if effect.done and effect.resource_id:
+                consent = await bank.get_vrp_consent(effect.resource_id)
+            else:
+                assert request is not None
+                consent = await guard.call(
+                    lambda _: bank.create_vrp_consent(request, idempotency_key=effect.idempotency_key)
+                )
+        except BankError as error:
+            return await guard.failed(mandate, owner, error, self._refused(mandate, owner, guard))
+        now = self.now()
+        limits = {**parts.control_parameters, CONSENT_CREATED_KEY: iso_ms(consent.creation_date_time)}
+        # A consent was created before (and its AUTHORIZATION_REQUIRED published): this one replaces it.
+        replacing = consent_created_at(mandate) is not None
+        state = Mandate.AWAITING_AUTHORIZATION
+
+        def record(tx: StoreTx) -> VrpMandate:
+            guard.complete(tx, consent.consent_id)
+            return move_mandate_tx(
+                tx,
+                mandate,
+                state,
+                now=now,
+                owner=owner,
+                authorization_url=self.approval_url(mandate),
+                consent_id=consent.consent_id,
+                bank_status=consent.status,
+                limits=limits,
+                next_action_at=self.next_look(state, now, deadline=mandate.authorization_deadline),
+                replacing=replacing,
+            )
+
+        moved = await self.ctx.store.arun(record)
+        log.info("VRP consent created; authorization required", mandate_id=mandate_id, consent_id=consent.consent_id)
+        return moved
+
+    def _refused(self, mandate: VrpMandate, owner: str, guard: Guarded[VrpMandate]) -> Any:
+        async def refuse(error: Refusal) -> VrpMandate:
+            now = self.now()
+            reason = describe(error) if isinstance(error, BankError) else str(error)
+
+            def work(tx: StoreTx) -> VrpMandate:
+                guard.fail(tx, reason)
+                return move_mandate_tx(
+                    tx, mandate, Mandate.INVALID, now=now, owner=owner, reason=f"the bank refused the consent: {reason}"
+                )
+
+            log.warning("VRP consent refused by the bank", mandate_id=mandate.mandate_id, reason=reason)
+            return await self.ctx.store.arun(work)
+
+        return refuse
+
+    async def watch_authorization(self, mandate: VrpMandate, owner: str) -> VrpMandate:
+        """While awaiting the approver: read the consent (B3); Rejected at the bank ends the mandate, and so
+        does the authorization deadline (EXPIRED)."""
+        assert mandate.consent_id is not None
+        now = self.now()
+        consent: VrpConsent | None = None
+        try:
+            bank = await self.ctx.banks.get(mandate.integration)
+            consent = await bank.get_vrp_consent(mandate.consent_id)
+        except BankError as error:
+            log.warning("could not read the VRP consent", mandate_id=mandate.mandate_id, error=describe(error))
+        deadline = mandate.authorization_deadline
+        bank_status = None if consent is None else consent.status
+        if bank_status == BANK_REJECTED or (deadline is not None and now >= deadline):
+            if bank_status == BANK_REJECTED:
+                target, reason = Mandate.REJECTED, "the consent is Rejected at the bank"
+            else:
+                assert deadline is not None
+                target, reason = Mandate.EXPIRED, f"not authorised before the deadline {iso_ms(deadline)}"
+
+            def end(tx: StoreTx) -> VrpMandate:
+                moved = move_mandate_tx(
+                    tx, mandate, target, now=now, owner=owner, reason=reason, bank_status=bank_status
+                )
+                settle_parked_payments(tx, moved, now=now)
+                return moved
+
+            log.info("mandate ended while awaiting authorization", mandate_id=mandate.mandate_id, state=target.value)
+            return await self.ctx.store.arun(end)
+        return await self.update(
+            mandate,
+            owner,
+            bank_status=bank_status or mandate.bank_status,
+            next_action_at=self.next_look(mandate.state, now, deadline=deadline),
+        )
+
+
+class MandateAuthorizationHooks:
+    """The `Kind.MANDATE` hooks of the authorization registry (`processor.engine.authorization.FlowKinds`).
+
+    The approval link of a mandate works while it is AWAITING_AUTHORIZATION with a consent and before its
+    authorization deadline; the callback's outcome moves it to AUTHORIZED (tokens stored in the same
+    transaction by the caller) or REJECTED, publishing the status.
+    """
+
+    def consent_for(self, tx: StoreTx, flow_id: str) -> PendingAuthorization | None:
+        """The mandate's integration, consent, approval token, deadline, and whether it awaits its approver."""
+        mandate = tx.mandates.get(flow_id)
+        if mandate is None:
+            return None
+        return PendingAuthorization(
+            integration=mandate.integration,
+            consent_id=mandate.consent_id,
+            approval_token=mandate.approval_token,
+            deadline=mandate.authorization_deadline,
+            awaiting=mandate.state == Mandate.AWAITING_AUTHORIZATION and mandate.consent_id is not None,
+            state=mandate.state,
+        )
+
+    def on_authorized(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
+        """AUTHORIZED (publishing it) and its parked payments made due."""
+        mandate = self._awaiting(tx, flow_id, consent_id)
+        moved = move_mandate_tx(tx, mandate, Mandate.AUTHORIZED, now=now, bank_status=BANK_AUTHORISED)
+        settle_parked_payments(tx, moved, now=now)
+        log.info("mandate authorised", mandate_id=flow_id, consent_id=consent_id)
+
+    def on_rejected(self, tx: StoreTx, flow_id: str, reason: str, *, now: datetime) -> None:
+        """REJECTED (publishing it with the reason); its parked payments are rejected too."""
+        mandate = self._awaiting(tx, flow_id, None)
+        moved = move_mandate_tx(tx, mandate, Mandate.REJECTED, now=now, reason=reason)
+        settle_parked_payments(tx, moved, now=now)
+        log.info("mandate rejected", mandate_id=flow_id, consent_id=mandate.consent_id, reason=reason)
+
+    def on_stranded(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
+        """Back to RECEIVED for a new consent (a new idempotency key; the old record is kept under
+        `{mandate_id}/replaced/{consent_id}`), due now. Nothing is published: the approval link stays the same."""
+        mandate = self._awaiting(tx, flow_id, consent_id)
+        tx.side_effects.retire(mandate.mandate_id, (Operation.CREATE_VRP_CONSENT,), resource_id=consent_id)
+        move_mandate(mandate.state, Mandate.RECEIVED)
+        tx.mandates.transition(
+            mandate,
+            Mandate.RECEIVED.value,
+            now=now,
+            consent_id=None,
+            next_action_at=now,
+            attempts=0,
+            last_error=f"consent {consent_id} is authorised at the bank but its tokens were lost; replacing it",
+        )
+        log.warning("mandate consent replaced: its tokens were lost", mandate_id=flow_id, consent_id=consent_id)
+
+    @staticmethod
+    def _awaiting(tx: StoreTx, flow_id: str, consent_id: str | None) -> VrpMandate:
+        mandate = tx.mandates.require(flow_id, for_update=True)
+        if mandate.state != Mandate.AWAITING_AUTHORIZATION:
+            raise MandateStateError(f"mandate {flow_id} is {mandate.state}, not awaiting authorization")
+        if consent_id is not None and mandate.consent_id != consent_id:
+            raise MandateStateError(f"mandate {flow_id} awaits consent {mandate.consent_id}, not {consent_id}")
+        return mandate
