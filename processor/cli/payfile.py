@@ -41,6 +41,7 @@ from processor.cli.common import (
 from processor.cli.config import Config
 from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
 from processor.domain.file_states import FlowState
+from processor.domain.identity import document_content_sha256
 from processor.domain.masking import mask_account
 from processor.domain.settings import ConfigError
 from processor.domain.time import iso_ms
@@ -178,7 +179,7 @@ async def pay_file(args: argparse.Namespace) -> int:
             )
         else:
             flow = existing
-            same = existing.payload_sha256 == sha256_hex(given.text)
+            same = existing.payload_sha256 in (document_content_sha256(given.document), sha256_hex(given.text))
             note = "" if same else " (the file differs from the stored batch; the stored batch counts)"
             print(f"batch {batch_id} already exists: {flow.state}{note}")
         if not flow.terminal:

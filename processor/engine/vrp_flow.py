@@ -44,6 +44,7 @@ import structlog
 from processor.bank import BankClient
 from processor.bank import errors as bank_errors
 from processor.bank.models import VrpConsent, dumps
+from processor.domain.identity import request_content_sha256
 from processor.domain.time import iso_ms, utc_ms
 from processor.domain.vrp_limits import PastPayment, check_payment
 from processor.domain.vrp_requests import (
@@ -75,7 +76,7 @@ from processor.engine.authorization import MissingTokensError, PendingAuthorizat
 from processor.engine.banks import UnknownIntegrationError
 from processor.engine.context import EngineContext
 from processor.store import NotFoundError, Operation, StatusEvent, StoreTx, VersionConflictError, VrpMandate, VrpPayment
-from processor.store.values import dump_json, json_text, load_json, sha256_hex
+from processor.store.values import json_text, load_json
 from schemas.topics import VRP_STATUS_TOPIC
 
 if TYPE_CHECKING:
@@ -453,6 +454,7 @@ class VrpEngine:
                 valid_to=req.valid_to,
                 authorization_deadline=deadline,
                 next_action_at=now,
+                content_sha256=request_content_sha256(req.document()),  # requested_at/source do not count
             )
 
         created = await self._run(store)
@@ -704,7 +706,7 @@ class VrpEngine:
             req = parse_payment(request)
         except InvalidRequestError as exc:
             return await self._invalid_payment(request, exc, now)
-        digest = sha256_hex(dump_json(req.document()))
+        digest = request_content_sha256(req.document())  # a rerun differs only in requested_at
 
         def place(tx: StoreTx) -> PaymentOutcome:
             mandate = tx.mandates.get(req.mandate_id, for_update=True)  # serialises the checks of one mandate
@@ -740,6 +742,7 @@ class VrpEngine:
                 now=now,
                 state=target.value,
                 next_action_at=due,
+                content_sha256=digest,
             )
             if not created.created:
                 return PaymentOutcome(created.row, False, created.same_document)

@@ -195,6 +195,35 @@ def test_invalid_export_lists_every_problem_and_produces_nothing(
     assert read_topic(kafka_bootstrap, kafka_topic) == []
 
 
+def test_amounts_with_trailing_zeros_are_produced_and_printed_with_two_decimals(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """docs/submit.md accepts `1.500` (a whole number of cents by value): the real submit encodes it (the Avro
+    decimal has scale 2) and prints the control sum normalised to two decimals (`6.85`, `7.00`)."""
+    path = tmp_path / "cents.csv"
+    path.write_text(
+        "account_number,amount,email,concept\n"
+        "2001002001,1.500,ana@example.com,Payroll\n"
+        "2001002002,5.35,bruno@example.com,Payroll\n"
+    )
+    argv = (str(path), *ORIGIN, "--integration", "sandbox", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    result = submit_run(capsys, *argv, "--quiet")
+    assert result.code == 0, result.err
+    assert "Traceback" not in result.err
+    assert ", control sum 6.85 GTQ -> " in result.out
+    (message,) = read_topic(kafka_bootstrap, kafka_topic)
+    value = message.value()
+    assert value is not None
+    event = schemas.decode("payroll.batches", value)
+    assert [t["amount"] for t in event["transactions"]] == [Decimal("1.50"), Decimal("5.35")]
+
+    whole = tmp_path / "whole.csv"
+    whole.write_text("account_number,amount,email,concept\n2001002001,7,ana@example.com,Payroll\n")
+    dry = submit_run(capsys, str(whole), *ORIGIN, "--integration", "sandbox", "--dry-run", "--quiet")
+    assert dry.code == 0, dry.err
+    assert ", control sum 7.00 GTQ" in dry.out
+
+
 def test_configuration_from_environment_names_bootstrap_topic_and_integration(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -253,10 +282,12 @@ def test_progress_goes_to_stderr_and_the_result_to_stdout(
     batch_id = match.group(1)
     progress = loud.err.splitlines()
     assert progress[0].startswith("reading big export.csv: 1 rows")
+    assert "read big export.csv: 3,000 rows 100%" in progress  # the real count, not the first throttled update
     assert "validating 3,000 transactions" in progress
     assert "encoding" in progress
     assert any(re.fullmatch(rf"producing [0-9,]+ bytes to {re.escape(kafka_topic)}", p) for p in progress)
-    assert re.fullmatch(r"done in [0-9.]+ s", progress[-1])
+    assert re.fullmatch(r"done in [0-9.]+ s", progress[-2])
+    assert progress[-1].startswith(f"note: batch {batch_id} is identified by its content")
 
     quiet = submit_run(capsys, *argv, "--quiet")
     assert quiet.code == 0, quiet.err
