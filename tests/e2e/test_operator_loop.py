@@ -67,7 +67,7 @@ def has(key: str, status: str) -> Callable[[TopicLog], bool]:
 def export(path: Path, rows: list[tuple[str, str]]) -> Path:
     """A CSV export with one row per (account, amount)."""
     lines = ["employee_reference,account_number,amount,email,concept"]
-    lines += [f"E-{i:04d},{account},{amount},employee{i}@example.com,Payroll" for i, (account, amount) in enumerate(rows)]
+    lines += [f"E-{i:04d},{acct},{amount},employee{i}@example.com,Payroll" for i, (acct, amount) in enumerate(rows)]
     path.write_text("\n".join(lines) + "\n")
     return path
 
