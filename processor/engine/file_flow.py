@@ -45,6 +45,7 @@ from processor.bank import errors as bank_errors
 from processor.bank.models import FilePaymentReport
 from processor.domain.batch import PayrollBatch, batch_from_json
 from processor.domain.file_states import BatchStatus, FlowState, move, outcome_of_bank_status
+from processor.domain.outcomes import outcome_totals, retry_of
 from processor.domain.payload import FilePayload, prepare_file_payload
 from processor.domain.time import iso_ms
 from processor.engine.authorization import (
@@ -79,8 +80,9 @@ def status_payload(
     currency: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v1.avsc, minus `event_id`,
-    which the outbox assigns). Values come from the flow row; `overrides` replace them (e.g. the new ids)."""
+    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v2.avsc, minus `event_id`,
+    which the outbox assigns). Values come from the flow row; `overrides` replace them (e.g. the new ids). The
+    outcome fields (transfers and amounts completed / failed) follow from `transaction_results`."""
     payload: dict[str, Any] = {
         "batch_id": flow.batch_id,
         "status": str(status),
@@ -94,8 +96,11 @@ def status_payload(
         "bank_status": flow.bank_status,
         "reason": None,
         "transaction_results": None,
+        "retry_of": retry_of(flow.batch_id),
+        "execute_on": None,
     }
     payload.update(overrides)
+    payload.update(outcome_totals(payload["transaction_results"]))
     return payload
 
 

@@ -447,10 +447,47 @@ def test_status_until_terminal_exits_with_the_final_status(
     completed = status_run(
         capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--batch", "NOV-1", "--until-terminal"
     )
-    assert (completed.code, completed.out.splitlines()) == (0, NOV_LINES)
+    # COMPLETED with a failed transfer (an event without the v2 counts: counted from its results): exit 4
+    assert (completed.code, completed.out.splitlines()) == (4, NOV_LINES)
     usage = status_run(capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--until-terminal")
     assert usage.code == 2
     assert "--until-terminal needs --batch" in usage.err
+
+
+def test_status_until_terminal_follows_and_tells_paid_partly_paid_and_not_in_time(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """`--until-terminal` implies following: a batch still waiting for approval is not taken for paid (exit 3 once
+    `--timeout` ran out, not 0 at the end of the topic); a COMPLETED event's v2 outcome fields decide 0 or 4."""
+    results = [{"index": 0, "employee_reference": "E-1", "amount": Decimal("10.00"), "status": "COMPLETED"}]
+    produce(
+        kafka_bootstrap,
+        kafka_topic,
+        status_event("WAIT-1", "AUTHORIZATION_REQUIRED", 0, consent_id="C-9"),
+        status_event(
+            "PAID-1",
+            "COMPLETED",
+            1,
+            transaction_results=results,
+            transfers_completed=1,
+            transfers_failed=0,
+            amount_completed=Decimal("10.00"),
+            amount_failed=Decimal("0.00"),
+        ),
+        status_event("PART-1", "COMPLETED", 2, transfers_completed=1, transfers_failed=2, amount_failed=Decimal("3")),
+    )
+    base = ("--bootstrap", kafka_bootstrap, "--topic", kafka_topic, "--until-terminal")
+    waiting = status_run(capsys, *base, "--batch", "WAIT-1", "--timeout", "3")
+    assert waiting.code == 3, waiting.out
+    assert "WAIT-1 not final within 3 s" in waiting.err
+    paid = status_run(capsys, *base, "--batch", "PAID-1")
+    assert paid.code == 0
+    assert "paid=1 (10.00) failed=0 (0.00)" in paid.out
+    partly = status_run(capsys, *base, "--batch", "PART-1")
+    assert partly.code == 4
+    assert "failed=2 (3.00)" in partly.out
+    bad = status_run(capsys, *base, "--batch", "PAID-1", "--timeout", "0")
+    assert bad.code == 2
 
 
 class _Lines(io.StringIO):
