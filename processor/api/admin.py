@@ -366,7 +366,7 @@ def _encode_cursor(created_at: datetime, batch_id: str) -> str:
 
 
 def _cursor(text: str | None) -> tuple[datetime, str] | None:
-    if text is None:
+    if not text:  # absent, or given empty: the first page
         return None
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

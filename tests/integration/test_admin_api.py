@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from engine_support import Rig, bound_socket, engine_rig, pay, serve
+from engine_support import Rig, batch, bound_socket, engine_rig, pay, serve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
@@ -116,6 +116,47 @@ async def test_concurrent_retry_requests_create_one_retry_batch(store: Store) ->
         assert not_final.status_code == 400 and "is a retry of" in not_final.json()["error"]
         unknown = await http.post("/batches/no-such-batch/retry", headers=AUTH)
         assert unknown.status_code == 404
+
+
+async def test_batches_are_listed_by_status_and_time_in_pages(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        start = rig.clock.now()
+        ids = []
+        for _ in range(5):
+            document = batch()
+            ids.append(str(document["batch_id"]))
+            await rig.submit(document)
+            rig.clock.advance(1)
+        invalid = batch(transfers=[("200100300", "-1.00")])
+        await rig.submit(invalid)
+        pages, cursor = [], None
+        while True:
+            answer = await http.get(
+                "/batches", params={"limit": 2, "cursor": cursor, "status": "RECEIVED"}, headers=AUTH
+            )
+            assert answer.status_code == 200, answer.text
+            pages.append([b["batch_id"] for b in answer.json()["batches"]])
+            cursor = answer.json()["next_cursor"]
+            if cursor is None:
+                break
+        assert pages == [ids[0:2], ids[2:4], ids[4:5]]
+        window = {
+            "since": (start + timedelta(seconds=1)).isoformat(),
+            "until": (start + timedelta(seconds=3)).isoformat(),
+        }
+        listed = (await http.get("/batches", params=window, headers=AUTH)).json()["batches"]
+        assert [b["batch_id"] for b in listed] == ids[1:3]
+        refused = (await http.get("/batches", params={"status": "INVALID"}, headers=AUTH)).json()["batches"]
+        assert [(b["batch_id"], b["status"]) for b in refused] == [(invalid["batch_id"], "INVALID")]
+        for params in (
+            {"status": "PAID"},
+            {"since": "yesterday"},
+            {"since": "2026-11-01T00:00:00"},
+            {"limit": "0"},
+            {"cursor": "not-a-cursor"},
+        ):
+            bad = await http.get("/batches", params=params, headers=AUTH)
+            assert bad.status_code == 400, (params, bad.text)
 
 
 async def test_the_report_totals_are_the_status_events_amounts(store: Store) -> None:

@@ -114,3 +114,21 @@ def test_the_corrections_file_is_read_as_csv_or_json_and_bad_lines_are_named(tmp
     header.write_text("account,index\n")
     with pytest.raises(CliError, match="header"):
         read_corrections(header)
+
+
+def test_the_admin_commands_without_a_token_or_a_processor_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from processor.cli import dlq, report, retry_failed
+
+    path = tmp_path / "dispersion.toml"
+    path.write_text('[processor]\npublic_url = "http://127.0.0.1:9"\n')  # port 9: nothing listens
+    monkeypatch.delenv("DISPERSION_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("DISPERSION_CONFIG", raising=False)
+    assert retry_failed.main(["--batch", "B", "--config", str(path)]) == 2
+    assert "no admin token" in capsys.readouterr().err
+    monkeypatch.setenv("DISPERSION_ADMIN_TOKEN", "t" * 20)
+    assert dlq.main(["list", "--config", str(path), "--timeout", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be reached" in err and "t" * 20 not in err
+    assert report.main(["--since", "x", "--until", "y", "--config", str(path), "--timeout", "5"]) == 2
