@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from processor.domain.batch import PayrollBatch
+from processor.domain.money import cents
 
 
 def batch_record(batch: PayrollBatch, *, source: str | None = None) -> dict[str, Any]:
-    """A parsed batch as the `payroll.batches` Avro record (amounts stay `Decimal`)."""
+    """A parsed batch as the `payroll.batches` Avro record (amounts stay `Decimal`, with two decimals)."""
     return {
         "batch_id": batch.batch_id,
         "integration": batch.integration,
@@ -29,7 +30,7 @@ def batch_record(batch: PayrollBatch, *, source: str | None = None) -> dict[str,
                     "currency": item.currency,
                     "email": item.email,
                 },
-                "amount": item.amount,
+                "amount": cents(item.amount),  # 1.500 -> 1.50: the Avro decimal has scale 2
                 "concept": item.concept,
                 "employee_reference": item.employee_reference,
             }

@@ -629,9 +629,9 @@ FIXTURES = ("deployment_factory_fixture", "e2e_database_fixture")  # import both
 @pytest.fixture(name="deployment_factory")
 def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[DeploymentFactory]:
     """Builds a `Deployment`: `deployment_factory(bootstrap, instances=N, partitions=P, engine={...},
-    kafka={...}, sandbox_args=(...))` (`kafka`: more keys of the `[kafka]` table). The sandbox is started; the
-    instances are not (`deployment.start(i)`). Everything started is stopped at the end of the test (instances by
-    SIGTERM, then SIGKILL)."""
+    kafka={...}, sandbox_args=(...), tables={"admin": {...}})` (`kafka`: more keys of the `[kafka]` table; `tables`:
+    more configuration tables). The sandbox is started; the instances are not (`deployment.start(i)`). Everything
+    started is stopped at the end of the test (instances by SIGTERM, then SIGKILL)."""
     with ExitStack() as stack:
         made: list[Deployment] = []
 
@@ -644,6 +644,7 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
             kafka: Mapping[str, Any] | None = None,
             sandbox_args: Iterable[str] = ("--file-payment-delay", "0.5", "--vrp-delay", "0.5"),
             create_topics: bool = True,
+            tables: Mapping[str, Mapping[str, Any]] | None = None,
         ) -> Deployment:
             directory = tmp_path / f"deployment-{len(made)}"
             directory.mkdir()
@@ -663,14 +664,15 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
             group_id = unique_id("e2e-group")
             integration = dict(sandbox.config["integrations"]["sandbox"])
             config_path = directory / "dispersion.toml"
-            tables: dict[str, Mapping[str, Any]] = {
+            config_tables: dict[str, Mapping[str, Any]] = {
                 "processor": {"store": e2e_database, "public_url": f"http://127.0.0.1:{ports[0]}"},
                 "kafka": {"bootstrap_servers": bootstrap, "group_id": group_id, **(kafka or {})},
                 "kafka.topics": topics,
                 "engine": {**FAST_ENGINE, **(engine or {})},
                 "integrations.sandbox": integration,
+                **(tables or {}),
             }
-            write_config(config_path, tables)
+            write_config(config_path, config_tables)
             deployment = Deployment(
                 directory=directory,
                 sandbox=sandbox,

@@ -12,7 +12,8 @@ The state lives in the store, so the command can be stopped and run again: a bat
 paid twice; the run resumes where the last one stopped, or just prints the result when the payment has ended.
 Tokens and PKCE verifiers are encrypted with `DISPERSION_STORE_KEY` (docs/store.md).
 
-Exit status: 0 COMPLETED; 1 ended otherwise (REJECTED, EXPIRED, FAILED, INVALID); 2 bad usage or input;
+Exit status: 0 COMPLETED with every transfer paid; 4 COMPLETED with failed transfers (pay them again with
+`dispersion retry-failed`); 1 ended otherwise (REJECTED, EXPIRED, FAILED, INVALID); 2 bad usage or input;
 3 still running when `--wait` ran out or the command was interrupted (run it again to resume).
 """
 
@@ -29,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from processor.cli.common import (
-    DONE,
     ENDED,
     USAGE,
     WAITING,
@@ -42,7 +42,10 @@ from processor.cli.config import Config
 from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
 from processor.domain.file_states import FlowState
 from processor.domain.kinds import Kind
+from processor.domain.identity import document_content_sha256
 from processor.domain.masking import mask_account
+from processor.domain.money import money_text
+from processor.domain.outcomes import exit_code
 from processor.domain.settings import ConfigError
 from processor.domain.time import iso_ms
 from processor.domain.validation import validate
@@ -179,7 +182,7 @@ async def pay_file(args: argparse.Namespace) -> int:
             )
         else:
             flow = existing
-            same = existing.payload_sha256 == sha256_hex(given.text)
+            same = existing.payload_sha256 in (document_content_sha256(given.document), sha256_hex(given.text))
             note = "" if same else " (the file differs from the stored batch; the stored batch counts)"
             print(f"batch {batch_id} already exists: {flow.state}{note}")
         if not flow.terminal:
@@ -196,7 +199,7 @@ def _currency(document: Mapping[str, Any]) -> str:
 def _amount(value: Decimal | str | None) -> str:
     if value is None:
         return "?"
-    return format(value if isinstance(value, Decimal) else Decimal(value), "f")
+    return money_text(value if isinstance(value, Decimal) else Decimal(value))
 
 
 async def follow(
@@ -306,7 +309,7 @@ async def report(store: Store, engine: Engine, flow: Flow) -> int:
     if flow.bank_status:
         parts.append(f"bank status {flow.bank_status}")
     if flow.number_of_transactions is not None and flow.control_sum is not None:
-        parts.append(f"{flow.number_of_transactions} transactions, control sum {_amount(flow.control_sum)}")
+        parts.append(f"{flow.number_of_transactions} transactions, control sum {money_text(flow.control_sum)}")
     print(", ".join(parts))
     if results:
         settled = sum(1 for r in results if r.get("status") == "COMPLETED")
@@ -316,4 +319,5 @@ async def report(store: Store, engine: Engine, flow: Flow) -> int:
         print(summary + (f", {pending} pending" if pending else ""))
     if reason:
         print(f"  reason: {reason}")
-    return DONE if flow.state == FlowState.COMPLETED else ENDED
+    code = exit_code(flow.state, sum(1 for r in results if r.get("status") == "FAILED"))
+    return ENDED if code is None else code

@@ -7,8 +7,10 @@ The configuration file is `--config`, else `$DISPERSION_CONFIG`, else `./dispers
 `dispersion submit`); its `[kafka]` table gives the bootstrap address and topic names.
 
 Without `--follow` it prints the events the topic holds now and exits; with `--follow` it keeps printing them as
-they arrive until Ctrl-C or SIGTERM (or, with `--until-terminal --batch ID`, until that batch reaches a final
-status: exit 0 for COMPLETED, 1 for INVALID, REJECTED, EXPIRED or FAILED). `--new` skips the history.
+they arrive until Ctrl-C or SIGTERM. `--until-terminal --batch ID` follows (it implies `--follow`) until that
+batch reaches a final status and exits with the outcome: 0 every transfer paid, 4 COMPLETED with failed transfers,
+1 FAILED, REJECTED, EXPIRED or INVALID, 3 not final within `--timeout` seconds (or interrupted), 2 usage
+(docs/operations.md, "Exit codes"). `--new` skips the history.
 
 It reads every partition directly (no consumer group, nothing committed), so it never disturbs the processor and
 any number of people can watch. An event published twice (the outbox relay delivers at least once) is printed
@@ -22,6 +24,7 @@ import json
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -29,9 +32,10 @@ from decimal import Decimal
 from types import FrameType
 from typing import IO, Any, Final
 
+from processor.domain.money import money_text
+from processor.domain.outcomes import EXIT_NOT_TERMINAL, exit_code
 from processor.domain.time import iso_ms
 
-TERMINAL: Final = {"COMPLETED": 0, "INVALID": 1, "REJECTED": 1, "EXPIRED": 1, "FAILED": 1}
 VRP_TERMINAL: Final = {"AUTHORIZED": 0, "REJECTED": 1, "EXPIRED": 1, "INVALID": 1}
 
 
@@ -68,7 +72,12 @@ def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
     )
     parts.extend(f"{label}={record[name]}" for name, label in labels if record.get(name) is not None)
     if record.get("control_sum") is not None:
-        parts.append(f"control_sum={record['control_sum']} {record.get('currency') or ''}".rstrip())
+        parts.append(f"control_sum={money_text(record['control_sum'])} {record.get('currency') or ''}".rstrip())
+    if record.get("transfers_failed") is not None:
+        parts.append(
+            f"paid={record.get('transfers_completed')} ({money_text(record.get('amount_completed') or Decimal(0))})"
+            f" failed={record['transfers_failed']} ({money_text(record.get('amount_failed') or Decimal(0))})"
+        )
     if record.get("amount") is not None:
         parts.append(f"amount={record['amount']} {record.get('currency') or ''}".rstrip())
     if record.get("authorization_url"):
@@ -115,9 +124,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--details", action="store_true", help="per-transaction results too")
     p.add_argument(
-        "--until-terminal", action="store_true", help="with --batch: stop at its final status (exit 1 unless success)"
+        "--until-terminal",
+        action="store_true",
+        help="with --batch: follow until its final status; exit 0 all paid, 4 some failed, 1 ended, 3 not in time",
     )
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker's metadata")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds to wait for the broker's metadata (default 30), and with --until-terminal for the final status "
+        "(default: no limit)",
+    )
     return p
 
 
@@ -135,6 +151,11 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
     if args.until_terminal and not args.key:
         print("dispersion status: --until-terminal needs --batch", file=sys.stderr)
         return 2
+    if args.timeout is not None and args.timeout <= 0:
+        print("dispersion status: --timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
+    follow = args.follow or args.until_terminal  # a script must never take an unapproved batch for paid
+    deadline = None if args.timeout is None or not args.until_terminal else time.monotonic() + args.timeout
     logical = VRP_STATUS_TOPIC if args.vrp else STATUS_TOPIC
     try:
         settings = settings_from_config(args.config, bootstrap=args.bootstrap)
@@ -143,7 +164,6 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
         return 2
     topic = args.topic or settings.topic(logical)
     codec = schemas.WireCodec(logical, settings.wire)  # either wire format
-    terminal = VRP_TERMINAL if args.vrp else TERMINAL
     wanted = args.key.encode("utf-8") if args.key else None
     consumer = Consumer(
         settings.config(
@@ -159,7 +179,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_stop) if main_thread else None
     seen: set[str] = set()
     try:
-        metadata = consumer.list_topics(topic, timeout=args.timeout)
+        metadata = consumer.list_topics(topic, timeout=args.timeout or 30.0)
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             print(f"dispersion status: topic {topic} not found", file=sys.stderr)
@@ -168,6 +188,9 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
         consumer.assign([TopicPartition(topic, p, start) for p in info.partitions])
         at_end: set[int] = set()
         while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                print(f"dispersion status: {args.key} not final within {args.timeout:g} s", file=sys.stderr)
+                return EXIT_NOT_TERMINAL
             message = consumer.poll(0.5)
             if message is None:
                 continue
@@ -175,7 +198,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     at_end.add(message.partition() or 0)
-                    if not args.follow and len(at_end) == len(info.partitions):
+                    if not follow and len(at_end) == len(info.partitions):
                         return 0
                     continue
                 if error.fatal():
@@ -196,10 +219,12 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
             seen.add(record["event_id"])
             out.write((as_json(record) if args.json else as_text(record, details=args.details)) + "\n")
             out.flush()
-            if args.until_terminal and record["status"] in terminal and not record.get("payment_id"):
-                return terminal[record["status"]]
+            if args.until_terminal:
+                code = _final(record, vrp=args.vrp)
+                if code is not None:
+                    return code
     except (KeyboardInterrupt, _Stop):
-        return 0
+        return EXIT_NOT_TERMINAL if args.until_terminal else 0
     except KafkaException as exc:
         print(f"dispersion status: {exc}", file=sys.stderr)
         return 3
@@ -207,3 +232,13 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
         consumer.close()
+
+
+def _final(record: Mapping[str, Any], *, vrp: bool) -> int | None:
+    """The exit status when `record` is the key's final status, else None."""
+    if vrp:
+        return None if record.get("payment_id") else VRP_TERMINAL.get(str(record["status"]))
+    failed = record.get("transfers_failed")
+    if failed is None and record.get("transaction_results"):  # an event written before schema v2
+        failed = sum(1 for item in record["transaction_results"] if item["status"] == "FAILED")
+    return exit_code(str(record["status"]), failed)

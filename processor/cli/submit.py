@@ -53,6 +53,7 @@ from processor.domain.export_profile import (
     ExportProfile,
     sniff_delimiter,
 )
+from processor.domain.money import money_text
 from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
 SOURCE: Final = "dispersion-submit"
@@ -495,6 +496,8 @@ def _read(
         export = read_csv(
             reader, fields, requested_at=requested_at, defaults=defaults, on_row=on_row, line_of=lambda: reader.line_num
         )
+        # the updates above are throttled (the first row often reads the whole file): the real count, once
+        progress.update(f"read {args.export.name}: {len(export.batch.transactions):,} rows 100%", force=True)
     return replace(export, size=size)
 
 
@@ -559,7 +562,7 @@ def main(argv: list[str]) -> int:
         _report(problems, progress)
         return EXIT_INVALID
     total = control_sum(batch)
-    summary = f"batch {batch.batch_id}: {count:,} transactions, control sum {total} {batch.origin.currency}"
+    summary = f"batch {batch.batch_id}: {count:,} transactions, control sum {money_text(total)} {batch.origin.currency}"
     if args.dry_run:
         progress.done(f"valid ({time.monotonic() - started:.1f} s); --dry-run: nothing produced")
         print(f"valid {summary}")
@@ -617,4 +620,11 @@ def _produce(
     message = outcome[0][1]
     progress.done(f"done in {time.monotonic() - started:.1f} s")
     print(f"submitted {summary} -> {topic} partition {message.partition()} offset {message.offset()}")
+    if not args.quiet:
+        print(
+            f"note: batch {batch.batch_id} is identified by its content (not by when it was sent): submitting the same "
+            "export again is recognised as the same batch and paid at most once; the same batch id with other "
+            "transfers is refused as a conflict (dead letter)",
+            file=sys.stderr,
+        )
     return 0

@@ -22,6 +22,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from processor.domain.money import money_text
 from processor.domain.text import unsafe_character
 from processor.domain.time import iso_ms, utc_ms
 from processor.domain.vrp_limits import Alignment, PeriodicLimit, PeriodType
@@ -159,11 +160,6 @@ class _Reader:
             self.fail(name, "must carry a UTC offset (e.g. Z or +00:00)")
             return None
         return utc_ms(value)
-
-
-def money_text(amount: Decimal) -> str:
-    """An amount as the bank's string form, always with two decimals (`"10.50"`)."""
-    return format(amount.quantize(CENT), "f")
 
 
 def _id(doc: Mapping[str, Any], key: str) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from processor.bank.models import FilePaymentReport
+from processor.domain.outcomes import outcome_totals, retry_of
 from processor.domain.file_states import BatchStatus, FlowState, move
 from processor.domain.time import iso_ms
 from processor.store import Flow, StatusEvent, StoreTx
@@ -31,8 +32,9 @@ def status_payload(
     currency: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v1.avsc, minus `event_id`,
-    which the outbox assigns). Values come from the flow row; `overrides` replace them (e.g. the new ids)."""
+    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v2.avsc, minus `event_id`,
+    which the outbox assigns). Values come from the flow row; `overrides` replace them (e.g. the new ids). The
+    outcome fields (transfers and amounts completed / failed) follow from `transaction_results`."""
     payload: dict[str, Any] = {
         "batch_id": flow.batch_id,
         "status": str(status),
@@ -46,8 +48,11 @@ def status_payload(
         "bank_status": flow.bank_status,
         "reason": None,
         "transaction_results": None,
+        "retry_of": retry_of(flow.batch_id),
+        "execute_on": None,
     }
     payload.update(overrides)
+    payload.update(outcome_totals(payload["transaction_results"]))
     return payload
 
 

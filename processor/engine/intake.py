@@ -4,7 +4,9 @@
 - An invalid one becomes a flow in `INVALID` with an `INVALID` status event whose `reason` lists the bad rows
   (index and reason each), written in the same transaction; nothing is sent to the bank.
 - A batch whose id is already stored changes nothing: the existing flow comes back (`created=False`), whatever
-  the duplicate holds (`same_document` tells whether it was identical).
+  the duplicate holds (`same_document` tells whether it was the same batch: the same business content,
+  `processor.domain.identity`; `requested_at` and `source` do not count, so a resubmitted export is a duplicate,
+  not a conflict).
 - Input that has no readable `batch_id` cannot be stored; it comes back with `flow=None` and the reason, for the
   caller to dead-letter.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 from processor.domain.batch import BatchParseError, batch_from_dict, loads_exact
 from processor.domain.file_states import BatchStatus, FlowState
+from processor.domain.identity import content_sha256, document_content_sha256
 from processor.domain.payload import build_file_payload
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
@@ -96,6 +99,7 @@ class PreparedBatch:
     file_hash: str | None = None
     number_of_transactions: int | None = None
     control_sum: Decimal | None = None
+    content_sha256: str | None = None  # the business-content hash (None: not even a batch id)
 
 
 def prepare_batch(
@@ -111,14 +115,17 @@ def prepare_batch(
         return PreparedBatch(None, "", "", not_json or "batch_id is missing or not a non-empty string")
     text = _as_text(raw)
     if not_json is not None:
-        return PreparedBatch(batch_id, "", text, not_json)
+        return PreparedBatch(batch_id, "", text, not_json, content_sha256=sha256_hex(text))
     try:
         batch = batch_from_dict(document)
     except BatchParseError as exc:
         reason = "; ".join(str(p) for p in exc.problems[:REASON_LIMIT])
         if len(exc.problems) > REASON_LIMIT:
             reason += f"; and {len(exc.problems) - REASON_LIMIT} more problems"
-        return PreparedBatch(batch_id, _integration_of(document), text, reason)
+        return PreparedBatch(
+            batch_id, _integration_of(document), text, reason, content_sha256=document_content_sha256(document)
+        )
+    identity = content_sha256(batch)
     problems: list[str] = []
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
@@ -127,7 +134,7 @@ def prepare_batch(
         payload = build_file_payload(validated(batch, limits))
     except _Invalid as exc:
         problems.append(exc.report.summary(limit=REASON_LIMIT))
-        return PreparedBatch(batch_id, batch.integration, text, "; ".join(problems))
+        return PreparedBatch(batch_id, batch.integration, text, "; ".join(problems), content_sha256=identity)
     try:
         money(payload.control_sum)
     except ValueError as exc:
@@ -141,6 +148,7 @@ def prepare_batch(
         payload.file_hash,
         int(payload.number_of_transactions),
         payload.control_sum,
+        identity,
     )
 
 
@@ -156,6 +164,7 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> Intak
             now=now,
             state=FlowState.INVALID,
             payload_checked=True,  # the batch id was read from it: it parsed
+            content_sha256=prepared.content_sha256,
         )
         flow = created.row
         if not created.created:
@@ -174,6 +183,7 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> Intak
         control_sum=prepared.control_sum,
         next_action_at=now,
         payload_checked=True,
+        content_sha256=prepared.content_sha256,
     )
     flow = created.row
     return IntakeResult(flow, created.created, flow.state, None, created.same_document)
@@ -203,7 +213,7 @@ async def accept_batch(
     if batch_id is not None:
         existing = await store.arun(lambda tx: tx.flows.get(batch_id), write=False)
         if existing is not None:
-            same = existing.payload_sha256 == sha256_hex(_as_text(raw))
+            same = existing.payload_sha256 in (document_content_sha256(document), sha256_hex(_as_text(raw)))
             return IntakeResult(existing, False, existing.state, None, same)
     prepared = await asyncio.to_thread(prepare_batch, raw, integrations=integrations, limits=limits)
     return await store.arun(lambda tx: store_batch(tx, prepared, now=now))

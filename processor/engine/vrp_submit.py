@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from processor.domain.identity import request_content_sha256
 from processor.domain.time import utc_ms
 from processor.domain.vrp_requests import (
     InvalidRequestError,
@@ -30,7 +31,7 @@ from processor.engine.banks import UnknownIntegrationError
 from processor.engine.context import EngineContext
 from processor.engine.vrp_moves import emit_payment_status, place_payment
 from processor.store import StoreTx, VrpMandate, VrpPayment
-from processor.store.values import dump_json, json_text, sha256_hex
+from processor.store.values import json_text
 from schemas.topics import VRP_STATUS_TOPIC
 
 T = TypeVar("T")
@@ -105,6 +106,7 @@ class VrpSubmissions:
                 valid_to=req.valid_to,
                 authorization_deadline=deadline,
                 next_action_at=now,
+                content_sha256=request_content_sha256(req.document()),  # requested_at/source do not count
             )
 
         created = await self._run(store)
@@ -168,7 +170,7 @@ class VrpSubmissions:
             req = parse_payment(request)
         except InvalidRequestError as exc:
             return await self._invalid_payment(request, exc, now)
-        digest = sha256_hex(dump_json(req.document()))
+        digest = request_content_sha256(req.document())  # a rerun differs only in requested_at
 
         def place(tx: StoreTx) -> PaymentOutcome:
             mandate = tx.mandates.get(req.mandate_id, for_update=True)  # serialises the checks of one mandate
@@ -204,6 +206,7 @@ class VrpSubmissions:
                 now=now,
                 state=target.value,
                 next_action_at=due,
+                content_sha256=digest,
             )
             if not created.created:
                 return PaymentOutcome(created.row, False, created.same_document)

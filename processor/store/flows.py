@@ -162,14 +162,19 @@ class FlowRepo(WorkRepo[Flow]):
         next_action_at: datetime | None = None,
         approval_token: str | None = None,
         payload_checked: bool = False,
+        content_sha256: str | None = None,
     ) -> Created[Flow]:
         """Insert a flow unless its batch id exists. A duplicate changes nothing and comes back with
-        `created=False` (and `same_document` telling whether its payload text was identical).
+        `created=False` (and `same_document` telling whether it was the same batch).
+
+        `content_sha256`: the hash of the batch's business content (`processor.domain.identity`), stored as
+        `payload_sha256` and compared for a duplicate, so a resubmission that differs only in `requested_at` or
+        `source` is the same batch; without it the payload text's hash is used.
 
         `payload_checked`: the payload text is known to be JSON (the caller parsed or produced it), so it is
         not parsed once more to check (for a 100,000-transfer batch that parse alone costs about 100 MiB)."""
         text = payload if payload_checked and isinstance(payload, str) else json_text(payload)
-        digest = sha256_hex(text)
+        digest = content_sha256 or sha256_hex(text)
         now = utc_ms(now)
         row = self.tx.fetchone(
             "INSERT INTO flows (batch_id, integration, state, payload, payload_sha256, file_reference, file_hash,"  # noqa: S608

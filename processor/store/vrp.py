@@ -128,10 +128,12 @@ class MandateRepo(WorkRepo[VrpMandate]):
         authorization_deadline: datetime | None = None,
         next_action_at: datetime | None = None,
         approval_token: str | None = None,
+        content_sha256: str | None = None,
     ) -> Created[VrpMandate]:
-        """Insert a mandate unless its id exists (a duplicate changes nothing: `created=False`)."""
+        """Insert a mandate unless its id exists (a duplicate changes nothing: `created=False`).
+        `content_sha256`: the request's business-content hash, compared for a duplicate (default: the text's)."""
         text = json_text(request)
-        digest = sha256_hex(text)
+        digest = content_sha256 or sha256_hex(text)
         now = utc_ms(now)
         row = self.tx.fetchone(
             "INSERT INTO vrp_mandates (mandate_id, integration, state, request, request_sha256, currency, limits,"  # noqa: S608
@@ -293,11 +295,13 @@ class VrpPaymentRepo(WorkRepo[VrpPayment]):
         now: datetime,
         state: str = Payment.RECEIVED,
         next_action_at: datetime | None = None,
+        content_sha256: str | None = None,
     ) -> Created[VrpPayment]:
         """Insert a payment unless its id exists (a duplicate changes nothing: `created=False`). The mandate
-        must exist (foreign key)."""
+        must exist (foreign key). `content_sha256`: the instruction's business-content hash, compared for a
+        duplicate (default: the text's)."""
         text = json_text(instruction)
-        digest = sha256_hex(text)
+        digest = content_sha256 or sha256_hex(text)
         now = utc_ms(now)
         row = self.tx.fetchone(
             "INSERT INTO vrp_payments (payment_id, mandate_id, state, amount, currency, instruction, request_sha256,"  # noqa: S608

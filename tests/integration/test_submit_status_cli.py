@@ -215,6 +215,35 @@ def test_invalid_export_lists_every_problem_and_produces_nothing(
     assert read_topic(kafka_bootstrap, kafka_topic) == []
 
 
+def test_amounts_with_trailing_zeros_are_produced_and_printed_with_two_decimals(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """docs/submit.md accepts `1.500` (a whole number of cents by value): the real submit encodes it (the Avro
+    decimal has scale 2) and prints the control sum normalised to two decimals (`6.85`, `7.00`)."""
+    path = tmp_path / "cents.csv"
+    path.write_text(
+        "account_number,amount,email,concept\n"
+        "2001002001,1.500,ana@example.com,Payroll\n"
+        "2001002002,5.35,bruno@example.com,Payroll\n"
+    )
+    argv = (str(path), *ORIGIN, "--integration", "sandbox", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    result = submit_run(capsys, *argv, "--quiet")
+    assert result.code == 0, result.err
+    assert "Traceback" not in result.err
+    assert ", control sum 6.85 GTQ -> " in result.out
+    (message,) = read_topic(kafka_bootstrap, kafka_topic)
+    value = message.value()
+    assert value is not None
+    event = schemas.decode("payroll.batches", value)
+    assert [t["amount"] for t in event["transactions"]] == [Decimal("1.50"), Decimal("5.35")]
+
+    whole = tmp_path / "whole.csv"
+    whole.write_text("account_number,amount,email,concept\n2001002001,7,ana@example.com,Payroll\n")
+    dry = submit_run(capsys, str(whole), *ORIGIN, "--integration", "sandbox", "--dry-run", "--quiet")
+    assert dry.code == 0, dry.err
+    assert ", control sum 7.00 GTQ" in dry.out
+
+
 def test_configuration_from_environment_names_bootstrap_topic_and_integration(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -296,10 +325,12 @@ def test_progress_goes_to_stderr_and_the_result_to_stdout(
     batch_id = match.group(1)
     progress = loud.err.splitlines()
     assert progress[0].startswith("reading big export.csv: 1 rows")
+    assert "read big export.csv: 3,000 rows 100%" in progress  # the real count, not the first throttled update
     assert "validating 3,000 transactions" in progress
     assert "encoding" in progress
     assert any(re.fullmatch(rf"producing [0-9,]+ bytes to {re.escape(kafka_topic)}", p) for p in progress)
-    assert re.fullmatch(r"done in [0-9.]+ s", progress[-1])
+    assert re.fullmatch(r"done in [0-9.]+ s", progress[-2])
+    assert progress[-1].startswith(f"note: batch {batch_id} is identified by its content")
 
     quiet = submit_run(capsys, *argv, "--quiet")
     assert quiet.code == 0, quiet.err
@@ -462,10 +493,47 @@ def test_status_until_terminal_exits_with_the_final_status(
     completed = status_run(
         capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--batch", "NOV-1", "--until-terminal"
     )
-    assert (completed.code, completed.out.splitlines()) == (0, NOV_LINES)
+    # COMPLETED with a failed transfer (an event without the v2 counts: counted from its results): exit 4
+    assert (completed.code, completed.out.splitlines()) == (4, NOV_LINES)
     usage = status_run(capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--until-terminal")
     assert usage.code == 2
     assert "--until-terminal needs --batch" in usage.err
+
+
+def test_status_until_terminal_follows_and_tells_paid_partly_paid_and_not_in_time(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """`--until-terminal` implies following: a batch still waiting for approval is not taken for paid (exit 3 once
+    `--timeout` ran out, not 0 at the end of the topic); a COMPLETED event's v2 outcome fields decide 0 or 4."""
+    results = [{"index": 0, "employee_reference": "E-1", "amount": Decimal("10.00"), "status": "COMPLETED"}]
+    produce(
+        kafka_bootstrap,
+        kafka_topic,
+        status_event("WAIT-1", "AUTHORIZATION_REQUIRED", 0, consent_id="C-9"),
+        status_event(
+            "PAID-1",
+            "COMPLETED",
+            1,
+            transaction_results=results,
+            transfers_completed=1,
+            transfers_failed=0,
+            amount_completed=Decimal("10.00"),
+            amount_failed=Decimal("0.00"),
+        ),
+        status_event("PART-1", "COMPLETED", 2, transfers_completed=1, transfers_failed=2, amount_failed=Decimal("3")),
+    )
+    base = ("--bootstrap", kafka_bootstrap, "--topic", kafka_topic, "--until-terminal")
+    waiting = status_run(capsys, *base, "--batch", "WAIT-1", "--timeout", "3")
+    assert waiting.code == 3, waiting.out
+    assert "WAIT-1 not final within 3 s" in waiting.err
+    paid = status_run(capsys, *base, "--batch", "PAID-1")
+    assert paid.code == 0
+    assert "paid=1 (10.00) failed=0 (0.00)" in paid.out
+    partly = status_run(capsys, *base, "--batch", "PART-1")
+    assert partly.code == 4
+    assert "failed=2 (3.00)" in partly.out
+    bad = status_run(capsys, *base, "--batch", "PAID-1", "--timeout", "0")
+    assert bad.code == 2
 
 
 class _Lines(io.StringIO):

@@ -40,6 +40,8 @@ async def test_mandate_authorised_on_the_consent_page_then_payments_complete(
         # A repeated request changes nothing: no second consent, no second event.
         again = await rig.vrp.submit_mandate(request)
         assert not again.created and again.same_document and again.mandate.consent_id == consent_id
+        resent = await rig.vrp.submit_mandate({**request, "requested_at": "2031-01-02T03:04:05.000Z", "source": "x"})
+        assert not resent.created and resent.same_document
 
         answer = await rig.approve(mandate_id)
         assert answer.status_code == 200 and "Authorization received" in answer.text
@@ -189,6 +191,9 @@ async def test_a_duplicate_payment_id_never_makes_a_second_vrp(
         again = await rig.vrp.submit_payment(instruction)
         assert not again.created and again.same_document and again.payment is not None
         assert again.payment.payment_id == first.payment.payment_id
+        # `dispersion vrp pay` rerun with the same file: only requested_at differs, it is the same instruction
+        rerun = await rig.vrp.submit_payment({**instruction, "requested_at": "2031-01-02T03:04:05.000Z"})
+        assert not rerun.created and rerun.same_document
         changed = await rig.vrp.submit_payment({**instruction, "amount": "76.00"})
         assert not changed.created and not changed.same_document
         assert (await rig.counts())["domestic_vrp"] - before["domestic_vrp"] == 1

@@ -13,7 +13,7 @@ import json
 import random
 import string
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -192,6 +192,8 @@ class _Generator:
         if logical == "decimal":
             cents = self.rng.randrange(-(10**12), 10**12)
             return Decimal(cents).scaleb(-schema.get("scale", 0))
+        if logical == "date":
+            return date(2020, 1, 1) + timedelta(days=self.rng.randrange(0, 20_000))
         if logical == "timestamp-millis":
             base = datetime(2020, 1, 1, tzinfo=UTC)
             return base + timedelta(milliseconds=self.rng.randrange(0, 10**12))
@@ -314,6 +316,7 @@ def test_fastavro_refuses_what_the_checker_flags() -> None:
 RELEASED = {
     ("payroll.batches", 1): "df1e215b1e6ca57bff99d587a4e6692c108c1f274add5991e92bc9769a9b0354",
     ("dispersion.status", 1): "f4dde67164403b98b07368d80842148b2f355a689a02547bc2dae27d20e24af8",
+    ("dispersion.status", 2): "9b91cc5faab1286f114fdbf1845a1e1a49869a8f68d6b9dd5f703bd4135ffb35",
     ("payroll.batches.dlq", 1): "d85341e52cd8ef7218e2bf1b06c2e2953408d540aee4bdb234982954c946882a",
     ("vrp.mandates", 1): "76004b2017a96ecedaab9ff75cc3d630d16f4aa20cf2f276838a48a146fb65e5",
     ("vrp.payments", 1): "4fb60f73087e75f33600c6870f3ec4f5e4209779ffa7fb043c28b899131a07f5",

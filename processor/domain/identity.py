@@ -1,0 +1,93 @@
+"""A submission's identity is its business content, not when or by whom it was sent (DESIGN.md, "Second phase").
+
+The same export submitted twice differs only in `requested_at` (the moment of submission) and perhaps `source`
+(which tool sent it); it is the same batch and must be recognised as such, not dead-lettered as a conflict. A
+batch id reused with other transfers, another origin or another file reference is a different batch: a conflict.
+
+    content_sha256(batch)                 # a parsed PayrollBatch
+    document_content_sha256(document)     # any batch document (JSON or Avro form), parsed or not
+    request_content_sha256(document)      # a VRP mandate request or payment instruction (normalised form)
+
+Amounts are compared as numbers (`1.5` and `1.50` are the same amount); absent account types take their defaults
+before hashing, so the JSON and Avro forms of one export hash alike. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Final
+
+from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict
+from processor.domain.canonical import CanonicalizationError, canonicalize
+
+# Fields of a submission that say when and by whom it was sent, not what it asks for.
+VOLATILE_FIELDS: Final = frozenset({"requested_at", "source"})
+
+
+def _amount(value: Decimal) -> str:
+    """An amount's numeric value as text, the same for `1.5`, `1.50` and `1.500`."""
+    normal = value.normalize()
+    return format(normal if normal != 0 else Decimal(0), "f")
+
+
+def content_document(batch: PayrollBatch) -> dict[str, Any]:
+    """What identifies a batch: batch id, integration, origin, transfers (in order) and file reference."""
+    return {
+        "batch_id": batch.batch_id,
+        "integration": batch.integration,
+        "file_reference": batch.file_reference,
+        "origin": [batch.origin.number, batch.origin.type, batch.origin.currency],
+        "transfers": [
+            [t.account_number, t.account_type, t.currency, t.email, _amount(t.amount), t.concept, t.employee_reference]
+            for t in batch.transactions
+        ],
+    }
+
+
+def _digest(value: object) -> str:
+    try:
+        data = canonicalize(value)
+    except (CanonicalizationError, TypeError):
+        data = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_sha256(batch: PayrollBatch) -> str:
+    """SHA-256 (hex) of the batch's business content (see `content_document`)."""
+    return _digest(content_document(batch))
+
+
+def _plain(value: Any) -> Any:
+    """A document with amounts and instants as text, for hashing a document that is not a batch."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Decimal):
+        return _amount(value) if value.is_finite() else str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float | bytes):
+        return repr(value)
+    return value
+
+
+def document_content_sha256(document: Any) -> str:
+    """The business-content hash of a batch document; for a document that is no readable batch (it will be
+    INVALID), the hash of the document without its volatile fields, so a resubmission still matches itself."""
+    if isinstance(document, Mapping):
+        try:
+            return content_sha256(batch_from_dict(document))
+        except BatchParseError:
+            return _digest(_plain({k: v for k, v in document.items() if k not in VOLATILE_FIELDS}))
+    return _digest(_plain(document))
+
+
+def request_content_sha256(document: Mapping[str, Any]) -> str:
+    """The business-content hash of a VRP mandate request or payment instruction in its normalised form
+    (`document()` of `processor.domain.vrp_requests`): everything but `requested_at` and `source`."""
+    return _digest(_plain({k: v for k, v in document.items() if k not in VOLATILE_FIELDS}))
