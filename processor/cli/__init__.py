@@ -18,6 +18,7 @@ commands:
   status      print status events (`--follow` as they arrive, `--batch ID` for one batch)
   topics      create the project's Kafka topics (idempotent)
   vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
+  console     operator console helpers: `console hash-password NAME` (docs/console.md)
 """
 
 
@@ -33,6 +34,7 @@ MODULES: dict[str, str] = {
     "processor": "processor.cli.service",
     "pay-file": "processor.cli.payfile",
     "vrp": "processor.cli.vrp",
+    "console": "processor.cli.console",
 }
 
 

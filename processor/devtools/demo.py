@@ -1,6 +1,6 @@
 """`dispersion demo`: the whole system on one machine, end to end, in one command.
 
-    dispersion demo [--dir ./demo-run] [--timeout 180] [--no-approve] [--bootstrap HOST:PORT]
+    dispersion demo [--dir ./demo-run] [--timeout 180] [--no-approve] [--keep] [--bootstrap HOST:PORT]
 
 (`--timeout` defaults to 180 s, or 900 s with `--no-approve`.)
 
@@ -20,9 +20,13 @@ Steps, each printed as it happens:
 5. `dispersion.status` is followed; on AUTHORIZATION_REQUIRED the approval link is printed and approved on the
    bank's consent page as a browser would (`processor.devtools.approver`), unless `--no-approve` (then open the link
    yourself). Every status event is printed until the batch's final status, with the per-transaction results.
-6. Everything the demo started is stopped (SIGTERM by pid, SIGKILL if ignored), also on failure or Ctrl-C.
+   The operator console (docs/console.md) is served by the processor: its address and a sign-in made for this
+   run (operator `demo`, a random password) are printed once the processor is ready.
+6. Everything the demo started is stopped (SIGTERM by pid, SIGKILL if ignored), also on failure or Ctrl-C;
+   with `--keep`, only at Ctrl-C (or SIGTERM) after the batch ended, so the console can be looked at.
 
-Exit status: 0 the batch COMPLETED; 1 a step failed, the batch ended otherwise or the timeout passed (the message
+Exit status: 0 the batch COMPLETED (with `--keep`: and then Ctrl-C or SIGTERM came);
+1 a step failed, the batch ended otherwise or the timeout passed (the message
 says which, and where the logs are); 2 bad arguments; 130 interrupted.
 """
 
@@ -57,6 +61,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ORIGIN_ACCOUNT: Final = "3001234567"
 ORIGIN_CURRENCY: Final = "GTQ"
 INTEGRATION: Final = "sandbox"
+CONSOLE_OPERATOR: Final = "demo"
 FINAL_STATUSES: Final = frozenset({"COMPLETED", "FAILED", "REJECTED", "EXPIRED", "INVALID"})
 
 # The ERP's export: one row per employee. The account ending in 9902 is refused by the sandbox bank (AC04, closed
@@ -109,6 +114,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-approve", action="store_true", help="print the approval link and wait for you to open it")
     p.add_argument("--bootstrap", help="use this Kafka broker (default: $KAFKA_BOOTSTRAP_SERVERS, else start one)")
+    p.add_argument(
+        "--keep", action="store_true", help="after the batch ended, keep everything running until Ctrl-C (console)"
+    )
     return p
 
 
@@ -163,8 +171,10 @@ def demo_config(
     bootstrap: str,
     topics: Mapping[str, str],
     group_id: str,
+    console: Mapping[str, Any] | None = None,
 ) -> str:
-    """The processor configuration for the demo: `sandbox init`'s, with the demo's store, broker and timings."""
+    """The processor configuration for the demo: `sandbox init`'s, with the demo's store, broker and timings (and
+    the `[console]` table when given)."""
     integrations = generated.get("integrations")
     if not isinstance(integrations, Mapping) or INTEGRATION not in integrations:
         raise DemoError(f"`dispersion sandbox init` wrote no [integrations.{INTEGRATION}] table")
@@ -179,6 +189,7 @@ def demo_config(
             },
             "kafka": kafka,
             "engine": dict(DEMO_ENGINE),
+            **({"console": dict(console)} if console else {}),
             f"integrations.{INTEGRATION}": dict(integrations[INTEGRATION]),
         }
     )
@@ -290,6 +301,9 @@ class Demo:
     children: list[Child] = field(default_factory=list)
     kafka: Any = None  # processor.devtools.kafka_local.LocalKafka when the demo started the broker
     approved: bool = False
+    keep: bool = False
+    ended: bool = False  # the batch reached its final status (a Ctrl-C under --keep is then the normal end)
+    console_password: str = field(default_factory=lambda: secrets.token_urlsafe(12), repr=False)
 
     @property
     def deadline(self) -> float:
@@ -382,6 +396,7 @@ class Demo:
                 bootstrap=bootstrap,
                 topics=topics,
                 group_id=group_id,
+                console=self.console_table(),
             )
         )
         config.chmod(0o600)  # it holds the client secret
@@ -390,6 +405,15 @@ class Demo:
             f"store {self._rel(self.directory / 'dispersion.sqlite')})"
         )
         return config
+
+    def console_table(self) -> dict[str, Any]:
+        """The `[console]` table: one operator `demo` with this run's password (hashed), a session key."""
+        from processor.api.console.auth import hash_password
+
+        return {
+            "session_key": secrets.token_urlsafe(32),
+            "operators": {CONSOLE_OPERATOR: hash_password(self.console_password)},
+        }
 
     def child_env(self) -> dict[str, str]:
         """The environment of the sandbox and the processor."""
@@ -590,6 +614,10 @@ class Demo:
             f"processor: {ready.removeprefix('processor ready: ')} (pid {processor.pid}, log "
             f"{self._rel(processor.log_path)})"
         )
+        self.say(
+            f"console: http://127.0.0.1:{api_port}/console/ (sign in as {CONSOLE_OPERATOR}, password "
+            f"{self.console_password})"
+        )
         batch_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         self.submit(config, batch_id)
         final = self.follow(config, batch_id)
@@ -603,6 +631,15 @@ class Demo:
             f"batch {batch_id} COMPLETED: {paid} of {len(results)} transfers paid, {len(results) - paid} failed "
             f"(see the results above); control sum {final.get('control_sum')} {final.get('currency') or ''}".rstrip()
         )
+        self.ended = True
+        if self.keep:
+            self.say(
+                f"--keep: everything stays up for the console at http://127.0.0.1:{api_port}/console/; Ctrl-C ends"
+            )
+            while True:
+                for child in self.children:
+                    child.check()
+                time.sleep(0.5)
         return EXIT_OK
 
     def close(self) -> None:
@@ -638,7 +675,7 @@ def main(argv: list[str]) -> int:
         print(f"dispersion demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
     bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or None
-    demo = Demo(directory, args.timeout, approve=not args.no_approve, bootstrap=bootstrap)
+    demo = Demo(directory, args.timeout, approve=not args.no_approve, bootstrap=bootstrap, keep=args.keep)
     handled = (signal.SIGTERM, signal.SIGINT)
     previous = {sig: signal.signal(sig, _raise_interrupted) for sig in handled}
     try:
@@ -649,6 +686,9 @@ def main(argv: list[str]) -> int:
             print(f"dispersion demo: {str(exc).splitlines()[0]}", file=sys.stderr)
             return EXIT_FAILED
         except _Interrupted:
+            if demo.ended:  # --keep: the batch ended; Ctrl-C is how the run ends
+                demo.say("stopping what the demo started")
+                return EXIT_OK
             demo.say("interrupted; stopping what the demo started")
             return EXIT_INTERRUPTED
         except Exception as exc:  # anything unforeseen still ends with every child stopped and a clear message
