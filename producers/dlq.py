@@ -12,12 +12,13 @@ dead letter's key is the original key, so dead letters of one batch stay in orde
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Producer
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message, Producer
 
 import schemas
 from schemas.topics import DLQ_TOPIC
@@ -72,12 +73,45 @@ def dead_letter_record(
     }
 
 
-class DeadLetterPublisher:
-    """Publishes dead letters with an idempotent producer and waits for each acknowledgement."""
+REPLAY_OF_HEADER = "dispersion-replay-of"  # set by producers/replay.py on a re-published dead letter
 
-    def __init__(self, config: Mapping[str, Any], *, topic: str = DLQ_TOPIC, timeout: float = 30.0) -> None:
+
+@dataclass(frozen=True)
+class DeadLetterReceipt:
+    """An acknowledged dead letter: where it sits (`dlq`) and where its message was read (`source`), as
+    (topic, partition, offset); `replay_of` names the dead letter the message was a replay of, if it was one."""
+
+    dlq: tuple[str, int, int]
+    source: tuple[str, int, int]
+    batch_id: str | None
+    reason: str
+    replay_of: str | None
+
+
+def replay_of_header(message: SourceMessage) -> str | None:
+    """The `dispersion-replay-of` header of a message (the dead letter it re-publishes), or None."""
+    for key, value in message.headers() or []:
+        if key == REPLAY_OF_HEADER and value is not None:
+            return (value if isinstance(value, bytes) else str(value).encode()).decode("utf-8", errors="replace")
+    return None
+
+
+class DeadLetterPublisher:
+    """Publishes dead letters with an idempotent producer and waits for each acknowledgement; with `recorder`, each
+    acknowledged dead letter is also recorded (the admin API lists them from the store). A recorder that fails
+    fails the publication: the message is dead-lettered again later, and recorded then."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        topic: str = DLQ_TOPIC,
+        timeout: float = 30.0,
+        recorder: Callable[[DeadLetterReceipt], None] | None = None,
+    ) -> None:
         self.topic = topic
         self.timeout = timeout
+        self.recorder = recorder
         self._codec = schemas.Codec(DLQ_TOPIC)
         # A delivery report always comes within the timeout (success or failure), so a dead letter that timed out
         # cannot still be delivered later behind the consumer's back.
@@ -87,7 +121,7 @@ class DeadLetterPublisher:
         """Send the dead letter and return once the broker acknowledged it; `DeadLetterError` otherwise."""
         record = dead_letter_record(message, reason, batch_id=batch_id)
         value = self._codec.encode(record)
-        outcome: list[KafkaError | None] = []
+        outcome: list[tuple[KafkaError | None, Message]] = []
         headers: list[tuple[str, str | bytes | None]] = [("reason", reason[:200].encode("utf-8"))]
         if batch_id is not None:
             headers.append(("batch_id", batch_id.encode("utf-8")))
@@ -96,13 +130,26 @@ class DeadLetterPublisher:
             value=value,
             key=record["original_key"],
             headers=headers,
-            on_delivery=lambda err, _msg: outcome.append(err),
+            on_delivery=lambda err, msg: outcome.append((err, msg)),
         )
         self._producer.flush(self.timeout + 5)
         if not outcome:
             raise DeadLetterError(f"dead letter to {self.topic} not acknowledged within {self.timeout} s")
-        if outcome[0] is not None:
-            raise DeadLetterError(f"dead letter to {self.topic} failed: {outcome[0]}")
+        if outcome[0][0] is not None:
+            raise DeadLetterError(f"dead letter to {self.topic} failed: {outcome[0][0]}")
+        if self.recorder is not None:
+            delivered = outcome[0][1]
+            receipt = DeadLetterReceipt(
+                (self.topic, delivered.partition() or 0, delivered.offset() or 0),
+                (record["topic"], record["partition"], record["offset"]),
+                batch_id,
+                record["reason"],
+                replay_of_header(message),
+            )
+            try:
+                self.recorder(receipt)
+            except Exception as exc:
+                raise DeadLetterError(f"dead letter published but not recorded: {exc}") from exc
         log.warning(
             "dead_lettered",
             topic=record["topic"],

@@ -19,6 +19,9 @@ commands:
   topics      create the project's Kafka topics (idempotent)
   vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
   console     operator console helpers: `console hash-password NAME` (docs/console.md)
+  retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
+  dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
+  report      per-transfer reconciliation report: `report --since T --until T [--format csv|json]`
 """
 
 
@@ -35,6 +38,9 @@ MODULES: dict[str, str] = {
     "pay-file": "processor.cli.payfile",
     "vrp": "processor.cli.vrp",
     "console": "processor.cli.console",
+    "retry-failed": "processor.cli.retry_failed",
+    "dlq": "processor.cli.dlq",
+    "report": "processor.cli.report",
 }
 
 

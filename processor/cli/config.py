@@ -39,6 +39,7 @@ Errors name the offending key (`integrations.sandbox.client_secret: ...`). Secre
 from __future__ import annotations
 
 import difflib
+import hashlib
 import ipaddress
 import math
 import os
@@ -106,6 +107,47 @@ class KafkaSettings:
         return f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, options={sorted(self.options)!r})"
 
 
+ADMIN_TOKEN_ENV = "DISPERSION_ADMIN_TOKEN"
+_ADMIN_KEYS = {"token_sha256", "token", "url"}
+_HEX64 = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class AdminSettings:
+    """The `[admin]` table: the admin API's token as its SHA-256 (`token_sha256 = "..."`, or `token_env = "VAR"`
+    whose value is hashed here) and, for the commands that call it, `url` (default: `[processor] public_url`)."""
+
+    token_sha256: str | None = None
+    url: str | None = None
+    token: Secret | None = None  # only when given through token_env (the commands send it)
+
+    def __repr__(self) -> str:
+        return f"AdminSettings(configured={self.token_sha256 is not None}, url={self.url!r})"
+
+
+def admin_settings(raw: Mapping[str, Any] | None, *, source: str = "<memory>") -> AdminSettings:
+    """Validate an (env-resolved) `[admin]` table; ConfigError naming the key."""
+    if not raw:
+        return AdminSettings()
+    for key in raw:
+        if key not in _ADMIN_KEYS:
+            raise ConfigError(f"{source}: admin.{key}: unknown key (known: token_sha256, token_env, url)")
+    digest, token, url = raw.get("token_sha256"), raw.get("token"), raw.get("url")
+    if digest is not None and token is not None:
+        raise ConfigError(f"{source}: admin: give token_sha256 or token_env, not both")
+    if digest is not None and (not isinstance(digest, str) or len(digest) != 64 or set(digest.lower()) - _HEX64):
+        raise ConfigError(f"{source}: admin.token_sha256: must be 64 hex digits (sha256sum of the token)")
+    if token is not None and (not isinstance(token, str) or len(token) < 16):
+        raise ConfigError(f"{source}: admin.token_env: the token must be at least 16 characters")
+    if url is not None and (not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https")):
+        raise ConfigError(f"{source}: admin.url: must be an http(s) address")
+    if token is not None:
+        digest = hashlib.sha256(token.encode("utf-8")).hexdigest()
+    return AdminSettings(
+        digest.lower() if isinstance(digest, str) else None, url, Secret(token) if token is not None else None
+    )
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole file. Unknown top-level tables are kept, raw, in `sections` for the parts that own them."""
@@ -125,6 +167,11 @@ class Config:
     def engine(self) -> EngineSettings:
         """The `[engine]` table, validated (defaults when absent)."""
         return engine_settings(self.sections.get("engine"), source=self.source)
+
+    @property
+    def admin(self) -> AdminSettings:
+        """The `[admin]` table, validated (no token: the admin API refuses every request)."""
+        return admin_settings(self.sections.get("admin"), source=self.source)
 
     def integration(self, name: str) -> Integration:
         """The named integration; a KeyError listing the configured ones otherwise."""
@@ -451,3 +498,24 @@ def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> K
         return settings_from(bootstrap=bootstrap)
     kafka = load_kafka_settings(path)
     return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
+
+
+def load_admin_client(path: str | Path, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """For the commands that call the admin API: its base URL (`[admin] url`, else `[processor] public_url`) and
+    the token (`$DISPERSION_ADMIN_TOKEN`, else the variable `[admin] token_env` names), from the file's `[admin]`
+    and `[processor]` tables only (the integrations' secrets need not be set)."""
+    env = os.environ if environ is None else environ
+    file = Path(path)
+    data = _read_toml(file)
+    admin = data.get("admin") or {}
+    processor = data.get("processor") or {}
+    if not isinstance(admin, dict) or not isinstance(processor, dict):
+        raise ConfigError(f"{file}: [admin] and [processor] must be tables")
+    url = admin.get("url") or processor.get("public_url") or ProcessorSettings().public_url
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
+        raise ConfigError(f"{file}: admin.url: must be an http(s) address")
+    token = env.get(ADMIN_TOKEN_ENV)
+    variable = admin.get("token_env")
+    if not token and isinstance(variable, str) and variable:
+        token = env.get(variable)
+    return url.rstrip("/"), token or None

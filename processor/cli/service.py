@@ -10,7 +10,8 @@ With `--role all` (the default) the instance runs, over the configured store:
 - the engine's worker (asyncio): claims due flows, mandates and payments with leases (`FOR UPDATE SKIP LOCKED`
   on PostgreSQL), so any number of instances share the work and a dead instance's work is taken over;
 - the outbox relay (thread): status events to `dispersion.status` and `vrp.status`, in order per key, each once;
-- the HTTP server (uvicorn): the callback API (approval links, the bank's redirect), `/healthz` and `/metrics`.
+- the HTTP server (uvicorn): the callback API (approval links, the bank's redirect), `/healthz`, `/metrics` and
+  the admin API under `/admin` (token from `[admin]`; processor/api/admin.py).
 
 `--role api` serves only the HTTP part (for a separate, public callback API deployment): the redirect is checked
 and the code exchanged there; the payment is then due work for any processor's worker.
@@ -50,6 +51,7 @@ from starlette.routing import Mount, Route
 from consumers.batches import BatchHandler, EngineIntake
 from consumers.loop import AtLeastOnceConsumer, Handler, consumer_config, route
 from consumers.vrp import VrpIntake, vrp_handlers
+from processor.api.admin import admin_app
 from processor.api.callback import create_app
 from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
@@ -63,6 +65,7 @@ from processor.store import Store, StoreError, load_cipher
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import KafkaSettings, KafkaSetupError, producer_config, settings_from
 from producers.relay import OutboxRelay
+from producers.replay import DeadLetterReplayer, store_recorder
 from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 log = structlog.get_logger("processor.cli.service")
@@ -164,7 +167,19 @@ class Processor:
         async def metrics(request: Request) -> Response:
             return Response(await asyncio.to_thread(scrape), media_type=CONTENT_TYPE_LATEST)
 
-        return Starlette(routes=[Route("/metrics", metrics, methods=["GET"]), Mount("/", app=callback)])
+        admin = admin_app(
+            self.store,
+            token_sha256=self.config.admin.token_sha256,
+            integrations=self.config.integrations,
+            replayer=None if self.kafka is None else DeadLetterReplayer(self.kafka.config()),
+        )
+        return Starlette(
+            routes=[
+                Route("/metrics", metrics, methods=["GET"]),
+                Mount("/admin", app=admin),
+                Mount("/", app=callback),
+            ]
+        )
 
     def _consumer(self, loop: asyncio.AbstractEventLoop) -> AtLeastOnceConsumer:
         assert self.kafka is not None
@@ -178,7 +193,9 @@ class Processor:
             **vrp_handlers(self.kafka, VrpIntake(self.vrp, wake=wake)),
         }
         dead_letters = DeadLetterPublisher(
-            producer_config(self.kafka, f"dlq-{self.instance}"), topic=self.kafka.topic(DLQ_TOPIC)
+            producer_config(self.kafka, f"dlq-{self.instance}"),
+            topic=self.kafka.topic(DLQ_TOPIC),
+            recorder=store_recorder(self.store, self.engine.ctx.clock.now),  # listed by the admin API
         )
         config = consumer_config(self.kafka, "processor", **{"client.id": f"dispersion-processor-{self.instance}"})
         return AtLeastOnceConsumer(config, list(handlers), route(handlers), dead_letters)
@@ -274,6 +291,7 @@ def main(argv: list[str]) -> int:
     configure_logging(args.log_format, level=getattr(logging, args.log_level.upper()), instance=instance)
     try:
         config = load_config(args.config or default_config_path())
+        config.admin  # noqa: B018  (a bad [admin] table stops the start, exit 2)
         kafka = None
         if args.role == "all":
             kafka = settings_from(

@@ -18,6 +18,8 @@ from typing import Any, Final
 from processor.domain.money import CENT
 
 RETRY_SUFFIX: Final = re.compile(r"^(?P<original>.+)\.retry-(?P<number>[1-9][0-9]*)$")
+# An ISO 20022 external status reason code (AC04, AM04, MS03, NARR) opens a rejected line's reason.
+REASON_CODE: Final = re.compile(r"^[A-Z0-9]{4}$")
 
 # `dispersion status --until-terminal` and `dispersion pay-file` (docs/operations.md, "Exit codes").
 EXIT_PAID, EXIT_ENDED, EXIT_USAGE, EXIT_NOT_TERMINAL, EXIT_PARTLY_PAID = 0, 1, 2, 3, 4
@@ -72,3 +74,13 @@ def retry_batch_id(original: str, number: int) -> str:
         raise ValueError("retry numbers start at 1")
     base = retry_of(original) or original  # a retry of a retry counts on from the original
     return f"{base}.retry-{number}"
+
+
+def split_reason(reason: str | None) -> tuple[str | None, str | None]:
+    """A transfer's reason as (bank reason code, text): `"AC04 closed account"` -> `("AC04", "closed account")`."""
+    if not reason:
+        return None, None
+    head, _, rest = reason.partition(" ")
+    if REASON_CODE.match(head):
+        return head, rest or None
+    return None, reason

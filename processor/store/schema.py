@@ -193,9 +193,50 @@ _V2 = (
     "ALTER TABLE outbox_keys ADD COLUMN handed_since {TS}",
 )
 
+# The operator's month-end loop (issue 11): dead letters recorded where the admin API lists them (the original
+# bytes stay on the DLQ topic: the row says where), their audited replays, and retry batches of failed transfers.
+_V3_OPERATOR = (
+    """CREATE TABLE dead_letters (
+    id {IDPK},
+    dlq_topic TEXT NOT NULL,
+    dlq_partition INTEGER NOT NULL,
+    dlq_offset BIGINT NOT NULL,
+    source_topic TEXT NOT NULL,
+    source_partition INTEGER NOT NULL,
+    source_offset BIGINT NOT NULL,
+    batch_id TEXT,
+    reason TEXT NOT NULL,
+    replay_of TEXT,
+    created_at {TS} NOT NULL,
+    UNIQUE (source_topic, source_partition, source_offset)
+)""",
+    "CREATE INDEX dead_letters_created ON dead_letters (created_at)",
+    """CREATE TABLE dead_letter_replays (
+    id {IDPK},
+    dead_letter_id BIGINT NOT NULL REFERENCES dead_letters (id),
+    replayed_by TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    target_topic TEXT NOT NULL,
+    target_partition INTEGER,
+    target_offset BIGINT,
+    replayed_at {TS} NOT NULL
+)""",
+    "CREATE INDEX dead_letter_replays_letter ON dead_letter_replays (dead_letter_id)",
+    """CREATE TABLE batch_retries (
+    retry_batch_id TEXT PRIMARY KEY,
+    original_batch_id TEXT NOT NULL,
+    number INTEGER NOT NULL CHECK (number >= 1),
+    transfer_indexes TEXT NOT NULL,
+    requested_by TEXT NOT NULL,
+    created_at {TS} NOT NULL,
+    UNIQUE (original_batch_id, number)
+)""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
+    Migration(3, "operator: dead letters, replays, retry batches", _V3_OPERATOR),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

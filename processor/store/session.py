@@ -26,6 +26,7 @@ from typing import TypeVar
 from processor.store.crypto import Cipher
 from processor.store.db import Database, Dialect, StoreBusyError, Tx, connect
 from processor.store.flows import AuthAttempts, FlowRepo, SideEffects, TokenRepo, require_cipher
+from processor.store.operator import OperatorRepo
 from processor.store.outbox import Outbox
 from processor.store.schema import migrate
 from processor.store.vrp import MandateRepo, VrpPaymentRepo
@@ -79,6 +80,11 @@ class StoreTx:
     def outbox(self) -> Outbox:
         """Events waiting for the relay."""
         return Outbox(self.raw)
+
+    @property
+    def operator(self) -> OperatorRepo:
+        """Batch listings, dead letters and their replays, retry batches (the admin API's)."""
+        return OperatorRepo(self.raw)
 
 
 class Store:

@@ -1,0 +1,379 @@
+"""The admin API (issue 11): JSON over the processor's HTTP port under `/admin`, for the operator's commands
+(`dispersion retry-failed`, `dlq`, `report`) and a later operator console.
+
+Every request carries `Authorization: Bearer <token>`; the token's SHA-256 is compared in constant time with the
+configured `[admin] token_sha256` (or the hash of the `token_env` variable's value). Missing, wrong or no token
+configured: 401. The token never reaches a log or an answer.
+
+    GET  /admin/batches?status=COMPLETED,FAILED&since=T&until=T&limit=N&cursor=C   batches, oldest first
+    GET  /admin/batches/{batch_id}                           one batch, every transfer's result, its retries
+    POST /admin/batches/{batch_id}/retry                     {"corrections": [{"index": 2, "account_number": "..."}],
+                                                              "requested_by": "ana"}  -> the retry batch
+    GET  /admin/dead-letters?since=T&batch_id=B&after=ID&limit=N                   recorded dead letters
+    GET  /admin/dead-letters/{id}                            one, with its replays and the chain
+    POST /admin/dead-letters/{id}/replay                     {"reason": "...", "replayed_by": "ana", "force": false}
+    GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report)
+
+Times are ISO 8601 with an offset (`2026-11-30T00:00:00Z`). Bad input is a 400 naming the problem; an unknown
+batch or dead letter 404; a refused action (not final yet, already replayed, in flight) 409; the store
+unreachable 503. Never another 5xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime
+from typing import Any
+
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from processor.domain.file_states import FlowState
+from processor.domain.text import unsafe_character
+from processor.domain.time import Clock, SystemClock, iso_ms
+from processor.engine.reporting import batch_detail, batch_summary, report
+from processor.engine.retries import Correction, RetryError, retry_failed
+from processor.store import Store, StoreError, StoreTx
+from processor.store.operator import DeadLetterRow
+from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
+
+log = structlog.get_logger("processor.api.admin")
+
+MAX_BODY = 256 * 1024
+MAX_LIMIT = 500
+MAX_ID = 200
+STATES = frozenset(str(state) for state in FlowState)
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class BadRequestError(ValueError):
+    """Input we refuse; the message says why (400)."""
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def _ok(body: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 (hex) of an admin token, as `[admin] token_sha256` holds it."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+# -- reading input --------------------------------------------------------------------------------------------
+
+
+def _single(request: Request, name: str) -> str | None:
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise BadRequestError(f"{name} is given more than once")
+    return values[0] if values else None
+
+
+def _instant(request: Request, name: str) -> datetime | None:
+    text = _single(request, name)
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRequestError(f"{name} must be an ISO 8601 time such as 2026-11-30T00:00:00Z") from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise BadRequestError(f"{name} must carry an offset (Z or +00:00)")
+    return value
+
+
+def _limit(request: Request) -> int:
+    text = _single(request, "limit")
+    if text is None:
+        return 100
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise BadRequestError(f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+def _text(value: object, name: str, *, limit: int = MAX_ID, required: bool = True) -> str | None:
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequestError(f"{name} must be a non-empty string")
+    if len(value) > limit:
+        raise BadRequestError(f"{name} is longer than {limit} characters")
+    bad = unsafe_character(value)
+    if bad is not None:
+        raise BadRequestError(f"{name} holds a control or bidi character ({bad})")
+    return value
+
+
+def _path_id(request: Request, name: str) -> str:
+    value = _text(request.path_params.get(name), name)
+    assert value is not None
+    return value
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise BadRequestError(f"the body is larger than {MAX_BODY} bytes")
+    if not raw.strip():
+        return {}
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequestError(f"the body is not JSON: {str(exc)[:100]}") from None
+    if not isinstance(document, dict):
+        raise BadRequestError("the body must be a JSON object")
+    return document
+
+
+def _corrections(value: object) -> dict[int, Correction]:
+    if value is None:
+        return {}
+    if not isinstance(value, list) or len(value) > 10_000:
+        raise BadRequestError("corrections must be a list of {index, account_number[, account_type]}")
+    found: dict[int, Correction] = {}
+    for position, item in enumerate(value):
+        where = f"corrections[{position}]"
+        if not isinstance(item, dict):
+            raise BadRequestError(f"{where} must be an object")
+        index = item.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 1_000_000:
+            raise BadRequestError(f"{where}.index must be a transfer index (a whole number from 0)")
+        if index in found:
+            raise BadRequestError(f"{where}: transfer {index} is corrected twice")
+        unknown = set(item) - {"index", "account_number", "account_type"}
+        if unknown:
+            raise BadRequestError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        number = _text(item.get("account_number"), f"{where}.account_number", limit=64)
+        kind = _text(item.get("account_type"), f"{where}.account_type", limit=40, required=False)
+        assert number is not None
+        found[index] = Correction(number, kind)
+    return found
+
+
+# -- the app --------------------------------------------------------------------------------------------------
+
+
+def admin_app(
+    store: Store,
+    *,
+    token_sha256: str | None,
+    integrations: Collection[str] | None = None,
+    replayer: DeadLetterReplayer | None = None,
+    clock: Clock | None = None,
+) -> Starlette:
+    """The admin API over `store` (see the module docstring). `token_sha256` None: every request is refused.
+    `replayer` None (an instance without Kafka): replays are refused with 409."""
+    time: Clock = clock or SystemClock()
+    expected = token_sha256.lower() if token_sha256 else None
+
+    def guarded(handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            if expected is None:
+                return _error(401, "the admin API is not configured: set [admin] token_sha256 or token_env")
+            header = request.headers.get("authorization", "")
+            scheme, _, token = header.partition(" ")
+            given = token_digest(token.strip()) if scheme.lower() == "bearer" and token.strip() else ""
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                return _error(401, "a valid admin token is required (Authorization: Bearer ...)")
+            try:
+                return await handler(request)
+            except BadRequestError as exc:
+                return _error(400, str(exc))
+            except (RetryError, ReplayError) as exc:
+                return _error(exc.status, str(exc))
+            except StoreError as exc:
+                log.warning("admin_store_unavailable", error=str(exc)[:200])
+                return _error(503, "the store is not reachable; try again")
+
+        return run
+
+    async def batches(request: Request) -> Response:
+        states = tuple(s for s in (_single(request, "status") or "").split(",") if s)
+        unknown = [s for s in states if s not in STATES]
+        if unknown:
+            raise BadRequestError(f"unknown status {unknown[0]!r} (known: {', '.join(sorted(STATES))})")
+        since, until, limit = _instant(request, "since"), _instant(request, "until"), _limit(request)
+        after = _cursor(_single(request, "cursor"))
+        rows = await store.arun(
+            lambda tx: tx.operator.batches(states=states, since=since, until=until, after=after, limit=limit),
+            write=False,
+        )
+        following = _encode_cursor(rows[-1].created_at, rows[-1].batch_id) if len(rows) == limit else None
+        return _ok({"batches": [batch_summary(row) for row in rows], "next_cursor": following})
+
+    async def batch(request: Request) -> Response:
+        batch_id = _path_id(request, "batch_id")
+        found = await store.arun(lambda tx: batch_detail(tx, batch_id), write=False)
+        return _error(404, f"batch {batch_id} is unknown") if found is None else _ok(found)
+
+    async def retry(request: Request) -> Response:
+        batch_id = _path_id(request, "batch_id")
+        body = await _body(request)
+        unknown = set(body) - {"corrections", "requested_by"}
+        if unknown:
+            raise BadRequestError(f"unknown field(s) {', '.join(sorted(unknown))}")
+        fixes = _corrections(body.get("corrections"))
+        by = _text(body.get("requested_by", "admin-api"), "requested_by", limit=100) or "admin-api"
+        outcome = await retry_failed(store, batch_id, fixes, by=by, now=time.now(), integrations=integrations)
+        log.info("retry_requested", batch_id=batch_id, retry_batch_id=outcome.retry_batch_id, by=by)
+        return _ok(
+            {
+                "batch_id": outcome.original_batch_id,
+                "retry_batch_id": outcome.retry_batch_id,
+                "transfer_indexes": list(outcome.transfer_indexes),
+                "corrected": list(outcome.corrected),
+                "in_flight": {str(k): v for k, v in outcome.in_flight.items()},
+                "message": outcome.message,
+            },
+            201 if outcome.retry_batch_id else 200,
+        )
+
+    async def dead_letters(request: Request) -> Response:
+        since, limit = _instant(request, "since"), _limit(request)
+        batch_id = _text(_single(request, "batch_id"), "batch_id", required=False)
+        after_text = _single(request, "after") or "0"
+        if not after_text.isdigit() or len(after_text) > 18:
+            raise BadRequestError("after must be a dead letter id (a whole number)")
+        rows = await store.arun(
+            lambda tx: tx.operator.dead_letters(since=since, batch_id=batch_id, after_id=int(after_text), limit=limit),
+            write=False,
+        )
+        following = rows[-1].id if len(rows) == limit else None
+        return _ok({"dead_letters": [_letter(row) for row in rows], "next_after": following})
+
+    async def dead_letter(request: Request) -> Response:
+        letter_id = _letter_id(request)
+
+        def read(tx: StoreTx) -> dict[str, Any] | None:
+            row = tx.operator.dead_letter(letter_id)
+            if row is None:
+                return None
+            replays = tx.operator.replays(letter_id)
+            again = tx.operator.dead_letters_replaying(row.coordinates)
+            return {
+                **_letter(row),
+                "replays": [
+                    {
+                        "replayed_by": r.replayed_by,
+                        "reason": r.reason,
+                        "replayed_at": iso_ms(r.replayed_at),
+                        "topic": r.target_topic,
+                        "partition": r.target_partition,
+                        "offset": r.target_offset,
+                    }
+                    for r in replays
+                ],
+                "dead_lettered_again_as": [a.id for a in again],
+            }
+
+        found = await store.arun(read, write=False)
+        return _error(404, f"dead letter {letter_id} is unknown") if found is None else _ok(found)
+
+    async def replay(request: Request) -> Response:
+        letter_id = _letter_id(request)
+        body = await _body(request)
+        unknown = set(body) - {"reason", "replayed_by", "force"}
+        if unknown:
+            raise BadRequestError(f"unknown field(s) {', '.join(sorted(unknown))}")
+        reason = _text(body.get("reason"), "reason", limit=500)
+        by = _text(body.get("replayed_by", "admin-api"), "replayed_by", limit=100)
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            raise BadRequestError("force must be true or false")
+        assert reason is not None and by is not None
+        if replayer is None:
+            return _error(409, "this instance has no Kafka connection (role api): replay on a processor instance")
+        done = await asyncio.to_thread(
+            replay_dead_letter, store, replayer, letter_id, by=by, reason=reason, now=time.now(), force=force
+        )
+        log.info("dead_letter_replayed", dead_letter=letter_id, by=by, topic=done.letter.source_topic)
+        return _ok(
+            {
+                "dead_letter": letter_id,
+                "topic": done.letter.source_topic,
+                "partition": done.partition,
+                "offset": done.offset,
+                "replayed_by": by,
+                "replayed_at": iso_ms(done.replay.replayed_at),
+                "reason": reason,
+            }
+        )
+
+    async def reconciliation(request: Request) -> Response:
+        since, until = _instant(request, "since"), _instant(request, "until")
+        if since is None or until is None:
+            raise BadRequestError("since and until are required")
+        if until <= since:
+            raise BadRequestError("until must be later than since")
+        return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
+
+    routes = [
+        Route("/batches", guarded(batches), methods=["GET"]),
+        Route("/batches/{batch_id:path}/retry", guarded(retry), methods=["POST"]),
+        Route("/batches/{batch_id:path}", guarded(batch), methods=["GET"]),
+        Route("/dead-letters", guarded(dead_letters), methods=["GET"]),
+        Route("/dead-letters/{letter_id}", guarded(dead_letter), methods=["GET"]),
+        Route("/dead-letters/{letter_id}/replay", guarded(replay), methods=["POST"]),
+        Route("/report", guarded(reconciliation), methods=["GET"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(404, "no such admin endpoint")
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return _error(405, "method not allowed")
+
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+
+
+def _letter_id(request: Request) -> int:
+    text = str(request.path_params.get("letter_id", ""))
+    if not text.isdigit() or len(text) > 18:
+        raise BadRequestError("a dead letter id is a whole number")
+    return int(text)
+
+
+def _letter(row: DeadLetterRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "dead_letter": row.coordinates,
+        "topic": row.source_topic,
+        "partition": row.source_partition,
+        "offset": row.source_offset,
+        "batch_id": row.batch_id,
+        "reason": row.reason,
+        "replay_of": row.replay_of,
+        "created_at": iso_ms(row.created_at),
+    }
+
+
+def _encode_cursor(created_at: datetime, batch_id: str) -> str:
+    text = json.dumps([iso_ms(created_at), batch_id])
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _cursor(text: str | None) -> tuple[datetime, str] | None:
+    if text is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        when, batch_id = json.loads(raw)
+        moment = datetime.fromisoformat(when)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        raise BadRequestError("cursor is not one this API gave out") from None
+    if not isinstance(batch_id, str) or moment.tzinfo is None:
+        raise BadRequestError("cursor is not one this API gave out")
+    return moment, batch_id

@@ -1,0 +1,208 @@
+"""The admin API (processor/api/admin.py) over real HTTP on loopback, with the sandbox bank and the engine on the
+real store (SQLite and PostgreSQL):
+
+- a batch that completed with a closed account shows that transfer FAILED (AC04); a retry with a corrected account
+  is a new batch `ID.retry-1` of that transfer only, with `retry_of`, paid through its own approval; the original
+  stays as it was; a second request while the retry runs, or after it paid, creates nothing;
+- the report's totals per batch and currency are the status events' amounts;
+- every endpoint refuses a missing or wrong token (401) and a fuzz of paths, methods, parameters and bodies never
+  gets a 5xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import string
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from decimal import Decimal
+from urllib.parse import quote
+
+import httpx
+import pytest
+from engine_support import Rig, bound_socket, engine_rig, pay, serve
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from processor.api.admin import admin_app, token_digest
+from processor.domain.file_states import FlowState
+from processor.store import Store
+
+TOKEN = "admin-token-for-tests-0123456789"
+
+
+def mounted(app: Starlette) -> Starlette:
+    """The admin app under `/admin`, as the processor mounts it."""
+    return Starlette(routes=[Mount("/admin", app=app)])
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@asynccontextmanager
+async def admin_rig(store: Store) -> AsyncIterator[tuple[Rig, httpx.AsyncClient]]:
+    """The engine rig plus the admin API served on its own loopback port; a client with its base URL."""
+    async with engine_rig(store) as rig:
+        sock, port = bound_socket()
+        app = admin_app(store, token_sha256=token_digest(TOKEN), integrations={"sandbox"}, clock=rig.clock)
+        base = f"http://127.0.0.1:{port}/admin"
+        async with serve(mounted(app), sock), httpx.AsyncClient(base_url=base, timeout=30) as http:
+            yield rig, http
+
+
+async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        batch_id = await pay(rig)  # three transfers, the third to a closed account (AC04)
+        first = await http.get(f"/batches/{batch_id}", headers=AUTH)
+        assert first.status_code == 200, first.text
+        before = first.json()
+        assert [t["status"] for t in before["transfers"]] == ["COMPLETED", "COMPLETED", "FAILED"]
+        assert before["transfers"][2]["reason_code"] == "AC04"
+        assert before["transfers"][2]["account"] == "****9902"
+        assert (before["transfers_failed"], before["amount_failed"]) == (1, "750.25")
+
+        fix = {"corrections": [{"index": 2, "account_number": "200100303"}], "requested_by": "ana"}
+        refused = await http.post(
+            f"/batches/{batch_id}/retry", json={"corrections": [{"index": 0, "account_number": "1"}]}, headers=AUTH
+        )
+        assert refused.status_code == 400 and "did not fail" in refused.json()["error"]
+        created = await http.post(f"/batches/{batch_id}/retry", json=fix, headers=AUTH)
+        assert created.status_code == 201, created.text
+        retry_id = created.json()["retry_batch_id"]
+        assert retry_id == f"{batch_id}.retry-1"
+        assert created.json()["transfer_indexes"] == [2]
+
+        # While it runs, nothing else is created for that transfer.
+        again = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
+        assert again.status_code == 200 and again.json()["retry_batch_id"] is None
+        assert again.json()["in_flight"] == {"2": retry_id}
+
+        await rig.to_state(retry_id, FlowState.AWAITING_AUTHORIZATION)
+        approval = await rig.approve(rig.approval_url(retry_id))
+        assert approval.callback is not None and approval.callback.status_code == 200
+        assert (await rig.to_state(retry_id, FlowState.COMPLETED, FlowState.FAILED)).state == FlowState.COMPLETED
+
+        retried = (await http.get(f"/batches/{retry_id}", headers=AUTH)).json()
+        assert retried["retry_of"] == batch_id
+        assert [(t["account"], t["amount"], t["status"]) for t in retried["transfers"]] == [
+            ("****0303", "750.25", "COMPLETED")
+        ]
+        completed = next(e for e in rig.events(retry_id) if e.status == "COMPLETED")
+        assert completed.payload["retry_of"] == batch_id
+        assert (completed.payload["transfers_completed"], completed.payload["transfers_failed"]) == (1, 0)
+        after = (await http.get(f"/batches/{batch_id}", headers=AUTH)).json()
+        assert after["transfers"] == before["transfers"]  # the original is untouched
+        assert after["retries"] == [{"batch_id": retry_id, "number": 1, "transfer_indexes": [2]}]
+        assert rig.count("file_payment") == 2  # the original and the retry, nothing else
+
+        nothing = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
+        assert nothing.status_code == 200 and nothing.json()["retry_batch_id"] is None
+        assert "no failed transfer" in nothing.json()["message"]
+
+
+async def test_the_report_totals_are_the_status_events_amounts(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        start = rig.clock.now() - timedelta(seconds=1)
+        first, second = await pay(rig), await pay(rig)
+        end = rig.clock.now() + timedelta(seconds=1)
+        answer = await http.get("/report", params={"since": start.isoformat(), "until": end.isoformat()}, headers=AUTH)
+        assert answer.status_code == 200, answer.text
+        report = answer.json()
+        assert [(line["batch_id"], line["index"]) for line in report["lines"]] == [
+            (first, 0),
+            (first, 1),
+            (first, 2),
+            (second, 0),
+            (second, 1),
+            (second, 2),
+        ]
+        for total in report["totals"]:
+            event = next(e for e in rig.events(total["batch_id"]) if e.status == "COMPLETED")
+            assert total["currency"] == event.payload["currency"] == "GTQ"
+            assert (
+                Decimal(total["amount_completed"]) == Decimal(event.payload["amount_completed"]) == Decimal("3500.50")
+            )
+            assert Decimal(total["amount_failed"]) == Decimal(event.payload["amount_failed"]) == Decimal("750.25")
+            assert total["transfers_failed"] == event.payload["transfers_failed"] == 1
+        failed = [line for line in report["lines"] if line["status"] == "FAILED"]
+        assert [(line["reason_code"], line["file_payment_id"][:3]) for line in failed] == [("AC04", "fp-")] * 2
+        outside = await http.get(
+            "/report", params={"since": end.isoformat(), "until": (end + timedelta(hours=1)).isoformat()}, headers=AUTH
+        )
+        assert outside.json()["lines"] == []
+
+
+ENDPOINTS = [
+    ("GET", "/batches"),
+    ("GET", "/batches/x"),
+    ("POST", "/batches/x/retry"),
+    ("GET", "/dead-letters"),
+    ("GET", "/dead-letters/1"),
+    ("POST", "/dead-letters/1/replay"),
+    ("GET", "/report"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+@pytest.mark.parametrize("header", [None, "Bearer wrong-token", f"Basic {TOKEN}", "Bearer", f"Bearer {TOKEN}x"])
+async def test_every_endpoint_refuses_a_missing_or_wrong_token(
+    store: Store, method: str, path: str, header: str | None
+) -> None:
+    sock, port = bound_socket()
+    app = admin_app(store, token_sha256=token_digest(TOKEN))
+    async with serve(mounted(app), sock), httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/admin") as http:
+        answer = await http.request(method, path, headers={"Authorization": header} if header else {}, json={})
+        assert answer.status_code == 401, answer.text
+        assert TOKEN not in answer.text
+        unconfigured = admin_app(store, token_sha256=None)
+    sock2, port2 = bound_socket()
+    base = f"http://127.0.0.1:{port2}/admin"
+    async with serve(mounted(unconfigured), sock2), httpx.AsyncClient(base_url=base) as http:
+        assert (await http.request(method, path, headers=AUTH, json={})).status_code == 401
+
+
+_TEXT = st.text(alphabet=string.printable + "é€\u202e\x00", max_size=30)
+
+
+async def test_fuzzed_admin_requests_get_a_4xx_never_a_5xx(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        batch_id = await pay(rig)
+        base = str(http.base_url).rstrip("/")
+        seen: list[int] = []
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(
+            path=st.one_of(
+                st.sampled_from([p for _, p in ENDPOINTS] + [f"/batches/{batch_id}", f"/batches/{batch_id}/retry"]),
+                st.builds(lambda t: f"/batches/{quote(t, safe='')}/retry", _TEXT),
+                st.builds(lambda t: f"/dead-letters/{quote(t, safe='')}/replay", _TEXT),
+                st.builds(lambda t: f"/batches/{quote(t, safe='/.')}", _TEXT),
+            ),
+            method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
+            params=st.dictionaries(
+                st.sampled_from(["status", "since", "until", "limit", "cursor", "after", "batch_id"]), _TEXT, max_size=4
+            ),
+            body=st.one_of(
+                st.binary(max_size=100),
+                st.sampled_from([b"[]", b"{}", b"null", b'{"corrections": 5}', b'{"reason": ""}', b"[" * 5000]),
+                st.builds(
+                    lambda i, a: f'{{"corrections": [{{"index": {i}, "account_number": "{a}"}}]}}'.encode(),
+                    st.sampled_from(["-1", "2", "true", "1e9", '"2"', "2.5"]),
+                    st.sampled_from(["", "x", "200100303", "\\u202e1"]),
+                ),
+            ),
+        )
+        def fuzz(path: str, method: str, params: dict[str, str], body: bytes) -> None:
+            with httpx.Client(timeout=30) as client:
+                answer = client.request(
+                    method, base + path, params=params, content=body if method != "GET" else None, headers=AUTH
+                )
+            seen.append(answer.status_code)
+            assert answer.status_code < 500, (method, path, params, body, answer.text)
+
+        await asyncio.to_thread(fuzz)
+        assert len(seen) >= 100
+        assert any(code == 400 for code in seen)
