@@ -115,4 +115,5 @@ def fill_record(page: LetterPage, replayer: DeadLetterReplayer | None) -> None:
         if decoded is not None:
             page.decoded = json.dumps(decoded, indent=2, default=_json_default, ensure_ascii=False)
             return
-    page.hex = value[:HEX_LIMIT].hex(" ", 2)
+    shown = value[:HEX_LIMIT]
+    page.hex = "\n".join(shown[i : i + 16].hex(" ", -2) for i in range(0, len(shown), 16))
