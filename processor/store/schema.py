@@ -233,10 +233,16 @@ _V3_OPERATOR = (
 )""",
 )
 
+# The operator console (issue 14) lists batches newest first, filtered by state, integration, time and a text in
+# the batch id or file reference, and counts them per state: an index holding exactly those columns answers it
+# without reading the batches' payloads.
+_V4_CONSOLE = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integration, file_reference)",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
     Migration(3, "operator: dead letters, replays, retry batches", _V3_OPERATOR),
+    Migration(4, "console: batches listed by creation time", _V4_CONSOLE),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -208,7 +208,7 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         _shot(page, shots, "overview")
 
         # On a phone.
-        phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True)
+        phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1, is_mobile=True)
         phone.add_cookies(context.cookies())
         small = phone.new_page()
         small.goto(console_url + f"batches/{batch_id}")

@@ -182,8 +182,9 @@ async def test_retry_with_a_correction_is_recorded_with_the_operator(store: Stor
         assert record is not None and record.requested_by == "ana"
         page = await c.http.get(f"{c.url.removesuffix('/console')}{answer.headers['location']}")
         assert f'href="/console/batches/{batch_id}" id="retry-of"' in page.text
+        assert f"retry of {batch_id} requested by ana" in page.text  # the timeline names the operator
         original = await c.http.get(f"{c.url}/batches/{batch_id}")
-        assert retry_id in original.text
+        assert retry_id in original.text and "ana asked to retry 1 failed transfer(s)" in original.text
 
         # Again: the failed transfer is in flight in retry-1, so nothing is created.
         again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id})

@@ -9,12 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.replay import DeadLetterReplayer, ReplayError
-
 import schemas
 from processor.domain.time import iso_ms
 from processor.store import StoreTx
 from processor.store.operator import DeadLetterRow, ReplayRow
+from producers.replay import DeadLetterReplayer, ReplayError
 from schemas.topics import ALL_TOPICS
 
 HEX_LIMIT = 64 * 1024  # bytes shown as hex; a larger record is cut (its size is said)

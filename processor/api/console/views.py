@@ -190,9 +190,9 @@ def batch_page(
     )
     document = tx.flows.payload_document(batch_id)
     source = document.get("source") if isinstance(document, Mapping) else None
-    timeline = [
-        TimelineEntry(iso_ms(flow.created_at), "RECEIVED", f"submitted by {source or 'an unknown source'}", None)
-    ]
+    made = tx.operator.retry(batch_id)
+    by = f"retry of {made.original_batch_id} requested by {made.requested_by}" if made else None
+    timeline = [TimelineEntry(iso_ms(flow.created_at), "RECEIVED", by or f"submitted by {source or 'unknown'}", None)]
     for event in tx.outbox.events(STATUS_TOPIC, batch_id):
         if event.status is None:
             continue
@@ -206,6 +206,10 @@ def batch_page(
                 str(reason) if reason else None,
             )
         )
+    for retry in tx.operator.retries_of(batch_id):  # the operator's actions on this batch, with their names
+        moved = f"{retry.requested_by} asked to retry {len(retry.transfer_indexes)} failed transfer(s)"
+        timeline.append(TimelineEntry(iso_ms(retry.created_at), "RETRY", moved, retry.retry_batch_id))
+    timeline.sort(key=lambda entry: entry.at)
     results = results_of(tx.flows.report(batch_id))
     rows = _transfer_rows(document, results, flow.state == FlowState.FAILED)
     currency = ""
