@@ -172,17 +172,29 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         page.click("#retry-of")
         expect(page.locator("#retries")).to_contain_text(f"{batch_id}.retry-1")
 
-        # A dead letter: bytes that are no batch at all, then replayed with a reason.
+        # Dead letters: bytes that are no batch at all (shown as hex), and a batch for an integration that does not
+        # exist (decoded); the first is replayed with a reason, dead-letters again, and the chain is shown.
         producer = KafkaProducer(kafka_bootstrap, topics)
         producer.send_raw("payroll.batches", b"poison-1", b"\x00\x01not an avro record\xff")
+        unknown = payroll_batch(f"{batch_id}-nowhere")
+        unknown["integration"] = "nowhere"
+        producer.send("payroll.batches", unknown["batch_id"], unknown)
         hostile = payroll_batch(f"{batch_id}-html")
         hostile["transactions"][0]["concept"] = "<script>alert('console')</script>"
         producer.send("payroll.batches", hostile["batch_id"], hostile)
         page.click("#nav-dead-letters")
-        expect(page.locator("a.letter-link")).to_have_count(1, timeout=30_000)  # the page refreshes by itself
+        expect(page.locator("a.letter-link")).to_have_count(2, timeout=30_000)  # the page refreshes by itself
         _shot(page, shots, "dead-letters")
-        page.click("a.letter-link")
+        page.locator("tr", has_text="nowhere").locator("a.letter-link").click()
+        expect(page.locator("#decoded")).to_contain_text('"integration": "nowhere"')
+        expect(page.locator("#decoded")).to_contain_text('"employee_reference": "E-0001"')
+        expect(page.locator("#decoded")).to_contain_text('"account_number": "****0300"')
+        assert "200100300" not in page.content()  # account numbers masked in the decoded record too
+        _shot(page, shots, "dead-letter-decoded")
+        page.click("#nav-dead-letters")
+        page.locator("tr", has_text="undecodable").first.locator("a.letter-link").click()
         expect(page.locator("#hex")).to_contain_text("0001 6e6f")
+        coordinates = page.locator("#dlq-at").inner_text()
         page.click("#replay")  # the reason is required: the browser does not send the form
         expect(page.locator("#replay-reason")).to_be_visible()
         assert page.locator("#notice").count() == 0
@@ -191,6 +203,13 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         expect(page.locator("#notice")).to_contain_text("replayed to")
         expect(page.locator("#replays")).to_contain_text(f"by {operator}: checked the producer; replay once")
         _shot(page, shots, "dead-letter-replayed")
+        page.fill("#replay-reason", "once more")
+        page.click("#replay")  # a second replay is refused without the "again" box
+        expect(page.locator("#problem")).to_contain_text("already replayed")
+        page.click("#nav-dead-letters")
+        expect(page.locator("a.letter-link")).to_have_count(3, timeout=30_000)  # the replay was dead-lettered again
+        page.locator("a.letter-link").last.click()
+        expect(page.locator("#replay-of")).to_have_text(coordinates)
 
         # A concept holding <script> shows as text; nothing ran.
         page.click("#nav-batches")
@@ -223,3 +242,4 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         expect(page).to_have_url(re.compile(r"/console/sign-in$"))
         browser.close()
         assert run.stop() == 0, run.output
+        print(run.output)  # the demo's own account of the run (docs/console.md quotes it)

@@ -1,5 +1,5 @@
 """The Dead letters pages' data: the recorded dead letters (store), one dead letter's original record read back from
-the DLQ topic and shown decoded when it decodes (else its bytes as hex), and its replays.
+the DLQ topic and shown decoded when it decodes (account numbers masked), else its bytes as hex, and its replays.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import schemas
+from processor.domain.masking import mask_account
 from processor.domain.time import iso_ms
 from processor.store import StoreTx
 from processor.store.operator import DeadLetterRow, ReplayRow
@@ -78,6 +79,15 @@ def _logical_topic(physical: str) -> str | None:
     return None
 
 
+def masked(value: Any) -> Any:
+    """A decoded record with every `account_number` masked (`****0301`), at any depth."""
+    if isinstance(value, Mapping):
+        return {k: mask_account(v) if k == "account_number" else masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(item) for item in value]
+    return value
+
+
 def _json_default(value: object) -> str:
     return str(value)
 
@@ -112,7 +122,7 @@ def fill_record(page: LetterPage, replayer: DeadLetterReplayer | None) -> None:
         except (schemas.DecodeError, ValueError, KeyError, TypeError):
             decoded = None
         if decoded is not None:
-            page.decoded = json.dumps(decoded, indent=2, default=_json_default, ensure_ascii=False)
+            page.decoded = json.dumps(masked(decoded), indent=2, default=_json_default, ensure_ascii=False)
             return
     shown = value[:HEX_LIMIT]
     page.hex = "\n".join(shown[i : i + 16].hex(" ", -2) for i in range(0, len(shown), 16))
