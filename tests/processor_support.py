@@ -613,7 +613,8 @@ FIXTURES = ("deployment_factory_fixture", "e2e_database_fixture")  # import both
 @pytest.fixture(name="deployment_factory")
 def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[DeploymentFactory]:
     """Builds a `Deployment`: `deployment_factory(bootstrap, instances=N, partitions=P, engine={...},
-    sandbox_args=(...))`. The sandbox is started; the instances are not (`deployment.start(i)`). Everything started
+    sandbox_args=(...), tables={"admin": {...}})` (`tables`: more configuration tables). The sandbox is started;
+    the instances are not (`deployment.start(i)`). Everything started
     is stopped at the end of the test (instances by SIGTERM, then SIGKILL)."""
     with ExitStack() as stack:
         made: list[Deployment] = []
@@ -626,6 +627,7 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
             engine: Mapping[str, float | int] | None = None,
             sandbox_args: Iterable[str] = ("--file-payment-delay", "0.5", "--vrp-delay", "0.5"),
             create_topics: bool = True,
+            tables: Mapping[str, Mapping[str, Any]] | None = None,
         ) -> Deployment:
             directory = tmp_path / f"deployment-{len(made)}"
             directory.mkdir()
@@ -645,14 +647,15 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
             group_id = unique_id("e2e-group")
             integration = dict(sandbox.config["integrations"]["sandbox"])
             config_path = directory / "dispersion.toml"
-            tables: dict[str, Mapping[str, Any]] = {
+            config_tables: dict[str, Mapping[str, Any]] = {
                 "processor": {"store": e2e_database, "public_url": f"http://127.0.0.1:{ports[0]}"},
                 "kafka": {"bootstrap_servers": bootstrap, "group_id": group_id},
                 "kafka.topics": topics,
                 "engine": {**FAST_ENGINE, **(engine or {})},
                 "integrations.sandbox": integration,
+                **(tables or {}),
             }
-            write_config(config_path, tables)
+            write_config(config_path, config_tables)
             deployment = Deployment(
                 directory=directory,
                 sandbox=sandbox,

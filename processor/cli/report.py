@@ -16,7 +16,7 @@ import argparse
 import csv
 import json
 import sys
-from typing import IO
+from typing import IO, Any
 
 from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments
 from processor.cli.common import CliError
@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def write(document: dict[str, object], fmt: str, out: IO[str]) -> None:
+def write(document: dict[str, Any], fmt: str, out: IO[str]) -> None:
     """The report in CSV (lines only) or JSON (lines and totals)."""
     if fmt == "json":
         json.dump(document, out, ensure_ascii=False, indent=1)
@@ -42,7 +42,7 @@ def write(document: dict[str, object], fmt: str, out: IO[str]) -> None:
         return
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(REPORT_COLUMNS)
-    for line in document["lines"]:  # type: ignore[attr-defined]
+    for line in document["lines"]:
         writer.writerow(["" if line[column] is None else line[column] for column in REPORT_COLUMNS])
 
 

@@ -2,17 +2,24 @@
 bank and `dispersion processor` as a subprocess; the operator's commands run as subprocesses too, as typed.
 
 - the same export submitted twice is one batch, with no dead letter; the batch id reused with other transfers
-  is a conflict (dead letter) and changes nothing.
+  is a conflict (dead letter) and changes nothing;
+- a month-end day: a batch with a closed account exits 4 and names the failed transfer; `retry-failed` with a
+  correction pays only that transfer (its own approval) and leaves the original untouched; `report` totals are
+  the status events' amounts; an invalid batch's dead letter is listed, replayed (recorded), refused a second
+  time, and dead-lettered again with the chain visible.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -28,6 +35,7 @@ from processor_support import (
     count_rows,
     deployment_factory_fixture,  # noqa: F401  (the fixture deployment_factory)
     e2e_database_fixture,  # noqa: F401  (the fixture e2e_database)
+    payroll_batch,
     unique_id,
 )
 
@@ -116,4 +124,90 @@ def test_the_same_export_submitted_twice_is_one_batch_without_dead_letter(
     counts = deployment.bank_counts()
     assert (counts["file_consent"], counts["file_payment"]) == (1, 1)
     assert count_rows(deployment.store_url, "SELECT COUNT(*) FROM flows") == 1
+    assert instance.terminate() == 0
+
+
+ADMIN_TOKEN = "month-end-admin-token-0123456789"
+
+
+def test_a_month_end_day(
+    kafka_bootstrap: str, deployment_factory: DeploymentFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISPERSION_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
+    deployment = deployment_factory(kafka_bootstrap, tables={"admin": {"token_env": "DISPERSION_TEST_ADMIN_TOKEN"}})
+    instance = deployment.start(0)
+    statuses = deployment.topic_log(STATUS_TOPIC)
+    letters = deployment.topic_log(DLQ_TOPIC)
+    approve = ApproveEach(deployment.approver(), lambda: instance.url)
+    batch_id = unique_id("NOV")
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    rows = [("200100300", "1500.50"), ("200100301", "2000.00"), ("200109902", "750.250")]  # 9902: closed account
+    path = export(deployment.directory / "payroll-november.csv", rows)
+
+    def shown(ran: Ran) -> Ran:
+        print(f"--- exit {ran.code}\n{ran.out}{ran.err}")  # the real output, for docs/operations.md
+        return ran
+
+    submitted = shown(dispersion(deployment, "submit", str(path), *ORIGIN, "--batch-id", batch_id, "--quiet"))
+    assert submitted.code == 0, submitted.err
+    assert ", control sum 4250.75 GTQ -> " in submitted.out
+    statuses.wait_until(has(batch_id, "COMPLETED"), timeout=90, what="COMPLETED", each=approve)
+    paid = shown(dispersion(deployment, "status", "--batch", batch_id, "--until-terminal", "--timeout", "60"))
+    assert paid.code == 4, paid.out + paid.err  # completed with a failed transfer
+    assert "paid=2 (3500.50) failed=1 (750.25)" in paid.out
+
+    corrections = deployment.directory / "corrections.csv"
+    corrections.write_text("index,account_number\n2,200100303\n")
+    retried = shown(dispersion(deployment, "retry-failed", "--batch", batch_id, "--corrections", str(corrections)))
+    assert retried.code == 0, retried.err
+    retry_id = f"{batch_id}.retry-1"
+    assert f"created {retry_id} with 1 failed transfer(s) of {batch_id}" in retried.out
+    assert "transfer 2 -> ****0303" in retried.out
+    statuses.wait_until(has(retry_id, "COMPLETED"), timeout=90, what="the retry COMPLETED", each=approve)
+    retry_paid = shown(dispersion(deployment, "status", "--batch", retry_id, "--until-terminal", "--timeout", "60"))
+    assert retry_paid.code == 0, retry_paid.out + retry_paid.err
+    completed = statuses.find(retry_id, "COMPLETED")
+    assert completed is not None and completed.record["retry_of"] == batch_id
+    nothing = shown(dispersion(deployment, "retry-failed", "--batch", batch_id))
+    assert nothing.code == 1 and f"batch {batch_id} has no failed transfer: nothing created" in nothing.out
+    assert deployment.bank_counts()["file_payment"] == 2  # the original and the retry
+
+    until = datetime.now(UTC) + timedelta(minutes=1)
+    report = shown(
+        dispersion(deployment, "report", "--since", since.isoformat(), "--until", until.isoformat(), "--format", "csv")
+    )
+    assert report.code == 0, report.err
+    lines = list(csv.DictReader(io.StringIO(report.out)))
+    assert [(line["batch_id"], line["index"], line["status"]) for line in lines] == [
+        (batch_id, "0", "COMPLETED"),
+        (batch_id, "1", "COMPLETED"),
+        (batch_id, "2", "FAILED"),
+        (retry_id, "0", "COMPLETED"),
+    ]
+    assert lines[2]["reason_code"] == "AC04" and lines[2]["amount"] == "750.25"
+    for key in (batch_id, retry_id):
+        event = statuses.find(key, "COMPLETED")
+        assert event is not None
+        total = f"total {key} GTQ: {event.record['transfers_completed'] + event.record['transfers_failed']} transfers"
+        total += f", {event.record['transfers_completed']} paid {event.record['amount_completed']}"
+        total += f", {event.record['transfers_failed']} failed {event.record['amount_failed']}"
+        assert total in report.err.splitlines()
+
+    bad_id = unique_id("BAD")
+    bad = payroll_batch(bad_id, [("200100300", "10.00")])
+    bad["integration"] = "bank-not-configured"
+    deployment.producer().send(BATCHES_TOPIC, bad_id, bad)
+    letters.wait_until(lambda log: any(e.key == bad_id for e in log.events), timeout=60, what="the dead letter")
+    listed = shown(dispersion(deployment, "dlq", "list", "--batch", bad_id))
+    assert listed.code == 0 and len(listed.out.splitlines()) == 1, listed.err
+    letter_id = listed.out.split()[0]
+    replayed = shown(dispersion(deployment, "dlq", "replay", letter_id, "--reason", "bank-not-configured added"))
+    assert replayed.code == 0, replayed.err
+    refused = shown(dispersion(deployment, "dlq", "replay", letter_id, "--reason", "again"))
+    assert refused.code == 1 and "already replayed" in refused.err
+    letters.wait_until(lambda log: len([e for e in log.events if e.key == bad_id]) == 2, timeout=60, what="again")
+    chain = shown(dispersion(deployment, "dlq", "show", letter_id))
+    assert chain.code == 0, chain.err
+    assert "replayed " in chain.out and "by " in chain.out and "(bank-not-configured added)" in chain.out
+    assert "dead-lettered again as " in chain.out
     assert instance.terminate() == 0

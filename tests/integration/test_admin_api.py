@@ -103,6 +103,21 @@ async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(stor
         assert "no failed transfer" in nothing.json()["message"]
 
 
+async def test_concurrent_retry_requests_create_one_retry_batch(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        batch_id = await pay(rig)
+        answers = await asyncio.gather(*(http.post(f"/batches/{batch_id}/retry", headers=AUTH) for _ in range(4)))
+        codes = sorted(a.status_code for a in answers)
+        assert codes.count(201) == 1, [a.text for a in answers]
+        assert all(code in (200, 201, 409) for code in codes), [a.text for a in answers]
+        created = await http.get(f"/batches/{batch_id}", headers=AUTH)
+        assert [r["batch_id"] for r in created.json()["retries"]] == [f"{batch_id}.retry-1"]
+        not_final = await http.post(f"/batches/{batch_id}.retry-1/retry", headers=AUTH)
+        assert not_final.status_code == 400 and "is a retry of" in not_final.json()["error"]
+        unknown = await http.post("/batches/no-such-batch/retry", headers=AUTH)
+        assert unknown.status_code == 404
+
+
 async def test_the_report_totals_are_the_status_events_amounts(store: Store) -> None:
     async with admin_rig(store) as (rig, http):
         start = rig.clock.now() - timedelta(seconds=1)

@@ -6,7 +6,7 @@ import io
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -78,6 +78,13 @@ def _status() -> dict[str, Any]:
             },
             {"index": 1, "employee_reference": None, "amount": Decimal("0.01"), "status": "FAILED", "reason": "closed"},
         ],
+        # v2: the outcome, and what a retry or a scheduled batch carries
+        "transfers_completed": 1,
+        "transfers_failed": 1,
+        "amount_completed": Decimal("1234567890123456.78"),
+        "amount_failed": Decimal("0.01"),
+        "retry_of": "ERP-2026-01-0000",
+        "execute_on": date(2026, 1, 30),
     }
 
 

@@ -1,0 +1,116 @@
+"""Outcomes (processor/domain/outcomes.py): what results add up to, the exit code they mean, retry batch ids and
+bank reason codes; the [admin] configuration; the retry command's corrections file."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from processor.cli.common import CliError
+from processor.cli.config import admin_settings, load_admin_client
+from processor.cli.retry_failed import read_corrections
+from processor.domain.outcomes import exit_code, outcome_totals, retry_batch_id, retry_of, split_reason
+from processor.domain.settings import ConfigError
+
+
+def test_totals_count_and_add_completed_and_failed_transfers() -> None:
+    results = [
+        {"status": "COMPLETED", "amount": Decimal("1500.50")},
+        {"status": "FAILED", "amount": "750.250"},
+        {"status": "COMPLETED", "amount": Decimal("0.01")},
+        {"status": "PENDING", "amount": Decimal("9.99")},
+    ]
+    assert outcome_totals(results) == {
+        "transfers_completed": 2,
+        "transfers_failed": 1,
+        "amount_completed": Decimal("1500.51"),
+        "amount_failed": Decimal("750.25"),
+    }
+    assert outcome_totals(None) == dict.fromkeys(
+        ("transfers_completed", "transfers_failed", "amount_completed", "amount_failed")
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "failed", "code"),
+    [
+        ("COMPLETED", 0, 0),
+        ("COMPLETED", None, 0),
+        ("COMPLETED", 3, 4),
+        ("FAILED", 0, 1),
+        ("REJECTED", None, 1),
+        ("EXPIRED", None, 1),
+        ("INVALID", None, 1),
+        ("AUTHORIZATION_REQUIRED", None, None),
+        ("INITIATED", None, None),
+    ],
+)
+def test_exit_codes(status: str, failed: int | None, code: int | None) -> None:
+    assert exit_code(status, failed) == code
+
+
+def test_retry_ids_name_and_read_back_the_original() -> None:
+    assert retry_batch_id("NOV-1", 1) == "NOV-1.retry-1"
+    assert retry_batch_id("NOV-1.retry-1", 2) == "NOV-1.retry-2"  # counted from the original
+    assert retry_of("NOV-1.retry-12") == "NOV-1"
+    assert retry_of("NOV-1") is None and retry_of("NOV-1.retry-0") is None and retry_of(".retry-1") is None
+    with pytest.raises(ValueError, match="start at 1"):
+        retry_batch_id("NOV-1", 0)
+
+
+def test_a_bank_reason_code_is_split_from_its_text() -> None:
+    assert split_reason("AC04 ClosedAccountNumber: closed") == ("AC04", "ClosedAccountNumber: closed")
+    assert split_reason("AC04") == ("AC04", None)
+    assert split_reason("the bank said no") == (None, "the bank said no")
+    assert split_reason(None) == (None, None)
+
+
+def test_the_admin_table_hashes_the_token_and_refuses_bad_keys() -> None:
+    digest = "a" * 64
+    assert admin_settings({"token_sha256": digest.upper()}).token_sha256 == digest
+    from_env = admin_settings({"token": "x" * 20})
+    assert from_env.token_sha256 is not None and len(from_env.token_sha256) == 64
+    assert "x" * 20 not in repr(from_env)
+    assert admin_settings(None).token_sha256 is None
+    for bad, where in (
+        ({"token_sha256": "abc"}, "admin.token_sha256"),
+        ({"token": "short"}, "admin.token_env"),
+        ({"token": "x" * 20, "token_sha256": digest}, "not both"),
+        ({"tokn": "x"}, "admin.tokn"),
+        ({"url": "ftp://x"}, "admin.url"),
+    ):
+        with pytest.raises(ConfigError, match=where):
+            admin_settings(bad)
+
+
+def test_the_commands_find_the_admin_address_and_token(tmp_path: Path) -> None:
+    path = tmp_path / "dispersion.toml"
+    path.write_text('[processor]\npublic_url = "http://127.0.0.1:8600/"\n[admin]\ntoken_env = "OPS_TOKEN"\n')
+    assert load_admin_client(path, {"OPS_TOKEN": "t" * 20}) == ("http://127.0.0.1:8600", "t" * 20)
+    assert load_admin_client(path, {"DISPERSION_ADMIN_TOKEN": "u" * 20, "OPS_TOKEN": "t"}) == (
+        "http://127.0.0.1:8600",
+        "u" * 20,
+    )
+    assert load_admin_client(path, {}) == ("http://127.0.0.1:8600", None)
+
+
+def test_the_corrections_file_is_read_as_csv_or_json_and_bad_lines_are_named(tmp_path: Path) -> None:
+    csv_file = tmp_path / "fix.csv"
+    csv_file.write_text("index,account_number,account_type\n2,200100303,\n5, 300200100 ,MONETARY\n\n")
+    assert read_corrections(csv_file) == [
+        {"index": 2, "account_number": "200100303"},
+        {"index": 5, "account_number": "300200100", "account_type": "MONETARY"},
+    ]
+    json_file = tmp_path / "fix.json"
+    json_file.write_text('[{"index": 2, "account_number": "200100303"}]')
+    assert read_corrections(json_file) == [{"index": 2, "account_number": "200100303"}]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("index,account_number\nx,1\n")
+    with pytest.raises(CliError, match="line 2"):
+        read_corrections(bad)
+    header = tmp_path / "header.csv"
+    header.write_text("account,index\n")
+    with pytest.raises(CliError, match="header"):
+        read_corrections(header)
