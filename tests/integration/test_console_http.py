@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from html import unescape
 
 import httpx
-import pytest
 from engine_support import Rig, batch, bound_socket, engine_rig, pay, serve
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -19,7 +18,6 @@ from starlette.routing import Mount
 from processor.api.console.app import console_app
 from processor.api.console.auth import ConsoleAuth, console_auth, hash_password
 from processor.domain.file_states import FlowState
-from processor.domain.settings import ConfigError, Secret
 from processor.store import Store
 
 PASSWORD = "correct horse battery"
@@ -190,23 +188,3 @@ async def test_retry_with_a_correction_is_recorded_with_the_operator(store: Stor
         again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id})
         assert again.status_code == 303 and "nothing%20created" in again.headers["location"]
         assert store.run(lambda tx: tx.flows.get(f"{batch_id}.retry-2"), write=False) is None
-
-
-def test_configuration_is_checked() -> None:
-    assert console_auth({}) is None
-    with pytest.raises(ConfigError, match=r"console.operators.ana: not of the form"):
-        console_auth({"operators": {"ana": "plain-password"}})
-    with pytest.raises(ConfigError, match="session_key: must be a string of at least 32"):
-        console_auth({"operators": {"ana": hash_password(PASSWORD)}, "session_key": "short"})
-    with pytest.raises(ConfigError, match=r"console\.colour: unknown key"):
-        console_auth({"colour": "blue"})
-    auth = ConsoleAuth({"ana": hash_password(PASSWORD)}, Secret("k" * 40), session_seconds=60)
-    assert auth.check_password("ana", PASSWORD) and not auth.check_password("ana", PASSWORD + "!")
-    assert not auth.check_password("bob", PASSWORD)
-    value = auth.new_session("ana", now=1000.0)
-    assert auth.session(value, now=1030.0) is not None
-    assert auth.session(value, now=1061.0) is None  # expired
-    body, mac = value.rsplit(".", 1)
-    assert auth.session(f"{body}x.{mac}", now=1030.0) is None  # tampered
-    other = ConsoleAuth({"ana": hash_password(PASSWORD)}, Secret("j" * 40))
-    assert other.session(value, now=1030.0) is None  # another key
