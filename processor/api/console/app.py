@@ -26,7 +26,6 @@ from urllib.parse import quote, urlsplit
 
 import jinja2
 import structlog
-from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -51,6 +50,7 @@ from processor.domain.time import Clock, SystemClock
 from processor.engine.retries import Correction, RetryError, retry_failed
 from processor.store import Store, StoreError
 from processor.store.console import BatchFilter
+from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
 
 log = structlog.get_logger("processor.api.console")
 
@@ -184,7 +184,7 @@ def console_app(
     # -- sign in / out ---------------------------------------------------------------------------------------
 
     async def sign_in_form(request: Request, problem: str | None = None, status: int = 200) -> Response:
-        pre = request.cookies.get(PRE_COOKIE) or auth.new_session("-")  # an id for the sign-in form's CSRF token
+        pre = request.cookies.get(PRE_COOKIE) or auth.new_form_id()  # an id for the sign-in form's CSRF token
         response = render(request, "sign_in.html", status, csrf_pre=auth.csrf_token(pre), problem=problem)
         response.set_cookie(
             PRE_COOKIE,

@@ -17,6 +17,7 @@ checks it on every POST. The sign-in form, before any session, has its own id in
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -63,6 +64,12 @@ def _parse_hash(stored: str) -> tuple[int, int, int, bytes, bytes]:
     return n, r, p, _unb64(parts[4]), _unb64(parts[5])
 
 
+@functools.cache
+def _unknown_operator() -> str:
+    """A hash to check an unknown name's password against, so that it costs one scrypt like a known name's."""
+    return hash_password(secrets.token_urlsafe(16))
+
+
 @dataclass(frozen=True)
 class Operator:
     """A signed-in operator: the name actions are recorded with."""
@@ -83,7 +90,7 @@ class ConsoleAuth:
     def check_password(self, name: str, password: str) -> bool:
         """Whether `password` is the operator's; unknown names cost the same time as known ones."""
         stored = self.operators.get(name)
-        n, r, p, salt, digest = _parse_hash(stored or hash_password("", salt=b"\0" * 16))
+        n, r, p, salt, digest = _parse_hash(stored or _unknown_operator())
         candidate = _scrypt(password, salt, n, r, p)
         return stored is not None and hmac.compare_digest(candidate, digest)
 
@@ -112,6 +119,11 @@ class ConsoleAuth:
         if expires <= (now or time.time()) or name not in self.operators:
             return None
         return Operator(name, sid)
+
+    @staticmethod
+    def new_form_id() -> str:
+        """A random id for the sign-in form's CSRF token (kept in its own short-lived cookie)."""
+        return secrets.token_urlsafe(24)
 
     def csrf_token(self, session_id: str) -> str:
         """The CSRF token of the forms of a session (or of the sign-in form's own id)."""
