@@ -188,3 +188,26 @@ async def test_retry_with_a_correction_is_recorded_with_the_operator(store: Stor
         again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id})
         assert again.status_code == 303 and "nothing%20created" in again.headers["location"]
         assert store.run(lambda tx: tx.flows.get(f"{batch_id}.retry-2"), write=False) is None
+
+
+async def test_batches_are_paged_newest_first(store: Store) -> None:
+    async with console(store) as c:
+        ids = []
+        for number in range(55):
+            document = batch(f"page-{number:03d}", transfers=(("200100300", "1.00"),))
+            document["file_reference"] = f"REF-{number:03d}"
+            await c.rig.submit(document)
+            ids.append(document["batch_id"])
+            c.rig.clock.advance(1)
+        await c.sign_in()
+        first = await c.http.get(f"{c.url}/")
+        shown = re.findall(r'class="batch-link">([^<]+)</a>', first.text)
+        assert shown == ids[::-1][:50]  # newest first, 50 a page
+        assert "55 batch(es)" in first.text and 'id="older"' in first.text and 'id="newer"' not in first.text
+        second = await c.http.get(f"{c.url}/", params={"page": "1"})
+        assert re.findall(r'class="batch-link">([^<]+)</a>', second.text) == ids[::-1][50:]
+        assert 'id="older"' not in second.text and 'id="newer"' in second.text
+        by_reference = await c.http.get(f"{c.url}/", params={"q": "ref-007"})
+        assert re.findall(r'class="batch-link">([^<]+)</a>', by_reference.text) == ["page-007"]
+        wildcard = await c.http.get(f"{c.url}/", params={"q": "page_0"})  # `_` is a character, not a wildcard
+        assert re.findall(r'class="batch-link">([^<]+)</a>', wildcard.text) == []
