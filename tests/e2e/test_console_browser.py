@@ -2,8 +2,8 @@
 (a subprocess with Kafka, the sandbox bank and a processor): sign in; watch the demo batch move from
 AUTHORIZATION_REQUIRED to COMPLETED without reloading (the approver approves in another tab); filter to the failed
 transfer; retry it with a corrected account and land on the retry batch; replay a dead letter with a reason; a
-concept holding `<script>` shows as text; sign out. Screenshots of every page go to $DISPERSION_TEST_OUTPUT/console
-(default: the test's temporary folder)."""
+concept holding `<script>` shows as text; a form without its CSRF token is refused; sign out. Screenshots of every
+page go to $DISPERSION_TEST_OUTPUT/console (default: the test's temporary folder)."""
 
 from __future__ import annotations
 
@@ -162,6 +162,9 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         expect(row).to_contain_text("AC04")
         assert "2001009902" not in page.content()  # never the whole account number
         _shot(page, shots, "batch-failed-only")
+        # The same form without its CSRF token (as another site would send it) is refused and creates nothing.
+        refused = page.request.post(console_url + "retry", form={"batch_id": batch_id, "account_3": "2001002004"})
+        assert refused.status == 403 and "CSRF" in refused.text()
         page.fill("#correction-3", "2001002004")
         page.click("#retry")
         expect(page.locator("h1.batch-id")).to_have_text(f"{batch_id}.retry-1")
