@@ -130,7 +130,9 @@ class BatchPage:
     retryable: list[TransferRow] = field(default_factory=list)
 
 
-def _transfer_rows(document: Any, results: Sequence[Mapping[str, Any]], terminal_failed: bool) -> list[TransferRow]:
+def _transfer_rows(document: Any, results: Sequence[Mapping[str, Any]], state: str) -> list[TransferRow]:
+    """The batch's transfers with their results; without a per-line report a transfer has its batch's outcome
+    (a file that failed whole failed every transfer; one that completed paid every transfer, as retries count)."""
     items = document.get("transactions") if isinstance(document, Mapping) else None
     if not isinstance(items, list):
         return []
@@ -144,7 +146,7 @@ def _transfer_rows(document: Any, results: Sequence[Mapping[str, Any]], terminal
         if result is not None:
             status, reason = str(result.get("status") or ""), str(result.get("reason") or "")
         else:
-            status, reason = ("FAILED" if terminal_failed else ""), ""
+            status, reason = (state if state in (FlowState.COMPLETED, FlowState.FAILED) else ""), ""
         rows.append(
             TransferRow(
                 index=index,
@@ -211,7 +213,7 @@ def batch_page(
         timeline.append(TimelineEntry(iso_ms(retry.created_at), "RETRY", moved, retry.retry_batch_id))
     timeline.sort(key=lambda entry: entry.at)
     results = results_of(tx.flows.report(batch_id))
-    rows = _transfer_rows(document, results, flow.state == FlowState.FAILED)
+    rows = _transfer_rows(document, results, flow.state)
     currency = ""
     origin = document.get("origin_account") if isinstance(document, Mapping) else None
     if isinstance(origin, Mapping):
