@@ -30,6 +30,7 @@ commands:
   status      print status events (`--follow` as they arrive, `--batch ID` for one batch)
   topics      create the project's Kafka topics (idempotent)
   vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
+  console     operator console helpers: `console hash-password NAME` (docs/console.md)
   retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
   report      per-transfer reconciliation report: `report --since T --until T [--format csv|json]`
@@ -49,6 +50,7 @@ MODULES: dict[str, str] = {
     "processor": "processor.cli.service",
     "pay-file": "processor.cli.payfile",
     "vrp": "processor.cli.vrp",
+    "console": "processor.cli.console",
     "retry-failed": "processor.cli.retry_failed",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",

@@ -41,8 +41,8 @@ from processor.cli.common import (
 from processor.cli.config import Config
 from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
 from processor.domain.file_states import FlowState
-from processor.domain.kinds import Kind
 from processor.domain.identity import document_content_sha256
+from processor.domain.kinds import Kind
 from processor.domain.masking import mask_account
 from processor.domain.money import money_text
 from processor.domain.outcomes import exit_code

@@ -10,8 +10,9 @@ With `--role all` (the default) the instance runs, over the configured store:
 - the engine's worker (asyncio): claims due flows, mandates and payments with leases (`FOR UPDATE SKIP LOCKED`
   on PostgreSQL), so any number of instances share the work and a dead instance's work is taken over;
 - the outbox relay (thread): status events to `dispersion.status` and `vrp.status`, in order per key, each once;
-- the HTTP server (uvicorn): the callback API (approval links, the bank's redirect), `/healthz`, `/metrics` and
-  the admin API under `/admin` (token from `[admin]`; processor/api/admin.py).
+- the HTTP server (uvicorn): the callback API (approval links, the bank's redirect), `/healthz`, `/metrics`,
+  the admin API under `/admin` (token from `[admin]`; processor/api/admin.py) and the operator console under
+  `/console` when `[console]` names operators (processor/api/console/, docs/console.md).
 
 `--role api` serves only the HTTP part (for a separate, public callback API deployment): the redirect is checked
 and the code exchanged there; the payment is then due work for any processor's worker.
@@ -47,14 +48,16 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
 
 from consumers.batches import BatchHandler, EngineIntake
 from consumers.loop import AtLeastOnceConsumer, ConsumerFencedError, Handler, consumer_config, route
 from consumers.vrp import VrpIntake, vrp_handlers
 from processor.api.admin import admin_app
 from processor.api.callback import create_app
+from processor.api.console.app import console_app
+from processor.api.console.auth import console_auth
 from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
 from processor.cli.common import QuietServer, bind, listen_address
@@ -138,6 +141,7 @@ class Processor:
 
     def __post_init__(self) -> None:
         self.engine: Engine = build_engine(self.config, self.store)
+        self.console_auth = console_auth(self.config.sections.get("console"), source=self.config.source)
         self.vrp = attach_vrp(self.engine)
         self._stopped = asyncio.Event()
         self._relay_stop = threading.Event()  # set after the worker stopped, so its last events go out too
@@ -173,19 +177,26 @@ class Processor:
         async def metrics(request: Request) -> Response:
             return Response(await asyncio.to_thread(scrape), media_type=CONTENT_TYPE_LATEST)
 
+        replayer = None if self.kafka is None else DeadLetterReplayer(self.kafka.config())
         admin = admin_app(
             self.store,
             token_sha256=self.config.admin.token_sha256,
             integrations=self.config.integrations,
-            replayer=None if self.kafka is None else DeadLetterReplayer(self.kafka.config()),
+            replayer=replayer,
         )
-        return Starlette(
-            routes=[
-                Route("/metrics", metrics, methods=["GET"]),
-                Mount("/admin", app=admin),
-                Mount("/", app=callback),
-            ]
-        )
+        routes: list[BaseRoute] = [Route("/metrics", metrics, methods=["GET"]), Mount("/admin", app=admin)]
+        if self.console_auth is not None:  # the operator console, when [console] names operators
+            console = console_app(
+                self.store,
+                self.console_auth,
+                public_url=self.config.public_url,
+                integrations=self.config.integrations,
+                replayer=replayer,
+                clock=self.engine.ctx.clock,
+            )
+            routes.append(Route("/console", lambda request: RedirectResponse("/console/", 308), methods=["GET"]))
+            routes.append(Mount("/console", app=console))
+        return Starlette(routes=[*routes, Mount("/", app=callback)])
 
     def _consumer(self, loop: asyncio.AbstractEventLoop) -> AtLeastOnceConsumer:
         assert self.kafka is not None
@@ -305,6 +316,7 @@ def main(argv: list[str]) -> int:
     try:
         config = load_config(args.config or default_config_path())
         config.admin  # noqa: B018  (a bad [admin] table stops the start, exit 2)
+        console_auth(config.sections.get("console"), source=config.source)  # and a bad [console] table
         kafka = None
         if args.role == "all":
             kafka = settings_from(

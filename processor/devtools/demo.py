@@ -1,6 +1,6 @@
 """`dispersion demo`: the whole system on one machine, end to end, in one command.
 
-    dispersion demo [--dir ./demo-run] [--timeout 180] [--no-approve] [--bootstrap HOST:PORT] [--registry]
+    dispersion demo [--dir ./demo-run] [--timeout 180] [--no-approve] [--keep] [--bootstrap HOST:PORT] [--registry]
 
 (`--timeout` defaults to 180 s, or 900 s with `--no-approve`.)
 
@@ -23,9 +23,13 @@ Steps, each printed as it happens:
 5. `dispersion.status` is followed; on AUTHORIZATION_REQUIRED the approval link is printed and approved on the
    bank's consent page as a browser would (`processor.devtools.approver`), unless `--no-approve` (then open the link
    yourself). Every status event is printed until the batch's final status, with the per-transaction results.
-6. Everything the demo started is stopped (SIGTERM by pid, SIGKILL if ignored), also on failure or Ctrl-C.
+   The operator console (docs/console.md) is served by the processor: its address and a sign-in made for this
+   run (operator `demo`, a random password) are printed once the processor is ready.
+6. Everything the demo started is stopped (SIGTERM by pid, SIGKILL if ignored), also on failure or Ctrl-C;
+   with `--keep`, only at Ctrl-C (or SIGTERM) after the batch ended, so the console can be looked at.
 
-Exit status: 0 the batch COMPLETED; 1 a step failed, the batch ended otherwise or the timeout passed (the message
+Exit status: 0 the batch COMPLETED (with `--keep`: and then Ctrl-C or SIGTERM came);
+1 a step failed, the batch ended otherwise or the timeout passed (the message
 says which, and where the logs are); 2 bad arguments; 130 interrupted.
 """
 
@@ -60,6 +64,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ORIGIN_ACCOUNT: Final = "3001234567"
 ORIGIN_CURRENCY: Final = "GTQ"
 INTEGRATION: Final = "sandbox"
+CONSOLE_OPERATOR: Final = "demo"
 FINAL_STATUSES: Final = frozenset({"COMPLETED", "FAILED", "REJECTED", "EXPIRED", "INVALID"})
 
 # The ERP's export: one row per employee. The account ending in 9902 is refused by the sandbox bank (AC04, closed
@@ -117,6 +122,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Confluent wire format with a schema registry ($DISPERSION_SCHEMA_REGISTRY_URL, else a local one)",
     )
+    p.add_argument(
+        "--keep", action="store_true", help="after the batch ended, keep everything running until Ctrl-C (console)"
+    )
     return p
 
 
@@ -172,9 +180,10 @@ def demo_config(
     topics: Mapping[str, str],
     group_id: str,
     registry_url: str | None = None,
+    console: Mapping[str, Any] | None = None,
 ) -> str:
-    """The processor configuration for the demo: `sandbox init`'s, with the demo's store, broker and timings (and
-    the Confluent wire format when a registry is given)."""
+    """The processor configuration for the demo: `sandbox init`'s, with the demo's store, broker and timings (the
+    Confluent wire format when a registry is given, the `[console]` table when given)."""
     integrations = generated.get("integrations")
     if not isinstance(integrations, Mapping) or INTEGRATION not in integrations:
         raise DemoError(f"`dispersion sandbox init` wrote no [integrations.{INTEGRATION}] table")
@@ -191,6 +200,7 @@ def demo_config(
             },
             "kafka": kafka,
             "engine": dict(DEMO_ENGINE),
+            **({"console": dict(console)} if console else {}),
             f"integrations.{INTEGRATION}": dict(integrations[INTEGRATION]),
         }
     )
@@ -305,6 +315,9 @@ class Demo:
     registry_url: str | None = None  # a registry to use (else one is started when `registry`)
     local_registry: Any = None  # processor.devtools.registry_local.LocalRegistry when the demo started it
     approved: bool = False
+    keep: bool = False
+    ended: bool = False  # the batch reached its final status (a Ctrl-C under --keep is then the normal end)
+    console_password: str = field(default_factory=lambda: secrets.token_urlsafe(12), repr=False)
 
     @property
     def deadline(self) -> float:
@@ -429,6 +442,7 @@ class Demo:
                 topics=topics,
                 group_id=group_id,
                 registry_url=registry_url,
+                console=self.console_table(),
             )
         )
         config.chmod(0o600)  # it holds the client secret
@@ -437,6 +451,15 @@ class Demo:
             f"store {self._rel(self.directory / 'dispersion.sqlite')})"
         )
         return config
+
+    def console_table(self) -> dict[str, Any]:
+        """The `[console]` table: one operator `demo` with this run's password (hashed), a session key."""
+        from processor.api.console.auth import hash_password
+
+        return {
+            "session_key": secrets.token_urlsafe(32),
+            "operators": {CONSOLE_OPERATOR: hash_password(self.console_password)},
+        }
 
     def child_env(self) -> dict[str, str]:
         """The environment of the sandbox and the processor."""
@@ -644,6 +667,10 @@ class Demo:
             f"processor: {ready.removeprefix('processor ready: ')} (pid {processor.pid}, log "
             f"{self._rel(processor.log_path)})"
         )
+        self.say(
+            f"console: http://127.0.0.1:{api_port}/console/ (sign in as {CONSOLE_OPERATOR}, password "
+            f"{self.console_password})"
+        )
         batch_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         self.submit(config, batch_id)
         final = self.follow(config, batch_id)
@@ -657,6 +684,15 @@ class Demo:
             f"batch {batch_id} COMPLETED: {paid} of {len(results)} transfers paid, {len(results) - paid} failed "
             f"(see the results above); control sum {final.get('control_sum')} {final.get('currency') or ''}".rstrip()
         )
+        self.ended = True
+        if self.keep:
+            self.say(
+                f"--keep: everything stays up for the console at http://127.0.0.1:{api_port}/console/; Ctrl-C ends"
+            )
+            while True:
+                for child in self.children:
+                    child.check()
+                time.sleep(0.5)
         return EXIT_OK
 
     def close(self) -> None:
@@ -709,6 +745,7 @@ def main(argv: list[str]) -> int:
         bootstrap=bootstrap,
         registry=args.registry,
         registry_url=registry_url,
+        keep=args.keep,
     )
     handled = (signal.SIGTERM, signal.SIGINT)
     previous = {sig: signal.signal(sig, _raise_interrupted) for sig in handled}
@@ -720,6 +757,9 @@ def main(argv: list[str]) -> int:
             print(f"dispersion demo: {str(exc).splitlines()[0]}", file=sys.stderr)
             return EXIT_FAILED
         except _Interrupted:
+            if demo.ended:  # --keep: the batch ended; Ctrl-C is how the run ends
+                demo.say("stopping what the demo started")
+                return EXIT_OK
             demo.say("interrupted; stopping what the demo started")
             return EXIT_INTERRUPTED
         except Exception as exc:  # anything unforeseen still ends with every child stopped and a clear message

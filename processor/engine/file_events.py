@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from processor.bank.models import FilePaymentReport
-from processor.domain.outcomes import outcome_totals, retry_of
 from processor.domain.file_states import BatchStatus, FlowState, move
+from processor.domain.outcomes import outcome_totals, retry_of
 from processor.domain.time import iso_ms
 from processor.store import Flow, StatusEvent, StoreTx
 from schemas.topics import STATUS_TOPIC

@@ -19,7 +19,7 @@ from processor.domain.masking import mask_account
 from processor.domain.money import money_text
 from processor.domain.outcomes import outcome_totals, retry_of, split_reason
 from processor.domain.time import iso_ms
-from processor.engine.file_flow import results_of
+from processor.engine.file_events import results_of
 from processor.store import StoreTx
 from processor.store.operator import BatchRow
 

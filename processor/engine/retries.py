@@ -21,7 +21,7 @@ from processor.domain.file_states import FlowState
 from processor.domain.outcomes import retry_batch_id, retry_of
 from processor.domain.time import iso_ms
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
-from processor.engine.file_flow import results_of
+from processor.engine.file_events import results_of
 from processor.engine.intake import prepare_batch, store_batch
 from processor.store import ConstraintError, Store, StoreTx
 

@@ -236,11 +236,17 @@ _V4 = (
 )""",
 )
 
+# The operator console (issue 14) lists batches newest first, filtered by state, integration, time and a text in
+# the batch id or file reference, and counts them per state: an index holding exactly those columns answers it
+# without reading the batches' payloads.
+_V5 = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integration, file_reference)",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
     Migration(3, "side-effect request bytes", _V3),
     Migration(4, "operator: dead letters, replays, retry batches", _V4),
+    Migration(5, "console: batches listed by creation time", _V5),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -1,0 +1,414 @@
+"""The operator console: server-rendered pages at `/console` on the processor's HTTP port (docs/console.md).
+
+    GET  /console/                       Batches (filters, counts per status, newest first, pages)
+    GET  /console/batches/{batch_id}     Batch (timeline, approval link while it waits, transfers, retries)
+    POST /console/retry                  retry the failed transfers of a batch (optional corrections)
+    GET  /console/dead-letters           Dead letters;  GET /console/dead-letters/{id}: one, decoded or as hex
+    POST /console/dead-letters/{id}/replay   replay it (a reason is required)
+    GET  /console/overview?day=D         Month-end overview (SVG chart, oldest batches awaiting approval)
+    GET|POST /console/sign-in, POST /console/sign-out
+
+Every page but sign-in needs a session (else a redirect to sign-in); every POST needs its form's CSRF token
+(else 403). The actions call the same application functions as the admin API (`engine.retries.retry_failed`,
+`producers.replay.replay_dead_letter`) with the operator's name. Pages are Jinja2 templates with autoescape;
+the only script is a static file (copy button, refresh of the live parts every few seconds), so the CSP allows
+no inline script and no eval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import jinja2
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from processor.api.console.auth import ConsoleAuth, Operator
+from processor.api.console.letters import fill_record, letter_page, letters_page
+from processor.api.console.views import (
+    PAGE_SIZE,
+    SORTS,
+    STATUS_STATES,
+    batch_page,
+    batches_page,
+    money_text,
+    overview_page,
+    shown_status,
+)
+from processor.domain.text import unsafe_character
+from processor.domain.time import Clock, SystemClock
+from processor.engine.retries import Correction, RetryError, retry_failed
+from processor.store import Store, StoreError
+from processor.store.console import BatchFilter
+from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
+
+log = structlog.get_logger("processor.api.console")
+
+HERE = Path(__file__).parent
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",  # the approval link's token must not leave in a Referer
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+}
+PRE_COOKIE = "dispersion_console_signin"
+MAX_TEXT = 500
+Page = Callable[[Request, Operator], Awaitable[Response]]
+
+
+class BadFormError(ValueError):
+    """A form or query we refuse (400); the message says why."""
+
+
+class _Headers:
+    """Adds the security headers to every console answer (pages, redirects, static files)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                names = {k.lower() for k, _ in headers}
+                for name, value in HEADERS.items():
+                    if name.lower().encode() not in names:
+                        headers.append((name.lower().encode(), value.encode()))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def _secure(request: Request, public_url: str) -> bool:
+    """Served over TLS: the request itself, a proxy saying so, or an https public URL."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https" or urlsplit(public_url).scheme == "https"
+
+
+def _field(value: object, name: str, *, required: bool = False, limit: int = MAX_TEXT) -> str | None:
+    text = value.strip() if isinstance(value, str) else ""
+    if not text:
+        if required:
+            raise BadFormError(f"{name} is required")
+        return None
+    if len(text) > limit:
+        raise BadFormError(f"{name} is longer than {limit} characters")
+    bad = unsafe_character(text)
+    if bad is not None:
+        raise BadFormError(f"{name} holds a control or bidi character ({bad})")
+    return text
+
+
+def _day(value: str | None, name: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise BadFormError(f"{name} must be a date such as 2026-11-30") from None
+
+
+def console_app(
+    store: Store,
+    auth: ConsoleAuth,
+    *,
+    public_url: str,
+    integrations: Collection[str] | None = None,
+    replayer: DeadLetterReplayer | None = None,
+    clock: Clock | None = None,
+    refresh_seconds: float = 3.0,
+) -> ASGIApp:
+    """The console (see the module docstring), to be mounted at `/console`."""
+    time: Clock = clock or SystemClock()
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+    env.filters["money"] = money_text
+    env.filters["status"] = shown_status
+    env.filters["q"] = lambda value: quote(str(value), safe="")
+
+    def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        operator: Operator | None = context.pop("operator", None)
+        body = env.get_template(name).render(
+            base=request.scope.get("root_path", ""),
+            operator=operator,
+            csrf=auth.csrf_token(operator.session_id) if operator else "",
+            refresh=refresh_seconds,
+            **context,
+        )
+        return HTMLResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+    def signed_in(handler: Page) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            operator = auth.session(request.cookies.get(auth.cookie))
+            base = request.scope.get("root_path", "")
+            if operator is None:
+                return RedirectResponse(f"{base}/sign-in", status_code=303)
+            try:
+                if request.method == "POST":
+                    form = await request.form(max_files=0, max_fields=20_000)
+                    if not auth.csrf_ok(operator.session_id, form.get("csrf")):
+                        log.warning("console_csrf_refused", operator=operator.name, path=request.url.path)
+                        return render(
+                            request,
+                            "error.html",
+                            403,
+                            operator=operator,
+                            message="The form's CSRF token is missing or wrong: reload the page and try again.",
+                        )
+                return await handler(request, operator)
+            except BadFormError as exc:
+                return render(request, "error.html", 400, operator=operator, message=str(exc))
+            except StoreError as exc:
+                log.warning("console_store_unavailable", error=str(exc)[:200])
+                return render(
+                    request, "error.html", 503, operator=operator, message="The store is not reachable; try again."
+                )
+
+        return run
+
+    # -- sign in / out ---------------------------------------------------------------------------------------
+
+    async def sign_in_form(request: Request, problem: str | None = None, status: int = 200) -> Response:
+        pre = request.cookies.get(PRE_COOKIE) or auth.new_form_id()  # an id for the sign-in form's CSRF token
+        response = render(request, "sign_in.html", status, csrf_pre=auth.csrf_token(pre), problem=problem)
+        response.set_cookie(
+            PRE_COOKIE,
+            pre,
+            max_age=600,
+            path=request.scope.get("root_path", "") or "/",
+            httponly=True,
+            samesite="strict",
+            secure=_secure(request, public_url),
+        )
+        return response
+
+    async def sign_in_page(request: Request) -> Response:
+        return await sign_in_form(request)
+
+    async def sign_in(request: Request) -> Response:
+        form = await request.form(max_files=0, max_fields=10)
+        pre = request.cookies.get(PRE_COOKIE)
+        if not auth.csrf_ok(pre, form.get("csrf")):
+            return await sign_in_form(request, "The sign-in form expired; please try again.", 403)
+        name, password = form.get("name"), form.get("password")
+        ok = isinstance(name, str) and isinstance(password, str) and len(password) <= 1024 and len(name) <= 64
+        if not ok or not await asyncio.to_thread(auth.check_password, str(name), str(password)):
+            log.info("console_sign_in_refused")
+            await asyncio.sleep(0.5)
+            return await sign_in_form(request, "Unknown operator or wrong password.", 401)
+        base = request.scope.get("root_path", "")
+        response = RedirectResponse(f"{base}/", status_code=303)
+        response.set_cookie(
+            auth.cookie,
+            auth.new_session(str(name)),
+            max_age=int(auth.session_seconds),
+            path=base or "/",
+            httponly=True,
+            samesite="strict",
+            secure=_secure(request, public_url),
+        )
+        response.delete_cookie(PRE_COOKIE, path=base or "/")
+        log.info("console_signed_in", operator=name)
+        return response
+
+    async def sign_out(request: Request, operator: Operator) -> Response:
+        base = request.scope.get("root_path", "")
+        response = RedirectResponse(f"{base}/sign-in", status_code=303)
+        response.delete_cookie(auth.cookie, path=base or "/", httponly=True, samesite="strict")
+        log.info("console_signed_out", operator=operator.name)
+        return response
+
+    # -- pages -----------------------------------------------------------------------------------------------
+
+    async def batches(request: Request, operator: Operator) -> Response:
+        q = request.query_params
+        status = q.get("status") or ""
+        if status and status not in STATUS_STATES:
+            raise BadFormError(f"unknown status {status!r}")
+        since, until = _day(q.get("from"), "from"), _day(q.get("to"), "to")
+        page_text = q.get("page") or "0"
+        if not page_text.isdigit() or len(page_text) > 6:
+            raise BadFormError("page must be a whole number")
+        wanted = BatchFilter(
+            states=STATUS_STATES.get(status, ()),
+            integration=_field(q.get("integration"), "integration", limit=200),
+            since=since,
+            until=until + timedelta(days=1) if until else None,
+            text=_field(q.get("q"), "search", limit=200),
+        )
+        page = int(page_text)
+        data = await store.arun(lambda tx: batches_page(tx, wanted, page), write=False)
+        filters = {k: q.get(k) or "" for k in ("status", "integration", "from", "to", "q")}
+        return render(
+            request,
+            "batches.html",
+            operator=operator,
+            data=data,
+            filters=filters,
+            page=page,
+            statuses=list(STATUS_STATES),
+            page_size=PAGE_SIZE,
+        )
+
+    async def batch(request: Request, operator: Operator) -> Response:
+        batch_id = str(request.path_params["batch_id"])
+        q = request.query_params
+        sort = q.get("sort") or "index"
+        if sort not in SORTS:
+            raise BadFormError(f"sort must be one of {', '.join(SORTS)}")
+        only_failed, descending = q.get("only") == "failed", q.get("dir") == "desc"
+        data = await store.arun(
+            lambda tx: batch_page(
+                tx, batch_id, public_url=public_url, only_failed=only_failed, sort=sort, descending=descending
+            ),
+            write=False,
+        )
+        if data is None:
+            return render(request, "error.html", 404, operator=operator, message=f"Batch {batch_id} is unknown.")
+        return render(
+            request,
+            "batch.html",
+            operator=operator,
+            data=data,
+            sort=sort,
+            descending=descending,
+            only_failed=only_failed,
+            notice=q.get("notice"),
+        )
+
+    async def retry(request: Request, operator: Operator) -> Response:
+        form = await request.form()
+        batch_id = _field(form.get("batch_id"), "batch id", required=True, limit=200)
+        assert batch_id is not None
+        fixes: dict[int, Correction] = {}
+        for key, value in form.multi_items():
+            if key.startswith("account_") and key[8:].isdigit() and len(key) < 16:
+                number = _field(value, f"new account of transfer {key[8:]}", limit=64)
+                if number is not None:
+                    fixes[int(key[8:])] = Correction(number)
+        base = request.scope.get("root_path", "")
+        try:
+            outcome = await retry_failed(
+                store, batch_id, fixes, by=operator.name, now=time.now(), integrations=integrations
+            )
+        except RetryError as exc:
+            return render(
+                request,
+                "error.html",
+                exc.status,
+                operator=operator,
+                message=str(exc),
+                back=f"{base}/batches/{quote(batch_id, safe='')}",
+            )
+        log.info("console_retry", batch_id=batch_id, retry_batch_id=outcome.retry_batch_id, operator=operator.name)
+        target = outcome.retry_batch_id or batch_id
+        return RedirectResponse(
+            f"{base}/batches/{quote(target, safe='')}?notice={quote(outcome.message, safe='')}", status_code=303
+        )
+
+    async def dead_letters(request: Request, operator: Operator) -> Response:
+        after_text = request.query_params.get("after") or "0"
+        if not after_text.isdigit() or len(after_text) > 18:
+            raise BadFormError("after must be a dead letter id")
+        rows = await store.arun(lambda tx: letters_page(tx, after_id=int(after_text), limit=PAGE_SIZE + 1), write=False)
+        return render(
+            request,
+            "dead_letters.html",
+            operator=operator,
+            rows=rows[:PAGE_SIZE],
+            next_after=rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None,
+        )
+
+    def _letter_id(request: Request) -> int:
+        text = str(request.path_params["letter_id"])
+        if not text.isdigit() or len(text) > 18:
+            raise BadFormError("a dead letter id is a whole number")
+        return int(text)
+
+    async def dead_letter(request: Request, operator: Operator) -> Response:
+        letter_id = _letter_id(request)
+        data = await store.arun(lambda tx: letter_page(tx, letter_id), write=False)
+        if data is None:
+            return render(request, "error.html", 404, operator=operator, message=f"Dead letter {letter_id} is unknown.")
+        await asyncio.to_thread(fill_record, data, replayer)
+        return render(
+            request, "dead_letter.html", operator=operator, data=data, notice=request.query_params.get("notice")
+        )
+
+    async def replay(request: Request, operator: Operator) -> Response:
+        letter_id = _letter_id(request)
+        form = await request.form()
+        reason = _field(form.get("reason"), "reason", required=True)
+        assert reason is not None
+        force = form.get("force") == "yes"
+        base = request.scope.get("root_path", "")
+        back = f"{base}/dead-letters/{letter_id}"
+        if replayer is None:
+            return render(
+                request,
+                "error.html",
+                409,
+                operator=operator,
+                back=back,
+                message="This instance has no Kafka connection (role api): replay on a processor instance.",
+            )
+        try:
+            done = await asyncio.to_thread(
+                replay_dead_letter,
+                store,
+                replayer,
+                letter_id,
+                by=operator.name,
+                reason=reason,
+                now=time.now(),
+                force=force,
+            )
+        except ReplayError as exc:
+            return render(request, "error.html", exc.status, operator=operator, message=str(exc), back=back)
+        log.info("console_replay", dead_letter=letter_id, operator=operator.name)
+        notice = f"replayed to {done.letter.source_topic}/{done.partition}/{done.offset}"
+        return RedirectResponse(f"{back}?notice={quote(notice, safe='')}", status_code=303)
+
+    async def overview(request: Request, operator: Operator) -> Response:
+        day = _day(request.query_params.get("day"), "day") or time.now().astimezone(UTC).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
+        data = await store.arun(lambda tx: overview_page(tx, day, day + timedelta(days=1)), write=False)
+        return render(request, "overview.html", operator=operator, data=data)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return render(request, "error.html", 404, message="No such page.")
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return render(request, "error.html", 405, message="Method not allowed.")
+
+    routes = [
+        Route("/sign-in", sign_in_page, methods=["GET"]),
+        Route("/sign-in", sign_in, methods=["POST"]),
+        Route("/sign-out", signed_in(sign_out), methods=["POST"]),
+        Route("/", signed_in(batches), methods=["GET"]),
+        Route("/batches/{batch_id:path}", signed_in(batch), methods=["GET"]),
+        Route("/retry", signed_in(retry), methods=["POST"]),
+        Route("/dead-letters", signed_in(dead_letters), methods=["GET"]),
+        Route("/dead-letters/{letter_id}", signed_in(dead_letter), methods=["GET"]),
+        Route("/dead-letters/{letter_id}/replay", signed_in(replay), methods=["POST"]),
+        Route("/overview", signed_in(overview), methods=["GET"]),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    return _Headers(app)

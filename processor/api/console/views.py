@@ -1,0 +1,294 @@
+"""What each console page shows, read from the store in one read transaction (no HTTP here): plain values for the
+templates, account numbers already masked, no token other than the waiting batch's approval link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from processor.domain.file_states import FILE_PUBLISHES, FlowState
+from processor.domain.masking import mask_account
+from processor.domain.outcomes import outcome_totals, retry_of
+from processor.domain.time import iso_ms
+from processor.engine.authorization import approval_link
+from processor.engine.file_flow import results_of
+from processor.store import StoreTx
+from processor.store.console import BatchFilter, BatchSummary, ConsoleReads, DayTotal
+from schemas.topics import STATUS_TOPIC
+
+PAGE_SIZE = 50
+TRANSFER_PAGE = 500
+WAITING = (FlowState.AWAITING_AUTHORIZATION.value,)
+# Who or what moves a batch to each published status (docs/architecture.md, "Where a batch's life is decided").
+MOVED_BY: Mapping[str, str] = {
+    "INVALID": "intake: the batch failed validation",
+    "AUTHORIZATION_REQUIRED": "worker: consent created and file uploaded at the bank",
+    "AUTHORIZED": "approver: authorised at the bank (redirect received)",
+    "REJECTED": "approver: rejected at the bank",
+    "EXPIRED": "worker: the approval deadline passed",
+    "INITIATED": "worker: file payment created at the bank",
+    "COMPLETED": "bank: payment report received",
+    "FAILED": "bank or worker: the payment failed",
+}
+SORTS = ("index", "employee", "amount", "status")
+
+
+def shown_status(state: str) -> str:
+    """The status an operator knows (the published one: AUTHORIZATION_REQUIRED, not AWAITING_AUTHORIZATION)."""
+    try:
+        published = FILE_PUBLISHES.get(FlowState(state))
+    except ValueError:
+        return state
+    return published.value if published is not None else state
+
+
+# Every status the filter offers, and the stored states each covers.
+STATUS_STATES: Mapping[str, tuple[str, ...]] = {
+    status: tuple(s.value for s in FlowState if shown_status(s.value) == status)
+    for status in dict.fromkeys(shown_status(s.value) for s in FlowState)
+}
+
+
+def money_text(amount: Decimal | None) -> str:
+    """An amount with two decimals and thousands separators (`12,000.00`); blank when unknown."""
+    return "" if amount is None else f"{amount:,.2f}"
+
+
+@dataclass(frozen=True)
+class BatchesPage:
+    """The Batches page."""
+
+    rows: list[BatchSummary]
+    counts: dict[str, int]
+    total: int
+    integrations: list[str]
+    has_next: bool
+
+
+def batches_page(tx: StoreTx, wanted: BatchFilter, page: int) -> BatchesPage:
+    """One page of batches matching the filter, with the counts per status."""
+    reads = ConsoleReads(tx.raw)
+    rows = reads.batches(wanted, offset=page * PAGE_SIZE, limit=PAGE_SIZE + 1)
+    by_state = reads.state_counts(wanted)
+    counts: dict[str, int] = {}
+    for state, n in by_state.items():
+        counts[shown_status(state)] = counts.get(shown_status(state), 0) + n
+    wanted_states = set(wanted.states)
+    total = sum(n for state, n in by_state.items() if not wanted_states or state in wanted_states)
+    return BatchesPage(rows[:PAGE_SIZE], counts, total, reads.integrations(), len(rows) > PAGE_SIZE)
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One status event of a batch."""
+
+    at: str
+    status: str
+    moved_by: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class TransferRow:
+    """One transfer with its result (account masked)."""
+
+    index: int
+    employee_reference: str
+    account: str
+    amount: Decimal
+    currency: str
+    concept: str
+    status: str
+    reason: str
+
+
+@dataclass
+class BatchPage:
+    """The Batch page."""
+
+    batch: BatchSummary
+    status: str
+    currency: str
+    consent_id: str | None
+    file_payment_id: str | None
+    last_error: str | None
+    approval_url: str | None
+    deadline: str | None
+    timeline: list[TimelineEntry]
+    transfers: list[TransferRow]
+    transfers_total: int
+    failed_count: int
+    totals: dict[str, Any]
+    retry_of: str | None
+    retries: list[BatchSummary]
+    terminal: bool
+    requested_by: str | None = None
+    retryable: list[TransferRow] = field(default_factory=list)
+
+
+def _transfer_rows(document: Any, results: Sequence[Mapping[str, Any]], state: str) -> list[TransferRow]:
+    """The batch's transfers with their results; without a per-line report a transfer has its batch's outcome
+    (a file that failed whole failed every transfer; one that completed paid every transfer, as retries count)."""
+    items = document.get("transactions") if isinstance(document, Mapping) else None
+    if not isinstance(items, list):
+        return []
+    by_index = {int(r["index"]): r for r in results if isinstance(r.get("index"), int)}
+    rows: list[TransferRow] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            continue
+        account = item.get("destination_account") if isinstance(item.get("destination_account"), Mapping) else {}
+        result = by_index.get(index)
+        if result is not None:
+            status, reason = str(result.get("status") or ""), str(result.get("reason") or "")
+        else:
+            status, reason = (state if state in (FlowState.COMPLETED, FlowState.FAILED) else ""), ""
+        rows.append(
+            TransferRow(
+                index=index,
+                employee_reference=str(item.get("employee_reference") or ""),
+                account=mask_account(account.get("account_number") if isinstance(account, Mapping) else None),
+                amount=Decimal(str(item.get("amount", "0"))).quantize(Decimal("0.01")),
+                currency=str(item.get("currency") or ""),
+                concept=str(item.get("concept") or ""),
+                status=status,
+                reason=reason,
+            )
+        )
+    return rows
+
+
+def _sorted(rows: list[TransferRow], sort: str, descending: bool) -> list[TransferRow]:
+    keys = {
+        "index": lambda r: (r.index,),
+        "employee": lambda r: (r.employee_reference, r.index),
+        "amount": lambda r: (r.amount, r.index),
+        "status": lambda r: (r.status, r.index),
+    }
+    return sorted(rows, key=keys.get(sort, keys["index"]), reverse=descending)
+
+
+def batch_page(
+    tx: StoreTx, batch_id: str, *, public_url: str, only_failed: bool, sort: str, descending: bool
+) -> BatchPage | None:
+    """The batch, its timeline and transfers; None when unknown."""
+    flow = tx.flows.get(batch_id)
+    if flow is None:
+        return None
+    reads = ConsoleReads(tx.raw)
+    summary = BatchSummary(
+        flow.batch_id,
+        flow.integration,
+        flow.state,
+        flow.file_reference,
+        flow.number_of_transactions,
+        flow.control_sum,
+        flow.created_at,
+        flow.updated_at,
+    )
+    document = tx.flows.payload_document(batch_id)
+    source = document.get("source") if isinstance(document, Mapping) else None
+    made = tx.operator.retry(batch_id)
+    by = f"retry of {made.original_batch_id} requested by {made.requested_by}" if made else None
+    timeline = [TimelineEntry(iso_ms(flow.created_at), "RECEIVED", by or f"submitted by {source or 'unknown'}", None)]
+    for event in tx.outbox.events(STATUS_TOPIC, batch_id):
+        if event.status is None:
+            continue
+        payload = event.payload if isinstance(event.payload, Mapping) else {}
+        reason = payload.get("reason")
+        timeline.append(
+            TimelineEntry(
+                iso_ms(event.created_at),
+                event.status,
+                MOVED_BY.get(event.status, "processor"),
+                str(reason) if reason else None,
+            )
+        )
+    for retry in tx.operator.retries_of(batch_id):  # the operator's actions on this batch, with their names
+        moved = f"{retry.requested_by} asked to retry {len(retry.transfer_indexes)} failed transfer(s)"
+        timeline.append(TimelineEntry(iso_ms(retry.created_at), "RETRY", moved, retry.retry_batch_id))
+    timeline.sort(key=lambda entry: entry.at)
+    results = results_of(tx.flows.report(batch_id))
+    rows = _transfer_rows(document, results, flow.state)
+    currency = ""
+    origin = document.get("origin_account") if isinstance(document, Mapping) else None
+    if isinstance(origin, Mapping):
+        currency = str(origin.get("currency") or "")
+    failed = [r for r in rows if r.status == "FAILED"]
+    shown = failed if only_failed else rows
+    status = shown_status(flow.state)
+    waiting = flow.state == FlowState.AWAITING_AUTHORIZATION
+    page = BatchPage(
+        batch=summary,
+        status=status,
+        currency=currency,
+        consent_id=flow.consent_id,
+        file_payment_id=flow.file_payment_id,
+        last_error=flow.last_error,
+        approval_url=approval_link(public_url, "file", batch_id, flow.approval_token) if waiting else None,
+        deadline=iso_ms(flow.authorization_deadline) if waiting and flow.authorization_deadline else None,
+        timeline=timeline,
+        transfers=_sorted(shown, sort, descending)[:TRANSFER_PAGE],
+        transfers_total=len(shown),
+        failed_count=len(failed),
+        totals=outcome_totals(results) if results else {},
+        retry_of=retry_of(batch_id),
+        retries=reads.retries_of(batch_id),
+        terminal=flow.terminal,
+    )
+    if flow.terminal and flow.state in (FlowState.COMPLETED, FlowState.FAILED):
+        page.retryable = failed[:TRANSFER_PAGE]
+    return page
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of the overview chart (SVG coordinates computed here, drawn by the template)."""
+
+    label: str
+    count: int
+    y: float
+    width: float
+    amounts: str
+
+
+@dataclass(frozen=True)
+class OverviewPage:
+    """The Month-end overview."""
+
+    day: str
+    totals: list[DayTotal]
+    bars: list[Bar]
+    height: int
+    waiting: list[BatchSummary]
+
+
+CHART_WIDTH, BAR_HEIGHT, BAR_GAP, LABEL_WIDTH = 560.0, 22, 10, 200.0
+
+
+def overview_page(tx: StoreTx, day: datetime, until: datetime) -> OverviewPage:
+    """Batches and amounts per status created on `day`, as chart bars, and the oldest batches awaiting approval."""
+    reads = ConsoleReads(tx.raw)
+    totals = reads.day_totals(day, until)
+    per_status: dict[str, tuple[int, dict[str, Decimal]]] = {}
+    for total in totals:
+        status = shown_status(total.state)
+        count, amounts = per_status.get(status, (0, {}))
+        amounts[total.currency] = amounts.get(total.currency, Decimal("0.00")) + total.amount
+        per_status[status] = (count + total.batches, amounts)
+    widest = max((count for count, _ in per_status.values()), default=0) or 1
+    bars: list[Bar] = []
+    for position, (status, (count, amounts)) in enumerate(sorted(per_status.items())):
+        text = ", ".join(f"{money_text(amount)} {currency}" for currency, amount in sorted(amounts.items()))
+        bars.append(Bar(status, count, position * (BAR_HEIGHT + BAR_GAP), max(1.0, CHART_WIDTH * count / widest), text))
+    return OverviewPage(
+        day=day.date().isoformat(),
+        totals=totals,
+        bars=bars,
+        height=max(1, len(bars)) * (BAR_HEIGHT + BAR_GAP),
+        waiting=reads.oldest_in(WAITING, limit=10),
+    )

@@ -1,0 +1,170 @@
+"""What the operator console reads (issue 14): batches filtered, counted and paged newest first, a day's totals per
+status and currency, the oldest batches waiting for approval, the retry batches of a batch. Read-only; every
+instance reads the same shared store, so any instance serves the same console.
+
+Only small columns are read for listings; a batch's currency is cut out of its stored text with a bounded
+substring (the origin account object is flat, so 300 characters after its name hold it) instead of parsing
+the whole batch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from processor.domain.time import utc_ms
+from processor.store.db import Row, Tx, to_datetime
+from processor.store.values import read_money
+
+_COLUMNS = "batch_id, integration, state, file_reference, number_of_transactions, control_sum, created_at, updated_at"
+_CURRENCY = re.compile(r'"currency"\s*:\s*"([A-Za-z]{3})"')
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """One batch as a listing shows it (no payload, no secrets)."""
+
+    batch_id: str
+    integration: str
+    state: str
+    file_reference: str | None
+    number_of_transactions: int | None
+    control_sum: Decimal | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class BatchFilter:
+    """The batches page's filters; empty fields do not filter. `text` matches batch id or file reference
+    (case-insensitive substring); the time range is on creation, `[since, until)`."""
+
+    states: tuple[str, ...] = ()
+    integration: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class DayTotal:
+    """Batches of one state and currency created on a day, and their control sums added up."""
+
+    state: str
+    currency: str
+    batches: int
+    amount: Decimal
+
+
+def _summary(row: Row) -> BatchSummary:
+    created, updated = to_datetime(row["created_at"]), to_datetime(row["updated_at"])
+    assert created is not None and updated is not None
+    count = row["number_of_transactions"]
+    return BatchSummary(
+        batch_id=str(row["batch_id"]),
+        integration=str(row["integration"]),
+        state=str(row["state"]),
+        file_reference=row["file_reference"],
+        number_of_transactions=None if count is None else int(count),
+        control_sum=read_money(row["control_sum"]),
+        created_at=created,
+        updated_at=updated,
+    )
+
+
+def _escaped(text: str) -> str:
+    """`text` for a LIKE pattern, its wildcards taken literally (ESCAPE '\\')."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _like(text: str) -> str:
+    """A LIKE pattern matching `text` (lower case) anywhere."""
+    return f"%{_escaped(text.lower())}%"
+
+
+class ConsoleReads:
+    """The console's queries inside one (read) transaction."""
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+
+    def _where(self, wanted: BatchFilter, *, with_states: bool = True) -> tuple[str, list[Any]]:
+        where: list[str] = []
+        params: list[Any] = []
+        if with_states and wanted.states:
+            where.append(f"state IN ({', '.join('?' for _ in wanted.states)})")
+            params.extend(wanted.states)
+        if wanted.integration:
+            where.append("integration = ?")
+            params.append(wanted.integration)
+        if wanted.since is not None:
+            where.append("created_at >= ?")
+            params.append(utc_ms(wanted.since))
+        if wanted.until is not None:
+            where.append("created_at < ?")
+            params.append(utc_ms(wanted.until))
+        if wanted.text:
+            where.append("(lower(batch_id) LIKE ? ESCAPE '\\' OR lower(file_reference) LIKE ? ESCAPE '\\')")
+            params.extend([_like(wanted.text)] * 2)
+        return (f" WHERE {' AND '.join(where)}" if where else ""), params
+
+    def batches(self, wanted: BatchFilter, *, offset: int = 0, limit: int = 50) -> list[BatchSummary]:
+        """Matching batches, newest first (then by batch id), one page."""
+        clause, params = self._where(wanted)
+        rows = self.tx.fetchall(
+            f"SELECT {_COLUMNS} FROM flows{clause} ORDER BY created_at DESC, batch_id DESC LIMIT ? OFFSET ?",  # noqa: S608
+            (*params, limit, offset),
+        )
+        return [_summary(row) for row in rows]
+
+    def state_counts(self, wanted: BatchFilter) -> dict[str, int]:
+        """How many batches match the filter's other fields, per state (the counts at the top of the page)."""
+        clause, params = self._where(wanted, with_states=False)
+        rows = self.tx.fetchall(f"SELECT state, COUNT(*) AS n FROM flows{clause} GROUP BY state", params)  # noqa: S608
+        return {str(row["state"]): int(row["n"]) for row in rows}
+
+    def integrations(self) -> list[str]:
+        """The integrations batches were stored for."""
+        rows = self.tx.fetchall("SELECT DISTINCT integration FROM flows ORDER BY integration")
+        return [str(row["integration"]) for row in rows]
+
+    def day_totals(self, since: datetime, until: datetime) -> list[DayTotal]:
+        """Batches created in `[since, until)` and their control sums, per state and currency (money as Decimal,
+        added here: the database's SUM over SQLite's text amounts would go through floats)."""
+        find = (
+            "instr(payload, '\"origin_account\"')"
+            if self.tx.dialect == "sqlite"
+            else ("strpos(payload, '\"origin_account\"')")
+        )
+        rows = self.tx.fetchall(
+            f"SELECT state, control_sum, substr(payload, {find}, 300) AS origin FROM flows"  # noqa: S608
+            " WHERE created_at >= ? AND created_at < ?",
+            (utc_ms(since), utc_ms(until)),
+        )
+        totals: dict[tuple[str, str], tuple[int, Decimal]] = {}
+        for row in rows:
+            found = _CURRENCY.search(str(row["origin"] or ""))
+            key = (str(row["state"]), found.group(1).upper() if found else "?")
+            count, amount = totals.get(key, (0, Decimal("0.00")))
+            totals[key] = (count + 1, amount + (read_money(row["control_sum"]) or Decimal("0.00")))
+        return [DayTotal(state, currency, n, amount) for (state, currency), (n, amount) in sorted(totals.items())]
+
+    def oldest_in(self, states: tuple[str, ...], *, limit: int = 10) -> list[BatchSummary]:
+        """The oldest batches in one of `states` (those still waiting for approval, say)."""
+        marks = ", ".join("?" for _ in states)
+        rows = self.tx.fetchall(
+            f"SELECT {_COLUMNS} FROM flows WHERE state IN ({marks}) ORDER BY created_at, batch_id LIMIT ?",  # noqa: S608
+            (*states, limit),
+        )
+        return [_summary(row) for row in rows]
+
+    def retries_of(self, batch_id: str) -> list[BatchSummary]:
+        """The retry batches of a batch (`ID.retry-N`), in their order."""
+        rows = self.tx.fetchall(
+            f"SELECT {_COLUMNS} FROM flows WHERE batch_id LIKE ? ESCAPE '\\' ORDER BY created_at",  # noqa: S608
+            (_escaped(batch_id) + ".retry-%",),
+        )
+        return [_summary(row) for row in rows if row["batch_id"].startswith(f"{batch_id}.retry-")]

@@ -1,0 +1,248 @@
+"""The operator console in a real headless Chromium, against `dispersion demo --no-approve --keep` as a user runs it
+(a subprocess with Kafka, the sandbox bank and a processor): sign in; watch the demo batch move from
+AUTHORIZATION_REQUIRED to COMPLETED without reloading (the approver approves in another tab); filter to the failed
+transfer; retry it with a corrected account and land on the retry batch; replay a dead letter with a reason; a
+concept holding `<script>` shows as text; a form without its CSRF token is refused; sign out. Screenshots of every
+page go to $DISPERSION_TEST_OUTPUT/console (default: the test's temporary folder)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+from processor_support import KafkaProducer, payroll_batch
+
+pytestmark = [pytest.mark.browser, pytest.mark.kafka]
+
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+CONSOLE_LINE = re.compile(r"console: (http://\S+/console/) \(sign in as (\S+), password (\S+)\)")
+APPROVAL_LINE = re.compile(r"approval link: (http://\S+)")
+BATCH_LINE = re.compile(r"following \S+ for batch (demo-\S+)")
+
+
+class DemoRun:
+    """The demo as a child process; its output collected line by line."""
+
+    def __init__(self, work: Path, bootstrap: str) -> None:
+        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PYTHONUNBUFFERED": "1"}
+        args = ["--dir", str(work), "--no-approve", "--keep", "--timeout", "240"]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "processor.cli", "demo", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=work.parent,
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float = 120) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = pattern.search(self.output)
+            if found:
+                return found
+            assert self.process.poll() is None, f"the demo ended early:\n{self.output}"
+            time.sleep(0.2)
+        raise AssertionError(f"{pattern.pattern} not seen:\n{self.output}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=90)
+
+
+@contextmanager
+def demo(work: Path, bootstrap: str) -> Iterator[DemoRun]:
+    run = DemoRun(work, bootstrap)
+    try:
+        yield run
+    finally:
+        if run.process.poll() is None:
+            run.stop()
+
+
+def _shots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("DISPERSION_TEST_OUTPUT") or tmp_path) / "console"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _shot(page: Page, folder: Path, name: str) -> None:
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+
+def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path: str, tmp_path: Path) -> None:
+    shots = _shots(tmp_path)
+    work = tmp_path / "demo-run"
+    with demo(work, kafka_bootstrap) as run, sync_playwright() as pw:
+        console_url, operator, password = run.wait_for(CONSOLE_LINE).groups()
+        batch_id = run.wait_for(BATCH_LINE).group(1)
+        link = run.wait_for(APPROVAL_LINE).group(1)
+        topics = tomllib.loads((work / "dispersion.toml").read_text())["kafka"]["topics"]
+
+        browser = pw.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_FLAGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+        # Without a session: the sign-in page.
+        page.goto(console_url + f"batches/{batch_id}")
+        expect(page).to_have_url(re.compile(r"/console/sign-in$"))
+        page.fill("#name", operator)
+        page.fill("#password", "not the password")
+        page.click("#sign-in")
+        expect(page.locator("#problem")).to_contain_text("wrong password")
+        page.fill("#name", operator)
+        page.fill("#password", password)
+        _shot(page, shots, "sign-in")
+        page.click("#sign-in")
+        expect(page.locator("#operator")).to_have_text(operator)
+
+        # Batches: the demo batch waits for approval.
+        expect(page.locator("a.batch-link", has_text=batch_id)).to_be_visible()
+        _shot(page, shots, "batches-waiting")
+        page.click(f"a.batch-link:has-text('{batch_id}')")
+        expect(page.locator("#status")).to_have_text("AUTHORIZATION_REQUIRED")
+        assert page.input_value("#approval-link") == link
+        page.click("#copy-approval")
+        expect(page.locator("#copy-approval")).to_have_text("Copied")
+        _shot(page, shots, "batch-waiting")
+
+        # The approver approves in another tab; this page moves on by itself (no reload).
+        loads: list[str] = []
+        page.on("load", lambda p: loads.append(p.url))
+        approver = context.new_page()
+        approver.goto(link)
+        approver.click("#approve")
+        approver.wait_for_load_state()
+        approver.close()
+        expect(page.locator("#status")).to_have_text("COMPLETED", timeout=60_000)
+        assert loads == [], loads  # swapped in by the page's script, not reloaded
+        expect(page.locator("#timeline")).to_contain_text("approver: authorised at the bank")
+        expect(page.locator("#amount-failed")).to_contain_text("1 transfer(s), 6,100.25 GTQ")
+        _shot(page, shots, "batch-completed")
+
+        # Only the failures, sorted; retry the closed account with a corrected one.
+        page.click("#show-failed")
+        expect(page.locator("#transfer-table tbody tr")).to_have_count(1)
+        row = page.locator("#transfer-table tbody tr").first
+        expect(row).to_contain_text("E-1004")
+        expect(row).to_contain_text("****9902")
+        expect(row).to_contain_text("AC04")
+        assert "2001009902" not in page.content()  # never the whole account number
+        _shot(page, shots, "batch-failed-only")
+        # The same form without its CSRF token (as another site would send it) is refused and creates nothing.
+        refused = page.request.post(console_url + "retry", form={"batch_id": batch_id, "account_3": "2001002004"})
+        assert refused.status == 403 and "CSRF" in refused.text()
+        page.fill("#correction-3", "2001002004")
+        page.click("#retry")
+        expect(page.locator("h1.batch-id")).to_have_text(f"{batch_id}.retry-1")
+        expect(page.locator("#notice")).to_contain_text(f"created {batch_id}.retry-1 with 1 failed transfer")
+        expect(page.locator("#status")).to_have_text("AUTHORIZATION_REQUIRED", timeout=30_000)
+        expect(page.locator("#transfer-table")).to_contain_text("****2004")
+        _shot(page, shots, "retry-batch")
+        page.click("#retry-of")
+        expect(page.locator("#retries")).to_contain_text(f"{batch_id}.retry-1")
+
+        # Dead letters: bytes that are no batch at all (shown as hex), and a batch for an integration that does not
+        # exist (decoded); the first is replayed with a reason, dead-letters again, and the chain is shown.
+        producer = KafkaProducer(kafka_bootstrap, topics)
+        producer.send_raw("payroll.batches", b"poison-1", b"\x00\x01not an avro record\xff")
+        unknown = payroll_batch(f"{batch_id}-nowhere")
+        unknown["integration"] = "nowhere"
+        producer.send("payroll.batches", unknown["batch_id"], unknown)
+        hostile = payroll_batch(f"{batch_id}-html")
+        hostile["transactions"][0]["concept"] = "<script>alert('console')</script>"
+        producer.send("payroll.batches", hostile["batch_id"], hostile)
+        page.click("#nav-dead-letters")
+        expect(page.locator("a.letter-link")).to_have_count(2, timeout=30_000)  # the page refreshes by itself
+        _shot(page, shots, "dead-letters")
+        page.locator("tr", has_text="nowhere").locator("a.letter-link").click()
+        expect(page.locator("#decoded")).to_contain_text('"integration": "nowhere"')
+        expect(page.locator("#decoded")).to_contain_text('"employee_reference": "E-0001"')
+        expect(page.locator("#decoded")).to_contain_text('"account_number": "****0300"')
+        assert "200100300" not in page.content()  # account numbers masked in the decoded record too
+        _shot(page, shots, "dead-letter-decoded")
+        page.click("#nav-dead-letters")
+        page.locator("tr", has_text="undecodable").first.locator("a.letter-link").click()
+        expect(page.locator("#hex")).to_contain_text("0001 6e6f")
+        coordinates = page.locator("#dlq-at").inner_text()
+        page.click("#replay")  # the reason is required: the browser does not send the form
+        expect(page.locator("#replay-reason")).to_be_visible()
+        assert page.locator("#notice").count() == 0
+        page.fill("#replay-reason", "checked the producer; replay once")
+        page.click("#replay")
+        expect(page.locator("#notice")).to_contain_text("replayed to")
+        expect(page.locator("#replays")).to_contain_text(f"by {operator}: checked the producer; replay once")
+        _shot(page, shots, "dead-letter-replayed")
+        page.fill("#replay-reason", "once more")
+        page.click("#replay")  # a second replay is refused without the "again" box
+        expect(page.locator("#problem")).to_contain_text("already replayed")
+        page.click("#nav-dead-letters")
+        expect(page.locator("a.letter-link")).to_have_count(3, timeout=30_000)  # the replay was dead-lettered again
+        page.locator("a.letter-link").last.click()
+        expect(page.locator("#replay-of")).to_have_text(coordinates)
+
+        # A concept holding <script> shows as text; nothing ran.
+        page.click("#nav-batches")
+        page.fill("#f-q", f"{batch_id}-html")
+        page.click("#f-apply")
+        page.click(f"a.batch-link:has-text('{batch_id}-html')", timeout=30_000)
+        expect(page.locator("#transfer-table")).to_contain_text("<script>alert('console')</script>")
+        assert page.locator("script").count() == 1  # only the console's own static script
+        assert dialogs == []
+
+        # Month-end overview: the day's batches per status as an SVG chart.
+        page.click("#nav-overview")
+        expect(page.locator("svg.chart rect.bar")).not_to_have_count(0)
+        expect(page.locator("#day-totals")).to_contain_text("COMPLETED")
+        _shot(page, shots, "overview")
+
+        # On a phone.
+        phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1, is_mobile=True)
+        phone.add_cookies(context.cookies())
+        small = phone.new_page()
+        small.goto(console_url + f"batches/{batch_id}")
+        expect(small.locator("#status")).to_have_text("COMPLETED")
+        _shot(small, shots, "phone-batch")
+        phone.close()
+
+        # Sign out: the pages want a session again.
+        page.click("#sign-out")
+        expect(page).to_have_url(re.compile(r"/console/sign-in$"))
+        page.goto(console_url)
+        expect(page).to_have_url(re.compile(r"/console/sign-in$"))
+        browser.close()
+        assert run.stop() == 0, run.output
+        print(run.output)  # the demo's own account of the run (docs/console.md quotes it)

@@ -1,0 +1,213 @@
+"""The operator console over real HTTP on loopback, on a real store (SQLite and PostgreSQL), with the real sandbox
+bank and engine behind it (engine_rig): sign-in and sessions, CSRF, headers, escaping, masking, filters, the
+retry action recorded with the operator's name. The browser walk is tests/e2e/test_console_browser.py."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from html import unescape
+
+import httpx
+from engine_support import Rig, batch, bound_socket, engine_rig, pay, serve
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from processor.api.console.app import console_app
+from processor.api.console.auth import ConsoleAuth, console_auth, hash_password
+from processor.domain.file_states import FlowState
+from processor.store import Store
+
+PASSWORD = "correct horse battery"
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@dataclass
+class Console:
+    rig: Rig
+    url: str
+    http: httpx.AsyncClient
+
+    async def sign_in(self, name: str = "ana", password: str = PASSWORD, **headers: str) -> httpx.Response:
+        form = await self.http.get(f"{self.url}/sign-in")
+        token = CSRF.search(form.text)
+        assert token is not None, form.text
+        return await self.http.post(
+            f"{self.url}/sign-in", data={"csrf": token.group(1), "name": name, "password": password}, headers=headers
+        )
+
+    async def csrf(self, path: str) -> str:
+        page = await self.http.get(f"{self.url}{path}")
+        assert page.status_code == 200, page.text
+        found = CSRF.search(page.text)
+        assert found is not None
+        return found.group(1)
+
+
+def _auth() -> ConsoleAuth:
+    auth = console_auth({"operators": {"ana": hash_password(PASSWORD)}, "session_key": "k" * 40})
+    assert auth is not None
+    return auth
+
+
+@asynccontextmanager
+async def console(store: Store) -> AsyncIterator[Console]:
+    async with engine_rig(store) as rig:
+        sock, port = bound_socket()
+        app = Starlette(
+            routes=[
+                Mount(
+                    "/console",
+                    app=console_app(
+                        store, _auth(), public_url=rig.public_url, integrations=set(rig.config.integrations)
+                    ),
+                )
+            ]
+        )
+        async with serve(app, sock), httpx.AsyncClient(timeout=10) as http:
+            yield Console(rig, f"http://127.0.0.1:{port}/console", http)
+
+
+async def test_pages_need_a_session_and_forms_their_csrf_token(store: Store) -> None:
+    async with console(store) as c:
+        batch_id = await pay(c.rig)  # COMPLETED, its third transfer FAILED (AC04)
+        for path in ("/", f"/batches/{batch_id}", "/dead-letters", "/overview"):
+            answer = await c.http.get(f"{c.url}{path}")
+            assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in", path
+        answer = await c.http.post(f"{c.url}/retry", data={"batch_id": batch_id})
+        assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
+
+        refused = await c.sign_in(password="wrong password here")
+        assert refused.status_code == 401 and "Unknown operator or wrong password" in refused.text
+        assert "dispersion_console=" not in refused.headers.get("set-cookie", "")
+        signed = await c.sign_in()
+        assert signed.status_code == 303 and signed.headers["location"] == "/console/"
+        cookie = next(v for v in signed.headers.get_list("set-cookie") if v.startswith("dispersion_console="))
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+        assert "Secure" not in cookie  # plain HTTP on loopback
+
+        # A form without its token, or with another session's, is refused and changes nothing.
+        page = f"/batches/{batch_id}"
+        for data in ({"batch_id": batch_id}, {"batch_id": batch_id, "csrf": "forged"}):
+            answer = await c.http.post(f"{c.url}/retry", data=data)
+            assert answer.status_code == 403 and "CSRF" in answer.text
+        assert store.run(lambda tx: tx.flows.get(f"{batch_id}.retry-1"), write=False) is None
+        answer = await c.http.post(f"{c.url}/sign-out", data={})
+        assert answer.status_code == 403
+        assert (await c.http.get(f"{c.url}{page}")).status_code == 200  # still signed in
+
+        # The sign-in form has its own token too.
+        answer = await c.http.post(f"{c.url}/sign-in", data={"name": "ana", "password": PASSWORD})
+        assert answer.status_code == 403
+
+        answer = await c.http.post(f"{c.url}/sign-out", data={"csrf": await c.csrf(page)})
+        assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
+        assert (await c.http.get(f"{c.url}{page}")).status_code == 303
+
+
+async def test_cookie_is_secure_behind_tls_and_headers_are_strict(store: Store) -> None:
+    async with console(store) as c:
+        signed = await c.sign_in(**{"X-Forwarded-Proto": "https"})
+        cookie = next(v for v in signed.headers.get_list("set-cookie") if v.startswith("dispersion_console="))
+        assert "Secure" in cookie
+        page = await c.http.get(f"{c.url}/sign-in")
+        csp = page.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["referrer-policy"] == "no-referrer"
+        assert "<script>" not in page.text and "onclick" not in page.text  # no inline script at all
+        script = await c.http.get(f"{c.url}/static/console.js")
+        assert script.status_code == 200 and "data-live" in script.text
+        assert script.headers["content-security-policy"] == csp
+
+
+async def test_values_are_escaped_accounts_masked_and_filters_work(store: Store) -> None:
+    async with console(store) as c:
+        hostile = batch(transfers=(("200100300", "10.00"), ("200109902", "20.00")))
+        hostile["transactions"][0]["concept"] = "<script>alert(1)</script>"
+        hostile["file_reference"] = "REF<b>1</b>"
+        await c.rig.submit(hostile)
+        waiting_id = str(hostile["batch_id"])
+        await c.rig.to_state(waiting_id, FlowState.AWAITING_AUTHORIZATION)
+        paid_id = await pay(c.rig)
+        await c.sign_in()
+
+        page = await c.http.get(f"{c.url}/batches/{waiting_id}")
+        assert page.status_code == 200
+        assert "<script>alert(1)</script>" not in page.text and "<b>1</b>" not in page.text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text and "REF&lt;b&gt;1&lt;/b&gt;" in page.text
+        assert "200100300" not in page.text and "****0300" in page.text  # masked
+        assert "AUTHORIZATION_REQUIRED" in page.text
+        link = re.search(r'id="approval-link" readonly value="([^"]+)"', page.text)
+        assert link is not None and unescape(link[1]) == c.rig.approval_url(waiting_id)
+
+        paid = await c.http.get(f"{c.url}/batches/{paid_id}?only=failed")
+        assert "approval-link" not in paid.text  # the link is shown only while the batch waits
+        rows = re.findall(r'<tr class="t-(\w+)">', paid.text)
+        assert rows == ["FAILED"]
+        assert "AC04" in paid.text and 'name="account_2"' in paid.text
+        assert f"{c.rig.approval_url(paid_id).split('?t=')[1]}" not in paid.text
+
+        listing = await c.http.get(f"{c.url}/", params={"status": "COMPLETED"})
+        assert paid_id in listing.text and waiting_id not in listing.text
+        found = await c.http.get(f"{c.url}/", params={"q": waiting_id[-8:].upper()})
+        assert waiting_id in found.text and paid_id not in found.text
+        assert re.search(r"AUTHORIZATION_REQUIRED <b>1</b>", found.text)
+        bad = await c.http.get(f"{c.url}/", params={"from": "yesterday"})
+        assert bad.status_code == 400 and "from must be a date" in bad.text
+
+        overview = await c.http.get(f"{c.url}/overview", params={"day": c.rig.clock.now().date().isoformat()})
+        assert overview.status_code == 200 and "<svg" in overview.text
+        assert re.search(r"<td>COMPLETED</td><td class=\"num\">1</td>", overview.text)
+        assert waiting_id in overview.text.split("Oldest batches awaiting approval")[1]
+
+
+async def test_retry_with_a_correction_is_recorded_with_the_operator(store: Store) -> None:
+    async with console(store) as c:
+        batch_id = await pay(c.rig)
+        await c.sign_in()
+        token = await c.csrf(f"/batches/{batch_id}")
+        answer = await c.http.post(
+            f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id, "account_2": "200100399"}
+        )
+        retry_id = f"{batch_id}.retry-1"
+        assert answer.status_code == 303
+        assert answer.headers["location"].startswith(f"/console/batches/{retry_id}?notice=")
+        document = store.run(lambda tx: tx.flows.payload_document(retry_id), write=False)
+        assert [t["destination_account"]["account_number"] for t in document["transactions"]] == ["200100399"]
+        record = store.run(lambda tx: tx.operator.retry(retry_id), write=False)
+        assert record is not None and record.requested_by == "ana"
+        page = await c.http.get(f"{c.url.removesuffix('/console')}{answer.headers['location']}")
+        assert f'href="/console/batches/{batch_id}" id="retry-of"' in page.text
+        assert f"retry of {batch_id} requested by ana" in page.text  # the timeline names the operator
+        original = await c.http.get(f"{c.url}/batches/{batch_id}")
+        assert retry_id in original.text and "ana asked to retry 1 failed transfer(s)" in original.text
+
+        # Again: the failed transfer is in flight in retry-1, so nothing is created.
+        again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id})
+        assert again.status_code == 303 and "nothing%20created" in again.headers["location"]
+        assert store.run(lambda tx: tx.flows.get(f"{batch_id}.retry-2"), write=False) is None
+
+
+async def test_batches_are_paged_newest_first(store: Store) -> None:
+    async with console(store) as c:
+        ids = []
+        for number in range(55):
+            document = batch(f"page-{number:03d}", transfers=(("200100300", "1.00"),))
+            document["file_reference"] = f"REF-{number:03d}"
+            await c.rig.submit(document)
+            ids.append(document["batch_id"])
+            c.rig.clock.advance(1)
+        await c.sign_in()
+        first = await c.http.get(f"{c.url}/")
+        shown = re.findall(r'class="batch-link">([^<]+)</a>', first.text)
+        assert shown == ids[::-1][:50]  # newest first, 50 a page
+        assert "55 batch(es)" in first.text and 'id="older"' in first.text and 'id="newer"' not in first.text
+        second = await c.http.get(f"{c.url}/", params={"page": "1"})
+        assert re.findall(r'class="batch-link">([^<]+)</a>', second.text) == ids[::-1][50:]
+        assert 'id="older"' not in second.text and 'id="newer"' in second.text
+        by_reference = await c.http.get(f"{c.url}/", params={"q": "ref-007"})
+        assert re.findall(r'class="batch-link">([^<]+)</a>', by_reference.text) == ["page-007"]
+        wildcard = await c.http.get(f"{c.url}/", params={"q": "page_0"})  # `_` is a character, not a wildcard
+        assert re.findall(r'class="batch-link">([^<]+)</a>', wildcard.text) == []
