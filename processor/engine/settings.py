@@ -51,7 +51,8 @@ class EngineSettings:
         return float(min(self.retry_max, self.retry_first * (2 ** min(max(0, attempt), 30))))
 
 
-_LIMITS: dict[str, tuple[float, float]] = {
+# (low, high) per key; also the ranges of the configuration models and the JSON Schema (processor/cli/config_models.py).
+ENGINE_LIMITS: dict[str, tuple[float, float]] = {
     "authorization_deadline": (1, 90 * 86_400),
     "concurrency": (1, 10_000),
     "lease_seconds": (1, 3_600),
@@ -74,7 +75,7 @@ def engine_settings(table: Mapping[str, Any] | None = None, *, source: str = "<m
     for key, value in table.items():
         if key not in known:
             raise ConfigError(f"{source}: engine.{key}: unknown key (known: {', '.join(sorted(known))})")
-        low, high = _LIMITS[key]
+        low, high = ENGINE_LIMITS[key]
         if key == "concurrency":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{source}: engine.{key}: must be an integer, got {value!r}")
