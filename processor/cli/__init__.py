@@ -30,6 +30,7 @@ commands:
   status      print status events (`--follow` as they arrive, `--batch ID` for one batch)
   topics      create the project's Kafka topics (idempotent)
   vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
+  config      `config check`: load a configuration and report its problems; `config schema`: its JSON Schema
 """
 
 
@@ -46,6 +47,7 @@ MODULES: dict[str, str] = {
     "processor": "processor.cli.service",
     "pay-file": "processor.cli.payfile",
     "vrp": "processor.cli.vrp",
+    "config": "processor.cli.config_command",
 }
 
 
@@ -73,6 +75,7 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "status": ("processor.cli.status", "parser"),
     "topics": ("processor.cli.topics", "parser"),
     "vrp": ("processor.cli.vrp", "build_parser"),
+    "config": ("processor.cli.config_command", "parser"),
 }
 _NESTED: dict[str, tuple[str, str, str]] = {
     "dev": ("kafka", "processor.devtools.dev", "kafka_parser"),

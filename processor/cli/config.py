@@ -85,8 +85,8 @@ from producers.kafka import KafkaSettings as KafkaClientSettings
 __all__ = [
     "Config",
     "ConfigError",
-    "KafkaSettings",
     "Integration",
+    "KafkaSettings",
     "ProcessorSettings",
     "RetrySettings",
     "Secret",

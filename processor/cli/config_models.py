@@ -298,7 +298,9 @@ class IntegrationTable(Table):
 class EngineTable(Table):
     """`[engine]`: the flow engine's tunables (processor/engine/settings.py owns the defaults and limits)."""
 
-    authorization_deadline: Annotated[float, Range(*ENGINE_LIMITS["authorization_deadline"])] = EngineSettings.authorization_deadline
+    authorization_deadline: Annotated[float, Range(*ENGINE_LIMITS["authorization_deadline"])] = (
+        EngineSettings.authorization_deadline
+    )
     """Seconds the approver has, from AUTHORIZATION_REQUIRED."""
     concurrency: Annotated[int, Range(*ENGINE_LIMITS["concurrency"])] = EngineSettings.concurrency
     """Flow steps run at once per instance."""
@@ -318,7 +320,9 @@ class EngineTable(Table):
     """Seconds an authorization attempt (`state`) stays usable."""
     duplicate_wait: Annotated[float, Range(*ENGINE_LIMITS["duplicate_wait"])] = EngineSettings.duplicate_wait
     """A repeated redirect waits this long for the first one to finish."""
-    exchange_recovery_after: Annotated[float, Range(*ENGINE_LIMITS["exchange_recovery_after"])] = EngineSettings.exchange_recovery_after
+    exchange_recovery_after: Annotated[float, Range(*ENGINE_LIMITS["exchange_recovery_after"])] = (
+        EngineSettings.exchange_recovery_after
+    )
     """A used `state` whose code exchange left no tokens may be retried after this."""
 
 
@@ -354,3 +358,37 @@ class KafkaFileSettings(LayeredSettings):
     model_config = SETTINGS_CONFIG | SettingsConfigDict(extra="ignore")
 
     kafka: KafkaTable = KafkaTable()
+
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the configuration file, generated from the models: every string key `K` may also be
+    written `K_env` (the name of an environment variable), so a required `K` is satisfied by either."""
+    schema = FileSettings.model_json_schema()
+    for table in (schema, *schema.get("$defs", {}).values()):
+        _allow_env_keys(table)
+    return {"$schema": JSON_SCHEMA_DIALECT, **schema}
+
+
+def _is_text(prop: Mapping[str, Any]) -> bool:
+    return prop.get("type") == "string" or any(alt.get("type") == "string" for alt in prop.get("anyOf", []))
+
+
+def _allow_env_keys(table: dict[str, Any]) -> None:
+    properties: dict[str, Any] = table.get("properties", {})
+    texts = [name for name, prop in properties.items() if _is_text(prop)]
+    for name in texts:
+        properties[f"{name}_env"] = {
+            "type": "string",
+            "minLength": 1,
+            "description": f"The name of an environment variable holding {name}.",
+        }
+    required = table.get("required", [])
+    either = [name for name in required if name in texts]
+    if either:
+        table["required"] = [name for name in required if name not in texts]
+        if not table["required"]:
+            del table["required"]
+        table["allOf"] = [{"anyOf": [{"required": [name]}, {"required": [f"{name}_env"]}]} for name in either]

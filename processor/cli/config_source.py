@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
-from pydantic_settings import SettingsError
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from processor.domain.settings import ConfigError
@@ -141,8 +140,11 @@ class Problems:
             return
         order = {path: self.lines.line(path) or 0 for path, _ in self.found} if self.lines else {}
         found = sorted(self.found, key=lambda item: order.get(item[0], 0))
-        raise ConfigError("\n".join(self.where(path) + (f": {dotted(path)}" if path else "") + f": {message}"
-                                     for path, message in found))
+        raise ConfigError(
+            "\n".join(
+                self.where(path) + (f": {dotted(path)}" if path else "") + f": {message}" for path, message in found
+            )
+        )
 
 
 def read_toml(file: Path) -> tuple[dict[str, Any], KeyLines]:
@@ -324,9 +326,7 @@ def _loading(load: _Load) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def read_settings(
-    model: type[M], data: Mapping[str, Any], environ: Mapping[str, str], problems: Problems
-) -> M | None:
+def read_settings(model: type[M], data: Mapping[str, Any], environ: Mapping[str, str], problems: Problems) -> M | None:
     """`model` validated from the file's `data` under the environment's overrides; None when problems were
     recorded (each with its key and place)."""
     try:
