@@ -75,6 +75,7 @@ from processor.cli.config_source import (
     read_settings,
     read_toml,
     resolve_env_keys,
+    type_name,
     unknown_key,
 )
 from processor.domain.settings import ConfigError, Secret
@@ -255,7 +256,7 @@ def _config(settings: FileSettings, base_dir: Path, source: str, problems: Probl
         if isinstance(value, Mapping):
             sections[name] = _plain(value)
         else:
-            problems.add((name,), f"must be a table, not {type(value).__name__}")
+            problems.add((name,), f"must be a table, not {type_name(value)}")
     if "engine" in settings.model_fields_set:
         sections["engine"] = _engine(settings.engine, problems)
     if "exports" in settings.model_fields_set:

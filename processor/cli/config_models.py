@@ -137,7 +137,7 @@ def _url(value: Any) -> str:
     text = _nonempty(value)
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise problem(f"must be an absolute http(s) address, got {text!r}")
+        raise problem(f"must be an absolute http(s) address, got {redact_url(text)!r}")
     if parts.query or parts.fragment:
         raise problem("must not carry a query or fragment")
     return text

@@ -256,7 +256,11 @@ class EnvironmentSource(EnvSettingsSource):
         prefix = self.env_prefix.lower()
         for name, value in self.env_vars.items():  # tables other parts own: not fields, read here
             parts = name[len(prefix) :].split(ENV_DELIMITER) if name.startswith(prefix) else []
-            if len(parts) > 1 and parts[0] not in self.settings_cls.model_fields and value is not None:
+            if not parts or not parts[0] or parts[0] in self.settings_cls.model_fields or value is None:
+                continue
+            if len(parts) == 1:  # not a table: refused by the caller, named by its variable
+                data[parts[0]] = value
+            else:
                 node = data.setdefault(parts[0], {})
                 for part in parts[1:-1]:
                     node = node.setdefault(part, {}) if isinstance(node, dict) else node
@@ -275,6 +279,8 @@ class EnvironmentSource(EnvSettingsSource):
             variable = ENV_PREFIX + ENV_DELIMITER.join((*path, key)).upper()
             inner = file.get(name) if isinstance(file, Mapping) else None
             if isinstance(value, Mapping):
+                if inner is None:  # a table only the environment gives: what it lacks is asked of the environment
+                    self.load.problems.overrides[(*path, name)] = f"{variable}{ENV_DELIMITER}..."
                 out[name] = self._mark(value, inner, (*path, name))
             else:
                 self.load.problems.overrides[(*path, name)] = variable
@@ -332,9 +338,11 @@ def read_settings(model: type[M], data: Mapping[str, Any], environ: Mapping[str,
     try:
         with _loading(_Load(environ, problems)):
             settings = model(**data)
-    except SettingsError as exc:
-        cause = exc.__cause__ or exc
-        problems.add((), f"environment: a {ENV_PREFIX}... variable cannot be read ({cause})")
+    except SettingsError as exc:  # a table given as one variable whose text is not JSON
+        field_name = re.search(r'field "([^"]+)"', str(exc))
+        name = field_name.group(1) if field_name else ""
+        problems.overrides[(name,)] = ENV_PREFIX + name.upper()
+        problems.add((name,), f"must be a table written as JSON ({exc.__cause__ or exc})")
         return None
     except ValidationError as exc:
         for error in exc.errors(include_url=False):

@@ -247,6 +247,19 @@ w = 1
     assert lines.line(("nowhere",)) is None
 
 
+def test_overrides_that_cannot_be_used_name_their_variable(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    assert failure(path, {"DISPERSION__ENGINE": "fast"}).startswith(
+        "environment DISPERSION__ENGINE: engine: must be a table written as JSON ("
+    )
+    assert (
+        failure(path, {"DISPERSION__ADMIN": "on"}) == "environment DISPERSION__ADMIN: admin: must be a table, not str"
+    )
+    message = failure(path, {"DISPERSION__INTEGRATIONS__BANKX__KID": "k"})
+    assert "environment DISPERSION__INTEGRATIONS__BANKX__...: integrations.bankx.issuer: is required" in message
+    assert load_config(path, environ={"DISPERSION__ENGINE": '{"concurrency": 3}'}).engine.concurrency == 3
+
+
 def test_a_table_in_the_environment_must_be_json_and_is_named() -> None:
     message = ""
     try:
@@ -266,10 +279,12 @@ def test_secrets_stay_out_of_errors_and_reprs(tmp_path: Path) -> None:
         "DISPERSION__INTEGRATIONS__SANDBOX__CLIENT_SECRET": ENV_SECRET,
         "DISPERSION__PROCESSOR__STORE": "mysql://app:db-password@db/x",
         "DISPERSION__KAFKA__SCHEMA_REGISTRY_PASSWORD": "registry-password",
+        "DISPERSION__KAFKA__SCHEMA_REGISTRY_URL": "ftp://user:url-password@registry",
     }
     message = failure(path, environ)
     assert "processor.store: must be a sqlite:/// or postgresql:// address, got 'mysql://app:***@db/x'" in message
-    for secret in (SECRET, ENV_SECRET, "db-password", "registry-password"):
+    assert "kafka.schema_registry_url: must be an absolute http(s) address, got 'ftp://user:***@registry'" in message
+    for secret in (SECRET, ENV_SECRET, "db-password", "registry-password", "url-password"):
         assert secret not in message
     without_path = write(tmp_path, CONFIG.replace('signing_key_path = "signing-key.pem"\n', ""))
     bad_key = failure(without_path, {"DISPERSION__INTEGRATIONS__SANDBOX__SIGNING_KEY": f"{ENV_SECRET}-not-a-pem"})
@@ -348,6 +363,12 @@ def test_taplo_checks_a_file_with_the_schema_directive(tmp_path: Path) -> None:
     refused = subprocess.run([taplo, "check", str(bad)], capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode == 1
     assert "'concurency' was unexpected" in refused.stderr
+    # the repository's .taplo.toml applies the schema to deploy/compose.toml without a directive
+    shipped = subprocess.run(
+        [taplo, "check", "deploy/compose.toml"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert shipped.returncode == 0, shipped.stderr
+    assert "found configuration file" in shipped.stderr
 
 
 def test_the_engine_table_follows_the_engine_settings() -> None:
