@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,11 +29,11 @@ ENV_PREFIX = "DISPERSION__"
 ENV_DELIMITER = "__"
 ENV_SUFFIX = "_env"
 AT_LEAST_ONE_INTEGRATION = "at least one [integrations.NAME] table is required"
-Path_ = tuple[str, ...]
+KeyPath = tuple[str, ...]
 
 # Tables whose keys are free names the environment cannot spell (`"security.protocol"`, `"payroll.batches"`):
 # an override's `_` stands for the `.` of the name (`DISPERSION__KAFKA__CLIENT__SASL_PASSWORD` is `sasl.password`).
-DOTTED_NAME_TABLES: frozenset[Path_] = frozenset({("kafka", "client"), ("kafka", "topics")})
+DOTTED_NAME_TABLES: frozenset[KeyPath] = frozenset({("kafka", "client"), ("kafka", "topics")})
 
 _BARE = r"[A-Za-z0-9_-]+"
 _QUOTED = r'"(?:[^"\\]|\\.)*"' + r"|'[^']*'"
@@ -44,20 +45,11 @@ _PART = re.compile(_KEY)
 
 
 class EnvText(str):
-    """A value read from an environment variable: text, converted to the key's type by the checks below.
-    `variable` names it for error messages; `override` tells a `DISPERSION__...` override from a `K_env` key."""
-
-    variable: str
-    override: bool
-
-    def __new__(cls, value: str, variable: str, *, override: bool) -> EnvText:
-        text = super().__new__(cls, value)
-        text.variable = variable
-        text.override = override
-        return text
+    """A value read from an environment variable (an override or a `K_env` key): text, which the models' checks
+    convert to the key's type, where a file's value must already have it."""
 
 
-def _split_key(dotted: str) -> Path_:
+def _split_key(dotted: str) -> KeyPath:
     return tuple(part.strip("\"'") for part in _PART.findall(dotted))
 
 
@@ -71,8 +63,8 @@ class KeyLines:
     """
 
     def __init__(self, text: str) -> None:
-        self.lines: dict[Path_, int] = {}
-        table: Path_ = ()
+        self.lines: dict[KeyPath, int] = {}
+        table: KeyPath = ()
         closing: str | None = None  # the delimiter of the multi-line string we are in
         for number, line in enumerate(text.splitlines(), start=1):
             if closing is not None:
@@ -94,20 +86,20 @@ class KeyLines:
                     if value.startswith(quotes) and value.count(quotes) == 1:
                         closing = quotes
 
-    def line(self, path: Path_) -> int | None:
+    def line(self, path: KeyPath) -> int | None:
         """The line of `path`, else of its nearest enclosing table; None when none of them is in the text."""
         for depth in range(len(path), 0, -1):
             if path[:depth] in self.lines:
                 return self.lines[path[:depth]]
         return None
 
-    def alias(self, path: Path_, written_as: Path_) -> None:
+    def alias(self, path: KeyPath, written_as: KeyPath) -> None:
         """`path` was written as `written_as` (a `K_env` key): errors about it point there."""
         if written_as in self.lines:
             self.lines[path] = self.lines[written_as]
 
 
-def dotted(path: Path_) -> str:
+def dotted(path: KeyPath) -> str:
     """`integrations.sandbox.timeouts.connect`; a name holding a dot is quoted: `kafka.client."sasl.password"`."""
     return ".".join(part if re.fullmatch(_BARE, part) else f'"{part}"' for part in path)
 
@@ -118,14 +110,14 @@ class Problems:
 
     source: str
     lines: KeyLines | None
-    found: list[tuple[Path_, str]] = field(default_factory=list)
-    overrides: dict[Path_, str] = field(default_factory=dict)  # path -> DISPERSION__ variable that set it
+    found: list[tuple[KeyPath, str]] = field(default_factory=list)
+    overrides: dict[KeyPath, str] = field(default_factory=dict)  # path -> DISPERSION__ variable that set it
 
-    def add(self, path: Path_, message: str) -> None:
+    def add(self, path: KeyPath, message: str) -> None:
         """Record one problem of the key at `path`."""
         self.found.append((path, message))
 
-    def where(self, path: Path_) -> str:
+    def where(self, path: KeyPath) -> str:
         """`file:line`, `file` (nothing to point at), or `environment VAR` for an overridden value."""
         for depth in range(len(path), 0, -1):
             variable = self.overrides.get(path[:depth])
@@ -168,7 +160,7 @@ def read_toml(file: Path) -> tuple[dict[str, Any], KeyLines]:
 # -- `K_env = "VAR"` -------------------------------------------------------------------------------------------
 
 
-def override_paths(environ: Mapping[str, str]) -> set[Path_]:
+def override_paths(environ: Mapping[str, str]) -> set[KeyPath]:
     """The (lower-case) paths that `DISPERSION__...` variables set."""
     prefix = ENV_PREFIX.lower()
     return {
@@ -180,7 +172,7 @@ def override_paths(environ: Mapping[str, str]) -> set[Path_]:
 
 def resolve_env_keys(
     table: Mapping[str, Any],
-    where: Path_,
+    where: KeyPath,
     environ: Mapping[str, str],
     problems: Problems,
     *,
@@ -213,7 +205,7 @@ def resolve_env_keys(
         elif not environ.get(variable):
             problems.add(path, f"environment variable {variable} is not set or empty")
         else:
-            out[target] = EnvText(environ[variable], variable, override=False)
+            out[target] = EnvText(environ[variable])
             continue
         out[target] = _FAILED  # the problem is reported once, not again as "is required"
     return out
@@ -235,16 +227,17 @@ class _Load:
     problems: Problems
 
 
-_CURRENT: ContextVar[_Load] = ContextVar("dispersion_config_load")
+_CURRENT: ContextVar[_Load | None] = ContextVar("dispersion_config_load", default=None)
 
 
 class EnvironmentSource(EnvSettingsSource):
     """pydantic-settings' environment source over a given mapping (tests pass their own), with three additions:
-    names of tables the models leave open (`[exports.NAME]`, tables other parts own) are matched to the file's
-    spelling, keys of tables no model describes are read too, and each value is an `EnvText` naming its variable."""
+    names the file already has are matched as it spells them (`[integrations.Sandbox]`), tables no model
+    describes are read too, and each text value is an `EnvText` whose variable is recorded for messages."""
 
     def __init__(self, settings_cls: type[BaseSettings], file: Mapping[str, Any]) -> None:
-        self.load = _CURRENT.get()
+        # Outside read_settings (a model built directly) the process environment is read, problems unreported.
+        self.load = _CURRENT.get() or _Load(os.environ, Problems("<environment>", None))
         self.file = file
         super().__init__(settings_cls)
 
@@ -268,7 +261,7 @@ class EnvironmentSource(EnvSettingsSource):
                     node[parts[-1]] = value
         return self._mark(data, self.file, ())
 
-    def _mark(self, values: Mapping[str, Any], file: Any, path: Path_) -> dict[str, Any]:
+    def _mark(self, values: Mapping[str, Any], file: Any, path: KeyPath) -> dict[str, Any]:
         """`values` with keys spelled as in the file and text leaves as `EnvText` (recorded as overrides)."""
         spelled = {key.lower(): key for key in file} if isinstance(file, Mapping) else {}
         if path in DOTTED_NAME_TABLES:
@@ -284,7 +277,7 @@ class EnvironmentSource(EnvSettingsSource):
                 out[name] = self._mark(value, inner, (*path, name))
             else:
                 self.load.problems.overrides[(*path, name)] = variable
-                out[name] = EnvText(value, variable, override=True) if isinstance(value, str) else value
+                out[name] = EnvText(value) if isinstance(value, str) else value
         return out
 
 
@@ -353,7 +346,7 @@ def read_settings(model: type[M], data: Mapping[str, Any], environ: Mapping[str,
     return settings if not problems.found else None
 
 
-def _is_failed_env(data: Mapping[str, Any], path: Path_) -> bool:
+def _is_failed_env(data: Mapping[str, Any], path: KeyPath) -> bool:
     node: Any = data
     for part in path:
         if not isinstance(node, Mapping) or part not in node:
@@ -362,7 +355,7 @@ def _is_failed_env(data: Mapping[str, Any], path: Path_) -> bool:
     return isinstance(node, _Failed)
 
 
-def _message(model: type[BaseModel], path: Path_, error: Any) -> str:
+def _message(model: type[BaseModel], path: KeyPath, error: Any) -> str:
     """Our wording of a pydantic error (never with the input value: it may be a secret)."""
     kind = error["type"]
     if kind == "config":
@@ -392,7 +385,7 @@ def unknown_key(key: str, known: list[str]) -> str:
     return f"unknown key{hint}; known keys: {', '.join(known)}"
 
 
-def known_keys(model: type[BaseModel], path: Path_) -> list[str]:
+def known_keys(model: type[BaseModel], path: KeyPath) -> list[str]:
     """The keys the table at `path` of `model` accepts (walking fields, dict values by name)."""
     current: Any = model
     for part in path:
