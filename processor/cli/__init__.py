@@ -34,6 +34,7 @@ commands:
   retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
   report      per-transfer reconciliation report: `report --since T --until T [--format csv|json]`
+  config      `config check`: load a configuration and report its problems; `config schema`: its JSON Schema
 """
 
 
@@ -54,6 +55,7 @@ MODULES: dict[str, str] = {
     "retry-failed": "processor.cli.retry_failed",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
+    "config": "processor.cli.config_command",
 }
 
 
@@ -81,6 +83,7 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "status": ("processor.cli.status", "parser"),
     "topics": ("processor.cli.topics", "parser"),
     "vrp": ("processor.cli.vrp", "build_parser"),
+    "config": ("processor.cli.config_command", "parser"),
 }
 _NESTED: dict[str, tuple[str, str, str]] = {
     "dev": ("kafka", "processor.devtools.dev", "kafka_parser"),

@@ -1,4 +1,5 @@
-"""The deployment's configuration file (TOML), parsed and validated once at start-up.
+"""The deployment's configuration file (TOML), parsed and validated once at start-up (pydantic-settings models in
+`config_models`, sources and error places in `config_source`; this module builds what the commands use).
 
 Layout (`dispersion sandbox init DIR` writes exactly this shape)::
 
@@ -31,63 +32,81 @@ Layout (`dispersion sandbox init DIR` writes exactly this shape)::
     [integrations.sandbox.retry]        # optional
     max_attempts = 5
 
+    [engine]                            # optional: processor.engine.settings
+    concurrency = 32
+
     [exports.planilla]                  # optional: how `dispersion submit --profile planilla` reads an ERP's
     decimal_separator = ","             # export; kept raw in Config.sections["exports"] and validated by
     [exports.planilla.columns]          # processor.domain.export_profile (docs/submit.md, "Bring your ERP's
     amount = "Monto"                    # export")
 
 Any string key `K` may instead be given as `K_env = "VARIABLE"`, read from the environment (for secrets:
-`client_secret_env`, `signing_key_env` holding the PEM itself, `store_env` for a DSN with a password).
-Errors name the offending key (`integrations.sandbox.client_secret: ...`). Secrets never appear in a repr.
+`client_secret_env`, `signing_key_env` holding the PEM itself, `store_env` for a DSN with a password). Any key at
+all may be overridden by `DISPERSION__SECTION__KEY` (`DISPERSION__KAFKA__BOOTSTRAP_SERVERS`,
+`DISPERSION__INTEGRATIONS__SANDBOX__CLIENT_SECRET`); the environment wins over the file. Errors name the place
+and the key (`dispersion.toml:14: integrations.sandbox.kid: must not be empty`). Secrets never appear in a repr
+or an error. docs/configuration.md has the details and the JSON Schema.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import ipaddress
-import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from pydantic import SecretStr
 
-from processor.bank.integration import (
-    ASSERTION_SIGNINGS,
-    GRANT_PARAMETERS,
-    TOKEN_AUTH_METHODS,
-    AssertionSigning,
-    GrantParameter,
-    Integration,
-    RetrySettings,
-    TimeoutSettings,
-    TokenAuthMethod,
+from processor.bank.integration import Integration, RetrySettings, TimeoutSettings
+from processor.cli.config_models import (
+    EngineTable,
+    FileSettings,
+    IntegrationTable,
+    KafkaFileSettings,
+    KafkaTable,
+    redact_url,
+)
+from processor.cli.config_source import (
+    KeyLines,
+    Problems,
+    read_settings,
+    read_toml,
+    resolve_env_keys,
+    type_name,
+    unknown_key,
 )
 from processor.domain.settings import ConfigError, Secret
 from processor.engine.settings import EngineSettings, engine_settings
+from producers.kafka import KNOWN_OPTIONS, settings_from
 from producers.kafka import KafkaSettings as KafkaClientSettings
-from producers.kafka import settings_from
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Integration",
+    "KafkaSettings",
+    "ProcessorSettings",
+    "RetrySettings",
+    "Secret",
+    "TimeoutSettings",
+    "default_config_path",
+    "load_config",
+    "load_kafka_settings",
+    "optional_config_path",
+    "parse_config",
+    "redact_url",
+    "settings_from_config",
+]
 
 CONFIG_ENV = "DISPERSION_CONFIG"
-ENV_SUFFIX = "_env"
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password in its user part replaced by `***` (for DSNs in logs and reprs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+# Tables the models here describe: `K_env` keys are resolved at every depth. In the tables other parts own, only
+# their top-level keys are (as before): their nested names are theirs.
+_MODELLED = ("processor", "kafka", "integrations", "engine")
 
 
 @dataclass(frozen=True)
@@ -155,7 +174,7 @@ def admin_settings(raw: Mapping[str, Any] | None, *, source: str = "<memory>") -
 
 @dataclass(frozen=True)
 class Config:
-    """The whole file. Unknown top-level tables are kept, raw, in `sections` for the parts that own them."""
+    """The whole file. Tables other parts own ([engine], [exports], ...) are kept in `sections` for them."""
 
     processor: ProcessorSettings
     kafka: KafkaSettings
@@ -207,29 +226,26 @@ def optional_config_path(explicit: str | None) -> str | None:
     return str(default) if os.environ.get(CONFIG_ENV) or default.is_file() else None
 
 
-def _read_toml(file: Path) -> dict[str, Any]:
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read the configuration file ({exc.strerror or exc})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{file}: not valid TOML ({exc})") from None
-
-
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
-    """Read, resolve (`*_env` keys) and validate a configuration file; ConfigError on any problem."""
+    """Read, resolve (`*_env` keys, `DISPERSION__...` overrides) and validate a configuration file; ConfigError
+    naming file, line and key of every problem."""
     file = Path(path)
-    return parse_config(_read_toml(file), base_dir=file.resolve().parent, environ=environ, source=str(file))
+    data, lines = read_toml(file)
+    return _parse(data, file.resolve().parent, os.environ if environ is None else environ, str(file), lines)
 
 
 def load_kafka_settings(path: str | Path, environ: Mapping[str, str] | None = None) -> KafkaSettings:
     """Only the `[kafka]` table of a configuration file, for commands that need nothing else (`status`,
     `topics`): the integrations' secrets need not be set to read a topic."""
     file = Path(path)
-    reader = _Reader(str(file), file.resolve().parent, os.environ if environ is None else environ)
-    return reader.kafka(_read_toml(file).get("kafka", {}))
+    data, lines = read_toml(file)
+    environ = os.environ if environ is None else environ
+    problems = Problems(str(file), lines)
+    resolved = _resolve({"kafka": data.get("kafka", {})}, environ, problems)
+    settings = read_settings(KafkaFileSettings, resolved, environ, problems)
+    kafka = _kafka(settings.kafka, problems) if settings else None
+    problems.raise_any()
+    return kafka or KafkaSettings()
 
 
 def parse_config(
@@ -240,258 +256,7 @@ def parse_config(
     source: str = "<memory>",
 ) -> Config:
     """Validate an already parsed TOML document (see the module docstring for the layout)."""
-    reader = _Reader(source, base_dir or Path.cwd(), os.environ if environ is None else environ)
-    return reader.config(data)
-
-
-_INTEGRATION_KEYS = {
-    "issuer",
-    "resource_server",
-    "client_id",
-    "client_secret",
-    "redirect_uri",
-    "kid",
-    "signing_key_path",
-    "signing_key",
-    "financial_id",
-    "customer_ip",
-    "tpp_name",
-    "token_auth_method",
-    "grant_parameter",
-    "assertion_signing",
-    "assertion_lifetime",
-    "token_refresh_margin",
-    "max_connections",
-    "timeouts",
-    "retry",
-}
-_TIMEOUT_KEYS = {"connect", "read", "write", "pool"}
-_RETRY_KEYS = {"max_attempts", "base_delay", "max_delay", "max_elapsed", "max_retry_after"}
-_PROCESSOR_KEYS = {"store", "public_url"}
-_STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
-
-
-class _Reader:
-    """Walks the parsed TOML, resolving `*_env` keys and raising ConfigError naming the dotted key."""
-
-    def __init__(self, source: str, base_dir: Path, environ: Mapping[str, str]) -> None:
-        self.source = source
-        self.base_dir = base_dir
-        self.environ = environ
-
-    def fail(self, key: str, problem: str) -> NoReturn:
-        raise ConfigError(f"{self.source}: {key}: {problem}")
-
-    # -- tables and env resolution -------------------------------------------------------------------------
-
-    def table(self, value: object, where: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            self.fail(where, f"must be a table, not {type(value).__name__}")
-        return self.resolve_env(cast(dict[str, Any], value), where)
-
-    def resolve_env(self, table: dict[str, Any], where: str) -> dict[str, Any]:
-        """Replace every `K_env = "VAR"` by `K = <value of VAR>`."""
-        out = {k: v for k, v in table.items() if not k.endswith(ENV_SUFFIX)}
-        for key, var in table.items():
-            if not key.endswith(ENV_SUFFIX):
-                continue
-            target = key[: -len(ENV_SUFFIX)]
-            dotted = f"{where}.{key}"
-            if not target:
-                self.fail(dotted, "an `_env` key needs a name before the suffix")
-            if target in table:
-                self.fail(dotted, f"give either {target} or {key}, not both")
-            if not isinstance(var, str) or not var:
-                self.fail(dotted, "must name an environment variable (a non-empty string)")
-            value = self.environ.get(var)
-            if value is None or value == "":
-                self.fail(dotted, f"environment variable {var} is not set or empty")
-            out[target] = value
-        return out
-
-    def reject_unknown(self, table: Mapping[str, Any], allowed: set[str], where: str) -> None:
-        for key in table:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, sorted(allowed), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                self.fail(f"{where}.{key}", f"unknown key{hint}")
-
-    # -- scalars -------------------------------------------------------------------------------------------
-
-    def string(self, table: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
-        if key not in table:
-            if default is None:
-                self.fail(f"{where}.{key}", f"is required (or give {key}{ENV_SUFFIX})")
-            return default
-        value = table[key]
-        if not isinstance(value, str):
-            self.fail(f"{where}.{key}", f"must be a string, not {type(value).__name__}")
-        return value
-
-    def nonempty(self, table: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
-        value = self.string(table, key, where, default)
-        if not value.strip():
-            self.fail(f"{where}.{key}", "must not be empty")
-        return value
-
-    def url(self, table: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
-        value = self.nonempty(table, key, where, default)
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            self.fail(f"{where}.{key}", f"must be an absolute http(s) address, got {value!r}")
-        if parts.query or parts.fragment:
-            self.fail(f"{where}.{key}", "must not carry a query or fragment")
-        return value
-
-    def choice(self, table: Mapping[str, Any], key: str, where: str, options: tuple[str, ...]) -> str:
-        value = self.string(table, key, where, options[0])
-        if value not in options:
-            self.fail(f"{where}.{key}", f"must be one of {', '.join(repr(o) for o in options)}, got {value!r}")
-        return value
-
-    def number(
-        self, table: Mapping[str, Any], key: str, where: str, default: float, *, minimum: float, maximum: float
-    ) -> float:
-        value = table.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            self.fail(f"{where}.{key}", f"must be a number of seconds, got {value!r}")
-        if not minimum <= value <= maximum:
-            self.fail(f"{where}.{key}", f"must be between {minimum:g} and {maximum:g}, got {value!r}")
-        return float(value)
-
-    def integer(
-        self, table: Mapping[str, Any], key: str, where: str, default: int, *, minimum: int, maximum: int
-    ) -> int:
-        value = table.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(f"{where}.{key}", f"must be an integer, got {value!r}")
-        if not minimum <= value <= maximum:
-            self.fail(f"{where}.{key}", f"must be between {minimum} and {maximum}, got {value!r}")
-        return value
-
-    # -- sections ------------------------------------------------------------------------------------------
-
-    def config(self, data: Mapping[str, Any]) -> Config:
-        sections = {k: v for k, v in data.items() if k not in ("processor", "kafka", "integrations")}
-        extra: dict[str, Mapping[str, Any]] = {}
-        for name, value in sections.items():
-            extra[name] = self.table(value, name)
-        integrations_raw = self.table(data.get("integrations", {}), "integrations")
-        if not integrations_raw:
-            self.fail("integrations", "at least one [integrations.NAME] table is required")
-        integrations = {name: self.integration(name, raw) for name, raw in integrations_raw.items()}
-        return Config(
-            processor=self.processor(data.get("processor", {})),
-            kafka=self.kafka(data.get("kafka", {})),
-            integrations=integrations,
-            source=self.source,
-            sections=extra,
-        )
-
-    def processor(self, raw: object) -> ProcessorSettings:
-        table = self.table(raw, "processor")
-        self.reject_unknown(table, _PROCESSOR_KEYS, "processor")
-        defaults = ProcessorSettings()
-        store = self.nonempty(table, "store", "processor", defaults.store)
-        scheme = urlsplit(store).scheme.split("+")[0]
-        if scheme not in _STORE_SCHEMES:
-            self.fail("processor.store", f"must be a sqlite:/// or postgresql:// address, got {redact_url(store)!r}")
-        return ProcessorSettings(
-            store=store, public_url=self.url(table, "public_url", "processor", defaults.public_url)
-        )
-
-    def kafka(self, raw: object) -> KafkaSettings:
-        table = self.table(raw, "kafka")
-        servers = self.string(table, "bootstrap_servers", "kafka", "")
-        return KafkaSettings(servers.strip(), {k: v for k, v in table.items() if k != "bootstrap_servers"})
-
-    def integration(self, name: str, raw: object) -> Integration:
-        where = f"integrations.{name}"
-        table = self.table(raw, where)
-        self.reject_unknown(table, _INTEGRATION_KEYS, where)
-        customer_ip = self.nonempty(table, "customer_ip", where)
-        try:
-            ipaddress.ip_address(customer_ip.strip())
-        except ValueError:
-            self.fail(f"{where}.customer_ip", f"must be an IP address, got {customer_ip!r}")
-        key_pem, key_path = self.signing_key(table, where)
-        return Integration(
-            name=name,
-            issuer=self.url(table, "issuer", where),
-            resource_server=self.url(table, "resource_server", where).rstrip("/"),
-            client_id=self.nonempty(table, "client_id", where),
-            client_secret=Secret(self.nonempty(table, "client_secret", where)),
-            redirect_uri=self.url(table, "redirect_uri", where),
-            kid=self.nonempty(table, "kid", where),
-            signing_key_pem=key_pem,
-            signing_key_path=key_path,
-            financial_id=self.nonempty(table, "financial_id", where),
-            customer_ip=customer_ip.strip(),
-            tpp_name=self.nonempty(table, "tpp_name", where, "Dispersion"),
-            token_auth_method=cast(TokenAuthMethod, self.choice(table, "token_auth_method", where, TOKEN_AUTH_METHODS)),
-            grant_parameter=cast(GrantParameter, self.choice(table, "grant_parameter", where, GRANT_PARAMETERS)),
-            assertion_signing=cast(
-                AssertionSigning, self.choice(table, "assertion_signing", where, ASSERTION_SIGNINGS)
-            ),
-            assertion_lifetime=self.integer(table, "assertion_lifetime", where, 60, minimum=5, maximum=3600),
-            token_refresh_margin=self.integer(table, "token_refresh_margin", where, 60, minimum=0, maximum=3600),
-            max_connections=self.integer(table, "max_connections", where, 16, minimum=1, maximum=1000),
-            timeouts=self.timeouts(table.get("timeouts", {}), f"{where}.timeouts"),
-            retry=self.retry(table.get("retry", {}), f"{where}.retry"),
-        )
-
-    def signing_key(self, table: Mapping[str, Any], where: str) -> tuple[Secret, Path | None]:
-        """The PEM from `signing_key` (inline, usually via signing_key_env) or `signing_key_path`."""
-        if "signing_key" in table and "signing_key_path" in table:
-            self.fail(f"{where}.signing_key", "give either signing_key or signing_key_path, not both")
-        path: Path | None = None
-        if "signing_key" in table:
-            key = "signing_key"
-            pem = self.nonempty(table, "signing_key", where).encode()
-        else:
-            key = "signing_key_path"
-            path = Path(self.nonempty(table, "signing_key_path", where)).expanduser()
-            if not path.is_absolute():
-                path = self.base_dir / path
-            try:
-                pem = path.read_bytes()
-            except OSError as exc:
-                self.fail(f"{where}.{key}", f"cannot read {path} ({exc.strerror or exc})")
-        try:
-            private = load_pem_private_key(pem, password=None)
-        except (ValueError, TypeError) as exc:
-            self.fail(f"{where}.{key}", f"not an unencrypted PEM private key ({exc.__class__.__name__})")
-        if not isinstance(private, rsa.RSAPrivateKey):
-            self.fail(f"{where}.{key}", "must be an RSA private key (PS256 signing)")
-        if private.key_size < 2048:
-            self.fail(f"{where}.{key}", f"RSA key of {private.key_size} bits is too short (2048 at least)")
-        return Secret(pem.decode("ascii")), path
-
-    def timeouts(self, raw: object, where: str) -> TimeoutSettings:
-        table = self.table(raw, where)
-        self.reject_unknown(table, _TIMEOUT_KEYS, where)
-        d = TimeoutSettings()
-        return TimeoutSettings(
-            connect=self.number(table, "connect", where, d.connect, minimum=0.001, maximum=600),
-            read=self.number(table, "read", where, d.read, minimum=0.001, maximum=600),
-            write=self.number(table, "write", where, d.write, minimum=0.001, maximum=600),
-            pool=self.number(table, "pool", where, d.pool, minimum=0.001, maximum=600),
-        )
-
-    def retry(self, raw: object, where: str) -> RetrySettings:
-        table = self.table(raw, where)
-        self.reject_unknown(table, _RETRY_KEYS, where)
-        d = RetrySettings()
-        settings = RetrySettings(
-            max_attempts=self.integer(table, "max_attempts", where, d.max_attempts, minimum=1, maximum=20),
-            base_delay=self.number(table, "base_delay", where, d.base_delay, minimum=0, maximum=60),
-            max_delay=self.number(table, "max_delay", where, d.max_delay, minimum=0, maximum=600),
-            max_elapsed=self.number(table, "max_elapsed", where, d.max_elapsed, minimum=0, maximum=3600),
-            max_retry_after=self.number(table, "max_retry_after", where, d.max_retry_after, minimum=0, maximum=3600),
-        )
-        if settings.max_delay < settings.base_delay:
-            self.fail(f"{where}.max_delay", "must not be smaller than base_delay")
-        return settings
+    return _parse(data, base_dir or Path.cwd(), os.environ if environ is None else environ, source, None)
 
 
 def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> KafkaClientSettings:
@@ -505,13 +270,161 @@ def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> K
     return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
 
 
+# -- building what the commands use ----------------------------------------------------------------------------
+
+
+def _parse(
+    data: Mapping[str, Any], base_dir: Path, environ: Mapping[str, str], source: str, lines: KeyLines | None
+) -> Config:
+    problems = Problems(source, lines)
+    settings = read_settings(FileSettings, _resolve(data, environ, problems), environ, problems)
+    config = _config(settings, base_dir, source, problems) if settings else None
+    problems.raise_any()
+    if config is None:  # unreachable: no config means problems were raised above
+        raise ConfigError(f"{source}: unusable configuration")
+    return config
+
+
+def _resolve(data: Mapping[str, Any], environ: Mapping[str, str], problems: Problems) -> dict[str, Any]:
+    """The document with `K_env` keys replaced by their variables' values."""
+    return {
+        name: resolve_env_keys(table, (name,), environ, problems, recursive=name in _MODELLED)
+        if isinstance(table, Mapping)
+        else table
+        for name, table in data.items()
+    }
+
+
+def _config(settings: FileSettings, base_dir: Path, source: str, problems: Problems) -> Config | None:
+    integrations = {
+        name: _integration(name, table, base_dir, problems) for name, table in settings.integrations.items()
+    }
+    sections: dict[str, Mapping[str, Any]] = {}
+    for name, value in (settings.model_extra or {}).items():
+        if isinstance(value, Mapping):
+            sections[name] = _plain(value)
+        else:
+            problems.add((name,), f"must be a table, not {type_name(value)}")
+    if "engine" in settings.model_fields_set:
+        sections["engine"] = _engine(settings.engine, problems)
+    if "exports" in settings.model_fields_set:
+        sections["exports"] = _plain(settings.exports)
+    kafka = _kafka(settings.kafka, problems)
+    if problems.found:
+        return None
+    return Config(
+        processor=ProcessorSettings(store=settings.processor.store, public_url=settings.processor.public_url),
+        kafka=kafka,
+        integrations={name: integration for name, integration in integrations.items() if integration},
+        source=source,
+        sections=sections,
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Environment text as `str`, secrets revealed (for the parts that take raw tables)."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    return str(value) if isinstance(value, str) else value
+
+
+def _kafka(table: KafkaTable, problems: Problems) -> KafkaSettings:
+    for key in table.model_extra or {}:
+        if key not in KNOWN_OPTIONS:
+            problems.add(("kafka", key), unknown_key(key, sorted(set(KafkaTable.model_fields) | KNOWN_OPTIONS)))
+    options = _plain(table.model_dump(exclude_unset=True))
+    options.pop("bootstrap_servers", None)
+    return KafkaSettings(table.bootstrap_servers.strip(), options)
+
+
+def _engine(table: EngineTable, problems: Problems) -> dict[str, Any]:
+    for slow, fast in (("poll_max", "poll_first"), ("retry_max", "retry_first")):
+        if getattr(table, slow) < getattr(table, fast):
+            problems.add(("engine", slow), f"must not be smaller than {fast}")
+    values: dict[str, Any] = table.model_dump(exclude_unset=True)
+    return values
+
+
+def _integration(name: str, table: IntegrationTable, base_dir: Path, problems: Problems) -> Integration | None:
+    where = ("integrations", name)
+    if table.retry.max_delay < table.retry.base_delay:
+        problems.add((*where, "retry", "max_delay"), "must not be smaller than base_delay")
+    key = _signing_key(table, where, base_dir, problems)
+    if key is None:
+        return None
+    pem, path = key
+    return Integration(
+        name=name,
+        issuer=table.issuer,
+        resource_server=table.resource_server.rstrip("/"),
+        client_id=table.client_id,
+        client_secret=Secret(table.client_secret.get_secret_value()),
+        redirect_uri=table.redirect_uri,
+        kid=table.kid,
+        signing_key_pem=pem,
+        signing_key_path=path,
+        financial_id=table.financial_id,
+        customer_ip=table.customer_ip,
+        tpp_name=table.tpp_name,
+        token_auth_method=table.token_auth_method,
+        grant_parameter=table.grant_parameter,
+        assertion_signing=table.assertion_signing,
+        assertion_lifetime=table.assertion_lifetime,
+        token_refresh_margin=table.token_refresh_margin,
+        max_connections=table.max_connections,
+        timeouts=TimeoutSettings(**table.timeouts.model_dump()),
+        retry=RetrySettings(**table.retry.model_dump()),
+    )
+
+
+def _signing_key(
+    table: IntegrationTable, where: tuple[str, ...], base_dir: Path, problems: Problems
+) -> tuple[Secret, Path | None] | None:
+    """The PEM from `signing_key` (inline, usually via signing_key_env) or `signing_key_path`, checked to be an
+    RSA key of 2048 bits at least."""
+    path: Path | None = None
+    if table.signing_key is not None and table.signing_key_path is not None:
+        problems.add((*where, "signing_key"), "give either signing_key or signing_key_path, not both")
+        return None
+    if table.signing_key is not None:
+        key = "signing_key"
+        pem = table.signing_key.get_secret_value().encode()
+    elif table.signing_key_path is not None:
+        key = "signing_key_path"
+        path = Path(table.signing_key_path).expanduser()
+        if not path.is_absolute():
+            path = base_dir / path
+        try:
+            pem = path.read_bytes()
+        except OSError as exc:
+            problems.add((*where, key), f"cannot read {path} ({exc.strerror or exc})")
+            return None
+    else:
+        problems.add((*where, "signing_key_path"), "is required (or give signing_key_path_env, or signing_key_env)")
+        return None
+    try:
+        private = load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as exc:
+        problems.add((*where, key), f"not an unencrypted PEM private key ({exc.__class__.__name__})")
+        return None
+    if not isinstance(private, rsa.RSAPrivateKey):
+        problems.add((*where, key), "must be an RSA private key (PS256 signing)")
+        return None
+    if private.key_size < 2048:
+        problems.add((*where, key), f"RSA key of {private.key_size} bits is too short (2048 at least)")
+        return None
+    return Secret(pem.decode("ascii")), path
+
+
 def load_admin_client(path: str | Path, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """For the commands that call the admin API: its base URL (`[admin] url`, else `[processor] public_url`) and
     the token (`$DISPERSION_ADMIN_TOKEN`, else the variable `[admin] token_env` names), from the file's `[admin]`
     and `[processor]` tables only (the integrations' secrets need not be set)."""
     env = os.environ if environ is None else environ
     file = Path(path)
-    data = _read_toml(file)
+    data, _ = read_toml(file)
     admin = data.get("admin") or {}
     processor = data.get("processor") or {}
     if not isinstance(admin, dict) or not isinstance(processor, dict):

@@ -52,7 +52,8 @@ class EngineSettings:
         return doubling(attempt, self.retry_first, self.retry_max)
 
 
-_LIMITS: dict[str, tuple[float, float]] = {
+# (low, high) per key; also the ranges of the configuration models and the JSON Schema (processor/cli/config_models.py).
+ENGINE_LIMITS: dict[str, tuple[float, float]] = {
     "authorization_deadline": (1, 90 * 86_400),
     "concurrency": (1, 10_000),
     "lease_seconds": (1, 3_600),
@@ -75,7 +76,7 @@ def engine_settings(table: Mapping[str, Any] | None = None, *, source: str = "<m
     for key, value in table.items():
         if key not in known:
             raise ConfigError(f"{source}: engine.{key}: unknown key (known: {', '.join(sorted(known))})")
-        low, high = _LIMITS[key]
+        low, high = ENGINE_LIMITS[key]
         if key == "concurrency":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{source}: engine.{key}: must be an integer, got {value!r}")

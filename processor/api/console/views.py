@@ -11,11 +11,12 @@ from decimal import Decimal
 from typing import Any
 
 from processor.domain.file_states import FILE_PUBLISHES, FlowState
+from processor.domain.kinds import Kind
 from processor.domain.masking import mask_account
 from processor.domain.outcomes import outcome_totals, retry_of
 from processor.domain.time import iso_ms
 from processor.engine.authorization import approval_link
-from processor.engine.file_flow import results_of
+from processor.engine.file_events import results_of
 from processor.store import StoreTx
 from processor.store.console import BatchFilter, BatchSummary, ConsoleReads, DayTotal
 from schemas.topics import STATUS_TOPIC
@@ -229,7 +230,7 @@ def batch_page(
         consent_id=flow.consent_id,
         file_payment_id=flow.file_payment_id,
         last_error=flow.last_error,
-        approval_url=approval_link(public_url, "file", batch_id, flow.approval_token) if waiting else None,
+        approval_url=approval_link(public_url, Kind.FILE, batch_id, flow.approval_token) if waiting else None,
         deadline=iso_ms(flow.authorization_deadline) if waiting and flow.authorization_deadline else None,
         timeline=timeline,
         transfers=_sorted(shown, sort, descending)[:TRANSFER_PAGE],
