@@ -3,7 +3,8 @@ that fits an Avro schema, guided by the schema itself. Pure.
 
     record = to_avro(raw_schema, {"status": "COMPLETED", "control_sum": "1500.75", "occurred_at": "2026-...Z"})
 
-- decimal logical types: a string or Decimal becomes a Decimal (a float is refused: money never passes a float);
+- decimal logical types: a string or Decimal becomes a Decimal with the schema's scale (`1.500` -> `1.50`; more
+  decimals than the scale are refused, never rounded; a float is refused: money never passes a float);
 - `timestamp-millis`: ISO 8601 text (with offset) or an aware datetime becomes an aware datetime; an int stays
   milliseconds since the epoch;
 - unions with null: a missing or null value is null; otherwise the first branch that accepts the value;
@@ -84,7 +85,7 @@ def convert(schema: Any, value: Any, ctx: Coercion, path: str, namespace: str | 
         ctx.named[_full_name(schema, namespace)] = schema
         return _primitive("bytes", None, value, path)
     if isinstance(kind, str) and kind in _PRIMITIVES:
-        return _primitive(kind, schema.get("logicalType"), value, path)
+        return _primitive(kind, schema.get("logicalType"), value, path, schema.get("scale"))
     return convert(kind, value, ctx, path, namespace)
 
 
@@ -131,9 +132,9 @@ def _nullable(schema: Any) -> bool:
     return isinstance(schema, list) and "null" in schema
 
 
-def _primitive(kind: str, logical: str | None, value: Any, path: str) -> Any:
+def _primitive(kind: str, logical: str | None, value: Any, path: str, scale: int | None = None) -> Any:
     if logical == "decimal" and kind in ("bytes", "fixed"):
-        return _decimal(value, path)
+        return _at_scale(_decimal(value, path), scale, path)
     if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
         return _instant(value, path)
     if kind == "null":
@@ -179,6 +180,17 @@ def _decimal(value: Any, path: str) -> Decimal:
             raise CoercionError(f"{path}: {value!r} is not a finite decimal")
         return result
     raise CoercionError(f"{path}: expected a decimal, got {type(value).__name__}")
+
+
+def _at_scale(value: Decimal, scale: int | None, path: str) -> Decimal:
+    """The decimal with exactly the schema's scale (`1.500` -> `1.50` for scale 2: the Avro writer refuses any other
+    scale); a value with more significant decimals than the scale is an error, never rounded."""
+    if scale is None:
+        return value
+    exact = value.quantize(Decimal(1).scaleb(-scale))
+    if exact != value:
+        raise CoercionError(f"{path}: {value} has more than {scale} decimals")
+    return exact
 
 
 def _instant(value: Any, path: str) -> datetime | int:

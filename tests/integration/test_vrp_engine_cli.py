@@ -146,6 +146,7 @@ async def test_mandate_then_payments_from_the_command_line(cli_sandbox: SandboxP
 
     repeat = await run("vrp", "pay", "--config", config, str(payment), env=env)
     assert repeat[0] == 0 and "already exists: COMPLETED" in repeat[1]
+    assert "differs" not in repeat[1]  # the rerun's requested_at is another moment: still the same instruction
 
     code, out_text, _ = await run("vrp", "status", "--config", config, "M-CLI-1", env=env)
     assert code == 0

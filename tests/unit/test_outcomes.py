@@ -132,3 +132,33 @@ def test_the_admin_commands_without_a_token_or_a_processor_exit_2(
     err = capsys.readouterr().err
     assert "cannot be reached" in err and "t" * 20 not in err
     assert report.main(["--since", "x", "--until", "y", "--config", str(path), "--timeout", "5"]) == 2
+
+
+def test_a_status_event_with_amounts_written_1_500_is_published_with_scale_2() -> None:
+    """A batch given as JSON (`pay-file`, the intake's text path) may write `1.500`: its status events still fit
+    the Avro decimal of scale 2 (fastavro refuses any other scale); more decimals are refused, never rounded."""
+    import json
+    from datetime import UTC, datetime
+
+    import schemas
+    from processor.store import OutboxEvent
+    from producers.relay import PoisonEventError, outbox_record
+
+    def event(amount: str) -> OutboxEvent:
+        payload = {
+            "batch_id": "B-1",
+            "occurred_at": "2026-11-30T12:00:00.000Z",
+            "control_sum": "1.500",
+            "amount_completed": amount,
+            "transaction_results": [{"index": 0, "amount": amount, "status": "COMPLETED"}],
+        }
+        at = datetime(2026, 11, 30, tzinfo=UTC)
+        return OutboxEvent(1, "e-1", "dispersion.status", "B-1", 1, "COMPLETED", json.dumps(payload), None, at, None)
+
+    record = outbox_record(event("1.500"))
+    assert schemas.decode("dispersion.status", schemas.encode("dispersion.status", record))["control_sum"] == Decimal(
+        "1.50"
+    )
+    assert record["transaction_results"][0]["amount"] == Decimal("1.50")
+    with pytest.raises(PoisonEventError, match="more than 2 decimals"):
+        outbox_record(event("1.505"))
