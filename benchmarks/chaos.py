@@ -59,6 +59,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from month_end import (
     DEFAULT_PG_URL,
     TERMINAL,
@@ -86,8 +88,8 @@ import schemas
 from processor.devtools.approver import BROWSER_HEADERS, ApprovalError, decide
 from processor.devtools.kafka_local import KafkaLocalError, LocalKafka
 from processor.domain.file_states import STATUS_RANK
-from producers.kafka import librdkafka_logger
-from schemas.topics import BATCHES_TOPIC
+from producers.kafka import KafkaSettings, librdkafka_logger
+from schemas.topics import BATCHES_TOPIC, STATUS_TOPIC
 
 CREATING = ["file-payment-consents.create", "file-payment-consents.upload", "file-payments.create"]
 # Short waits and leases, so a killed instance's flows are taken over within seconds (the e2e tests' timings).
@@ -169,8 +171,9 @@ class Fleet:
 
 @dataclass
 class Approvals:
-    """Decides batches in threads, through whichever instances are up. A decision whose redirect could not be
-    delivered (instance killed, callback 5xx) is delivered again elsewhere, then started over from the link."""
+    """Decides batches in threads, through whichever instances are up, as a person with a browser would: a
+    redirect that got no answer (instance killed) or a 5xx is delivered again (reload), to another instance; a 4xx
+    (its page says to open the approval link again) starts over from the link."""
 
     fleet: Fleet
     watcher: StatusWatcher
@@ -218,8 +221,8 @@ class Approvals:
                     if answer.status_code == 200:
                         return "delivered"
                     self._retry(f"redirect: HTTP {answer.status_code}")
-                    if self._decided(batch_id):
-                        return "decided"
+                    if answer.status_code < 500:  # the page says: open the approval link again
+                        break
         return "abandoned"
 
     def outcomes(self) -> Counter[str]:
@@ -307,6 +310,40 @@ def misreports(order: Sequence[str], completed_payment: str | None, held: Holdin
     return wrong
 
 
+def read_statuses(settings: KafkaSettings, timeout: float = 60.0) -> StatusLog:
+    """Every record of the run's status topic, from the beginning of each partition to its end now, per batch id
+    in log order, each event id once (a second copy of an event is a redelivery, counted in `resent`)."""
+    topic = settings.topic(STATUS_TOPIC)
+    consumer = Consumer(settings.config(**{"group.id": f"{settings.group_id}-judge", "enable.auto.commit": False}))
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=timeout).topics[topic].partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        log, seen = StatusLog(), set()
+        deadline = time.monotonic() + timeout
+        positions = dict.fromkeys(partitions, 0)
+        while any(positions[p] < ends[p] for p in partitions) and time.monotonic() < deadline:
+            for message in consumer.consume(500, timeout=1.0):
+                if message.error() is not None or message.value() is None:
+                    continue
+                positions[message.partition() or 0] = (message.offset() or 0) + 1
+                record = schemas.decode(STATUS_TOPIC, message.value() or b"")
+                if record["event_id"] in seen:
+                    log.resent += 1
+                    continue
+                seen.add(record["event_id"])
+                log.setdefault(str(record["batch_id"]), []).append(record)
+        return log
+    finally:
+        consumer.close()
+
+
+class StatusLog(dict[str, list[dict[str, Any]]]):
+    """Status records per batch id, plus how many redelivered copies were skipped."""
+
+    resent: int = 0
+
+
 # --- the run ----------------------------------------------------------------------------------------------------
 
 
@@ -358,7 +395,7 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
         approvals = Approvals(fleet, watcher, args.approvers, args.per_batch_timeout)
         stack.callback(approvals.close)
         say(f"producing {args.batches} batches; kills at {plan.kill_at} events, broker restart at {plan.broker_at}")
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), time.time()
         produce(settings, [(b, schemas.encode(BATCHES_TOPIC, records[b])) for b in batch_ids])
         broker_down = _drive(args, rng, plan, fleet, watcher, approvals, kafka, started)
         elapsed = time.monotonic() - started
@@ -366,13 +403,24 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
         for index in fleet.alive():
             fleet.processors[index].stop()
         time.sleep(2.0)  # late status events, if any, arrive now
+        log = read_statuses(settings)  # the whole topic, read anew: the judgement does not rest on the live reader
+        orders = {b: [str(r["status"]) for r in log.get(b, [])] for b in batch_ids}
+        payment_of = {b: next((str(r.get("file_payment_id")) for r in log.get(b, []) if r["status"] == "COMPLETED"),
+                              None) for b in batch_ids}  # fmt: skip
+        with psycopg.connect(store) as conn:
+            flows = Counter({str(k): int(n) for k, n in conn.execute("SELECT state, COUNT(*) FROM flows GROUP BY 1")})
+            row = conn.execute("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL").fetchone()
+            unpublished = int(row[0]) if row else -1
         with watcher.changed:
-            orders = {b: list(watcher.order.get(b, [])) for b in batch_ids}
-            completed = {b: (watcher.seen.get(b, {}).get("COMPLETED")) for b in batch_ids}
+            ended = {
+                b: max(seen.consumed_at for status, seen in watcher.seen[b].items() if status in TERMINAL)
+                - started_wall
+                for b in batch_ids
+                if any(status in TERMINAL for status in watcher.seen.get(b, {}))
+            }
         counts = httpx.get(f"{bench.sandbox_url}/__sandbox/counts", timeout=10).json()
         fired = httpx.get(f"{bench.sandbox_url}/__sandbox/faults", timeout=10).json()
         held, unmatched = bank_holdings(bank_db, references)
-    payment_of = {b: str(s.record.get("file_payment_id")) if s else None for b, s in completed.items()}
     wrong = {b: misreports(orders[b], payment_of[b], held[b], control[b]) for b in batch_ids}
     wrong = {b: w for b, w in wrong.items() if w}
     extra_consents = sum(max(0, len(h.consents) - 1) for h in held.values())
@@ -389,10 +437,14 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
           f"{extra_consents}, file payments beyond one per batch {extra_payments})")  # fmt: skip
     print(f"misreported outcomes:        {len(wrong)}")
     print(f"time taken:                  {elapsed:.1f} s (produce -> last batch terminal or --timeout)")
+    slowest = sorted(ended, key=lambda b: -ended[b])[:3]
+    print(f"slowest batches:             {', '.join(f'{b} {ended[b]:.1f} s {orders[b]}' for b in slowest)}")
     print(f"processor SIGKILLs:          {len(fleet.kills)} ({'; '.join(fleet.kills) or 'none'}), "
           f"restarts {fleet.restarts}")  # fmt: skip
     print(f"broker restart:              {broker_down}")
     print(f"bank: {', '.join(f'{k} {v}' for k, v in counts.items() if v)}; consents of no batch {unmatched}")
+    print(f"store: flows {dict(sorted(flows.items()))}; outbox events not published {unpublished}")
+    print(f"status topic: {sum(len(v) for v in log.values())} events (redeliveries of an event id: {log.resent})")
     faults = Counter[str]()
     for rule in fired.get("rules", []):
         faults[f"{rule.get('fault')} {rule.get('status', '')}".strip()] += int(rule.get("fired", 0))
@@ -488,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--approvers", type=int, default=4, help="approvals in flight at once")
     parser.add_argument("--per-batch-timeout", type=float, default=120.0, help="seconds an approver keeps trying")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds from produce until the run stops")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds from produce until the run stops")
     parser.add_argument("--pg-url", default=os.environ.get("DISPERSION_BENCH_PG_URL", DEFAULT_PG_URL),
                         help="PostgreSQL server (a database is created and dropped on it)")  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the working folder (logs, bank file)")

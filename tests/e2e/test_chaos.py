@@ -21,8 +21,9 @@ NO_BROKER_EXIT = 3  # benchmarks/chaos.py: the local broker could not be started
 
 
 def test_a_small_chaos_run_pays_nothing_twice_and_misreports_nothing(store_postgres_dsn: str) -> None:
-    command = [sys.executable, str(SCRIPT), "--batches", "20", "--seed", "7", "--pg-url", store_postgres_dsn]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=540, env=dict(os.environ), check=False)
+    command = [sys.executable, str(SCRIPT), "--batches", "20", "--seed", "7", "--timeout", "240"]
+    command += ["--pg-url", store_postgres_dsn]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=480, env=dict(os.environ), check=False)
     if result.returncode == NO_BROKER_EXIT:
         kafka_unavailable(result.stderr.strip()[-500:])
     report = f"{result.stdout}\n--- stderr (tail)\n{result.stderr[-3000:]}"
