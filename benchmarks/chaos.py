@@ -135,6 +135,9 @@ class Fleet:
     children: list[Child]
     processors: dict[int, Child] = field(default_factory=dict)
     kills: list[str] = field(default_factory=list)
+    exits: list[str] = field(
+        default_factory=list
+    )  # instances that stopped by themselves (restarted, as a supervisor would)
     restarts: int = 0
     _turn: Iterator[int] = field(default_factory=itertools.count)
 
@@ -310,6 +313,24 @@ def misreports(order: Sequence[str], completed_payment: str | None, held: Holdin
     return wrong
 
 
+def log_errors(directory: Path) -> Counter[str]:
+    """Error lines of every processor log (killed instances' too) by event, librdkafka's connection lines aside
+    (the broker restart makes them on purpose)."""
+    found: Counter[str] = Counter()
+    for path in directory.glob("processor-*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            event = str(entry.get("event", ""))
+            if entry.get("level") in ("error", "critical") and "[thrd:" not in event:
+                found[event[:80]] += 1
+    return found
+
+
 def read_statuses(settings: KafkaSettings, timeout: float = 60.0) -> StatusLog:
     """Every record of the run's status topic, from the beginning of each partition to its end now, per batch id
     in log order, each event id once (a second copy of an event is a redelivery, counted in `resent`)."""
@@ -442,6 +463,9 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
     print(f"processor SIGKILLs:          {len(fleet.kills)} ({'; '.join(fleet.kills) or 'none'}), "
           f"restarts {fleet.restarts}")  # fmt: skip
     print(f"broker restart:              {broker_down}")
+    print(f"processors exited by themselves: {len(fleet.exits)} ({'; '.join(fleet.exits) or 'none'})")
+    errors = log_errors(directory)
+    print(f"processor log errors:        {sum(errors.values())} {dict(errors.most_common(5))}")
     print(f"bank: {', '.join(f'{k} {v}' for k, v in counts.items() if v)}; consents of no batch {unmatched}")
     print(f"store: flows {dict(sorted(flows.items()))}; outbox events not published {unpublished}")
     print(f"status topic: {sum(len(v) for v in log.values())} events (redeliveries of an event id: {log.resent})")
@@ -491,6 +515,12 @@ def _drive(
                 approvals.submit(batch_id, str(link), plan.decisions[batch_id])
         if finished >= len(plan.decisions) and not restarts and broker_back_at is None:
             break
+        for index, child in sorted(fleet.processors.items()):
+            code = child.process.poll()
+            if code is not None and index not in restarts:
+                fleet.exits.append(f"bench-{index + 1} exit {code} at {events} events")
+                say(f"bench-{index + 1} (pid {child.pid}) exited by itself ({code}); restarting it")
+                restarts[index] = time.monotonic() + 1.0
         alive = fleet.alive()
         if kill_at and events >= kill_at[0] and len(alive) >= 2:
             kill_at.pop(0)
