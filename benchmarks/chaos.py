@@ -5,7 +5,7 @@ Same harness as benchmarks/month_end.py: a local Kafka broker (`processor.devtoo
 by this script so it can be restarted), the sandbox bank (`dispersion sandbox --admin --db FILE`), `--instances`
 `dispersion processor` processes (instance names `bench-1`...) on one fresh PostgreSQL database, fresh topics.
 
-1. The bank's fault plan (docs/sandbox-faults.md, drawn from `--seed`): every call 0-3x `--latency-ms` slower;
+1. The bank's fault plan (docs/sandbox-faults.md, drawn from `--seed`): every call 1-3x `--latency-ms` slower;
    on any operation, `--fault-rate` split evenly over 500, 503 with Retry-After, 429 with Retry-After and dropped
    connections; `commit_then_fail` on a `--commit-fail-rate` share of the creating calls (A1 consent, A2 upload,
    A3 file payment): created at the bank, answered 500.
@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.04, help="bank calls answered 500/503/429 or dropped")
     parser.add_argument("--commit-fail-rate", type=float, default=0.1,
                         help="creating calls (A1, A2, A3) committed at the bank, then answered 500")  # fmt: skip
-    parser.add_argument("--latency-ms", type=float, default=10.0, help="added per bank call (plus 0-2x jitter)")
+    parser.add_argument("--latency-ms", type=float, default=10.0, help="added per bank call (plus 0-2x as jitter)")
     parser.add_argument("--file-payment-delay", type=float, default=1.0, help="sandbox: seconds InitiationPending")
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--approvers", type=int, default=4, help="approvals in flight at once")
