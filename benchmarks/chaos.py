@@ -594,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no local Kafka broker: {exc}", file=sys.stderr)
             return NO_BROKER_EXIT
         return chaos(args, kafka, directory)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: everything started is stopped on the way out
+        say(f"interrupted ({exc or 'Ctrl-C'}); stopping what was started")
+        return 130
     finally:
         kafka.stop()
         if args.keep:
