@@ -422,9 +422,7 @@ class Seen:
 
 
 class StatusWatcher:
-    """Consumes the run's status topic in a thread; `seen[batch_id][status]` (first delivery of each event),
-    `order[batch_id]` every status of the batch in log order (one per event_id: a status there twice is a second
-    event, not a redelivery)."""
+    """Consumes the run's status topic in a thread; `seen[batch_id][status]` (first delivery of each event)."""
 
     def __init__(self, settings: KafkaSettings, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.topic = settings.topic(STATUS_TOPIC)
@@ -443,7 +441,6 @@ class StatusWatcher:
         )
         self.keep = keep or (lambda record: {"authorization_url": record.get("authorization_url")})
         self.seen: dict[str, dict[str, Seen]] = {}
-        self.order: dict[str, list[str]] = {}
         self.counts: Counter[str] = Counter()
         self.event_ids: set[str] = set()
         self.duplicates = 0
@@ -490,7 +487,6 @@ class StatusWatcher:
             occurred = record["occurred_at"]
             seen = Seen(occurred.timestamp(), consumed, self.keep(record))
             self.seen.setdefault(record["batch_id"], {})[record["status"]] = seen
-            self.order.setdefault(record["batch_id"], []).append(record["status"])
             self.counts[record["status"]] += 1
             self.changed.notify_all()
 
