@@ -322,6 +322,7 @@ class Bench:
     file_payment_delay: float
     profile: Path | None = None  # write each processor's cProfile stats here
     sandbox_max_body_mb: float | None = None  # None: the sandbox's own request size limit
+    sandbox_args: tuple[str, ...] = ()  # more `dispersion sandbox` options (chaos.py: --admin, --db)
 
     @property
     def sandbox_url(self) -> str:
@@ -331,8 +332,18 @@ class Bench:
         return f"http://127.0.0.1:{self.api_ports[index]}"
 
 
-def prepare(directory: Path, bootstrap: str, instances: int, latency_ms: float, file_payment_delay: float) -> Bench:
-    """`dispersion sandbox init` (keys, client, configuration) with the redirect URI on instance 0's port."""
+def prepare(
+    directory: Path,
+    bootstrap: str,
+    instances: int,
+    latency_ms: float,
+    file_payment_delay: float,
+    *,
+    rules: Sequence[dict[str, Any]] = (),
+    seed: int = 1,
+) -> Bench:
+    """`dispersion sandbox init` (keys, client, configuration) with the redirect URI on instance 0's port; the fault
+    plan adds `latency_ms` to every call, then `rules` (docs/sandbox-faults.md), drawn from `seed`."""
     sandbox_port = free_port()
     api_ports = [free_port() for _ in range(instances)]
     sandbox_dir = directory / "bank-client"
@@ -345,10 +356,11 @@ def prepare(directory: Path, bootstrap: str, instances: int, latency_ms: float, 
     config = tomllib.loads((sandbox_dir / "dispersion.toml").read_text())
     integration = dict(config["integrations"][INTEGRATION])
     integration["redirect_uri"] = redirect_uri
-    rules: list[dict[str, Any]] = []
+    extra_rules, rules = rules, []
     if latency_ms > 0:
         rules.append({"operation": "*", "fault": "latency", "latency_ms": latency_ms, "comment": "month-end bench"})
-    (sandbox_dir / "faults.json").write_text(json.dumps({"seed": 1, "rules": rules}))
+    rules = [*rules, *extra_rules]
+    (sandbox_dir / "faults.json").write_text(json.dumps({"seed": seed, "rules": rules}))
     return Bench(directory, bootstrap, api_ports, sandbox_port, integration, latency_ms, file_payment_delay)
 
 
@@ -358,6 +370,7 @@ def start_sandbox(bench: Bench, directory: Path) -> Child:
     command = [*CLI, "sandbox"]
     if bench.sandbox_max_body_mb:
         command += ["--max-body-mb", str(int(bench.sandbox_max_body_mb))]
+    command += bench.sandbox_args
     child = spawn(
         "sandbox",
         [*command, "--host", "127.0.0.1", "--port", str(bench.sandbox_port),
@@ -415,6 +428,7 @@ class StatusWatcher:
         self.topic = settings.topic(STATUS_TOPIC)
         self.consumer = Consumer(
             settings.config(
+                logger=librdkafka_logger("bench-status"),
                 **{
                     "group.id": f"{settings.group_id}-watcher",
                     "auto.offset.reset": "earliest",
@@ -422,7 +436,7 @@ class StatusWatcher:
                     "fetch.max.bytes": 128 * 1024 * 1024,
                     "max.partition.fetch.bytes": 128 * 1024 * 1024,
                     "receive.message.max.bytes": 200 * 1024 * 1024,
-                }
+                },
             )
         )
         self.keep = keep or (lambda record: {"authorization_url": record.get("authorization_url")})

@@ -31,7 +31,7 @@ IMAGE_ENV = "DISPERSION_KAFKA_IMAGE"
 DEFAULT_IMAGE = "confluentinc/cp-kafka:7.6.0"
 
 
-def _unavailable(reason: str) -> None:
+def kafka_unavailable(reason: str) -> None:
     """Skip, or fail when CI demands a real broker."""
     if os.environ.get(REQUIRE_KAFKA_ENV, "") == "1":
         pytest.fail(f"{REQUIRE_KAFKA_ENV}=1 but no Kafka broker could be started: {reason}")
@@ -74,7 +74,7 @@ def _start_local(directory: Path) -> LocalKafka:
         broker.start()
     except (KafkaLocalError, OSError) as exc:
         broker.stop()
-        _unavailable(str(exc))
+        kafka_unavailable(str(exc))
     return broker
 
 

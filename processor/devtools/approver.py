@@ -12,6 +12,9 @@ wanted decision (`<button name="decision" value="approve">`), post it with its h
 A `request_uri` on the consent page is single use: when a step fails after the form was posted, open the approval
 link again (a new call to `approve`) rather than re-posting the page.
 
+`decide` stops before the delivery and returns the bank's redirect, for a harness that delivers it itself (to another
+instance behind the load balancer, again after a failure: benchmarks/chaos.py).
+
 The HTML part (`parse_forms`, `decision_form`) is pure and used on its own by tests. Used by `dispersion demo`.
 """
 
@@ -202,6 +205,48 @@ def _safe(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
+@dataclass(frozen=True)
+class DecidedPage:
+    """The approver pressed a button on the bank's consent page; the bank's redirect is not delivered yet. `redirect`
+    carries the one-time authorization code: keep it out of logs (`str()` of this object leaves it out)."""
+
+    decision: str
+    consent_page: str  # the bank's consent page URL (after redirects), without its query
+    redirect: str = field(repr=False)  # the bank's redirect back to our callback API
+
+    @property
+    def outcome(self) -> dict[str, str]:
+        """The redirect's query parameters (`code`, `state`, `iss`, or `error`)."""
+        return {k: v[0] for k, v in parse_qs(urlsplit(self.redirect).query).items() if v}
+
+
+def decide(link: str, *, decision: str = "approve", client: httpx.Client) -> DecidedPage:
+    """Open the approval `link` and press `decision` on the bank's consent page, without delivering the bank's
+    redirect (a harness delivers it itself, e.g. to another instance behind the load balancer). Raises
+    `ApprovalError` when a step fails (the message names the step; no secret is in it)."""
+    if decision not in DECISIONS:
+        raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, got {decision!r}")
+    try:
+        page = client.get(link, follow_redirects=True, headers=BROWSER_HEADERS)
+    except httpx.HTTPError as exc:
+        raise ApprovalError(f"opening the approval link {_safe(link)}: {exc!r}") from exc
+    _check(page, "opening the approval link")
+    form, data = decision_form(page.text, decision)
+    page_url = str(page.url)
+    target = urljoin(page_url, form.action or page_url)
+    try:
+        answer = client.post(target, data=data, follow_redirects=False)
+    except httpx.HTTPError as exc:
+        raise ApprovalError(f"posting the {decision!r} form to {_safe(target)}: {exc!r}") from exc
+    _check(answer, f"posting the {decision!r} form")
+    location = answer.headers.get("location")
+    if answer.status_code not in (301, 302, 303, 307) or not location:
+        raise ApprovalError(
+            f"posting the {decision!r} form: expected a redirect, got HTTP {answer.status_code} from {_safe(target)}"
+        )
+    return DecidedPage(decision, _safe(page_url), urljoin(target, location))
+
+
 def approve(
     link: str,
     *,
@@ -217,27 +262,8 @@ def approve(
     own = client is None
     http = client or httpx.Client(timeout=timeout)
     try:
-        try:
-            page = http.get(link, follow_redirects=True, headers=BROWSER_HEADERS)
-        except httpx.HTTPError as exc:
-            raise ApprovalError(f"opening the approval link {_safe(link)}: {exc!r}") from exc
-        _check(page, "opening the approval link")
-        form, data = decision_form(page.text, decision)
-        page_url = str(page.url)
-        target = urljoin(page_url, form.action or page_url)
-        try:
-            answer = http.post(target, data=data, follow_redirects=False)
-        except httpx.HTTPError as exc:
-            raise ApprovalError(f"posting the {decision!r} form to {_safe(target)}: {exc!r}") from exc
-        _check(answer, f"posting the {decision!r} form")
-        location = answer.headers.get("location")
-        if answer.status_code not in (301, 302, 303, 307) or not location:
-            raise ApprovalError(
-                f"posting the {decision!r} form: expected a redirect, "
-                f"got HTTP {answer.status_code} from {_safe(target)}"
-            )
-        redirect = urljoin(target, location)
-        outcome = {k: v[0] for k, v in parse_qs(urlsplit(redirect).query).items() if v}
+        decided = decide(link, decision=decision, client=http)
+        redirect = decided.redirect
         try:
             delivered = http.get(redirect, follow_redirects=True, headers=BROWSER_HEADERS)
         except httpx.HTTPError as exc:
@@ -245,12 +271,12 @@ def approve(
         _check(delivered, "delivering the bank's redirect")
         return ApprovalResult(
             decision=decision,
-            consent_page=_safe(page_url),
+            consent_page=decided.consent_page,
             redirect=redirect,
             callback_url=_safe(redirect),
             callback_status=delivered.status_code,
             callback_text=page_text(delivered.text)[:200],
-            outcome=outcome,
+            outcome=decided.outcome,
         )
     finally:
         if own:
