@@ -16,13 +16,13 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from paths import ROOT
 
 from processor.cli import MODULES
 from processor.cli.config import load_config
 from processor.devtools.kafka_local import DEFAULT_KAFKA_VERSION
 from processor.store import load_cipher
 
-ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 BUILT = ("bank-init", "sandbox", "topics", "processor-1", "processor-2", "api", "cli")

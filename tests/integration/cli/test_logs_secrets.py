@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import child_pythonpath
 
 HERE = Path(__file__).resolve().parent
 
 
 @pytest.mark.parametrize("fmt", ["json", "console"])
 def test_a_failed_redirect_logs_no_secret(tmp_path: Path, fmt: str) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parents[1])])}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(HERE)}
     child = subprocess.run(
         [sys.executable, str(HERE / "logs_child.py"), fmt, f"sqlite:///{tmp_path / 'store.sqlite'}"],
         capture_output=True,

@@ -6,8 +6,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-SANDBOX = Path(__file__).resolve().parents[2] / "sandbox"
+SANDBOX = ROOT / "sandbox"
 OURS = ("processor", "consumers", "producers", "schemas", "benchmarks", "tests")
 
 

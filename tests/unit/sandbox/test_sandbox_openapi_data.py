@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import tomllib
 from decimal import Decimal
-from pathlib import Path
 
 import httpx
 import pytest
+from paths import ROOT
 
 from sandbox.app import create_app
 from sandbox.clients import ClientRegistry
@@ -18,7 +18,6 @@ from sandbox.jsonutil import dumps, loads
 from sandbox.openapi import DOCUMENT_FILE, build_document
 from sandbox.state import Bank
 
-ROOT = Path(__file__).resolve().parents[2]
 RS = "/open-banking/v3.1/pisp"
 
 

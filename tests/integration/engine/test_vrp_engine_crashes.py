@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import child_pythonpath
 from sandbox_process import SandboxProcess
 from store_fixtures import StoreTarget
 from vrp_engine_support import (
@@ -311,7 +312,7 @@ async def test_a_killed_process_resumes_without_paying_twice(
                 "point": "create_vrp:after",
                 "payment": instruction,
             }
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parent.parent)])}
+            env = {**os.environ, "PYTHONPATH": child_pythonpath(HERE)}
             child = await asyncio.to_thread(
                 subprocess.run,
                 [sys.executable, str(HERE / "vrp_engine_child.py"), json.dumps(args)],

@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 from bank_support import key_pair
+from paths import ROOT
 
 from processor.cli.config import load_config, load_kafka_settings, parse_config
 from processor.cli.config_command import main as config_main
@@ -23,7 +24,6 @@ from processor.cli.config_source import KeyLines, Problems, read_settings
 from processor.domain.settings import ConfigError
 from processor.engine.settings import EngineSettings
 
-ROOT = Path(__file__).resolve().parents[2]
 SECRET = "file-secret-value-0123"
 ENV_SECRET = "env-secret-value-4567"
 

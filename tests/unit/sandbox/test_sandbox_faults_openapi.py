@@ -6,12 +6,12 @@ import base64
 import json
 import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+from paths import ROOT
 from sandbox_process import file_consent_example, vrp_consent_example
 from starlette.routing import Route
 
@@ -26,7 +26,7 @@ from sandbox.state import Bank
 
 BASE = "http://127.0.0.1:8711"
 FINANCIAL_ID = "0015800001041RHAAY"
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "sandbox-faults.md"
+DOCS = ROOT / "docs" / "sandbox-faults.md"
 
 
 def make_bank(admin: bool = False) -> Bank:

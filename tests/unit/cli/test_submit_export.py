@@ -1,7 +1,7 @@
 """`dispersion submit` without Kafka: the CSV and JSON layouts of docs/submit.md (header matching, delimiters, BOM,
 quoting, blank lines, batch columns against command-line options, defaults), the validation report (every bad row
 with its line, exit 1) and `--dry-run`. Producing to a real broker is in
-tests/integration/test_submit_status_cli.py."""
+tests/integration/cli/test_submit_status_cli.py."""
 
 from __future__ import annotations
 

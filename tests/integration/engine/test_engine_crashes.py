@@ -29,6 +29,7 @@ import httpx
 import pytest
 from bank_support import key_pair
 from engine_support import CLIENT_ID, CLIENT_SECRET, Rig, batch, engine_rig, instant_sleep
+from paths import child_pythonpath
 from store_fixtures import StoreTarget
 
 from processor.domain.file_states import FlowState
@@ -318,7 +319,7 @@ async def run_child(rig: Rig, target: StoreTarget, key: str, batch_id: str, poin
         "point": point,
         "batch_id": batch_id,
     }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parent.parent)])}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(HERE)}
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         str(HERE / "file_engine_child.py"),
