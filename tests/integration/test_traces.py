@@ -3,24 +3,37 @@ engine's steps, the approval, every bank call and the outbox, to the status mess
 batch arrived with is continued, sent on every bank call and published with every status message.
 
 The tracing is the processor's own (processor/cli/telemetry.py) with the SDK's in-memory exporter in place of OTLP;
-the bank is the sandbox on loopback, the store real (SQLite and PostgreSQL), the broker real in the last test.
+the bank is the sandbox on loopback, the store real (SQLite and PostgreSQL), the broker real in the Kafka test.
+Last, `dispersion processor` itself exports over OTLP/HTTP to a receiver on loopback when `[telemetry]
+otlp_endpoint` or OTEL_EXPORTER_OTLP_ENDPOINT names it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
 
+import httpx
 import pytest
+from bank_support import free_port, integration_table
 from confluent_kafka import Message
 from engine_support import Rig, batch, engine_rig
 from kafka_layer_support import new_topic, produce, read_topic, settings_for
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from processor_support import write_config
 
 import schemas
 from consumers.batches import BatchHandler, EngineIntake, batch_consumer
@@ -249,3 +262,88 @@ def _consume_one(consumer: AtLeastOnceConsumer, intake: EngineIntake) -> None:
 def _status_of(value: bytes | None) -> str:
     record = schemas.decode(STATUS_TOPIC, value or b"")
     return str(record["status"])
+
+
+class _Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver: keeps every export request (path and protobuf body), answers 200."""
+
+    received: ClassVar[list[tuple[str, bytes]]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.received.append((self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+    received: list[tuple[str, bytes]] = []
+    handler = type("Collector", (_Collector,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("how", ["config", "environment"])
+def test_the_processor_exports_its_spans_over_otlp_when_configured(
+    how: str, collector: tuple[str, list[tuple[str, bytes]]], tmp_path: Path
+) -> None:
+    endpoint, received = collector
+    tables: dict[str, dict[str, Any]] = {
+        "processor": {"store": f"sqlite:///{tmp_path / 'db.sqlite'}", "public_url": "http://127.0.0.1:8600"},
+        "integrations.sandbox": integration_table(_unserved(), retry={"max_attempts": 1}),
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["DISPERSION_STORE_ALLOW_DEV_KEY"] = "1"
+    if how == "config":
+        tables["telemetry"] = {"otlp_endpoint": endpoint}
+    else:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    config = tmp_path / "dispersion.toml"
+    write_config(config, tables)
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "processor.cli", "processor", "--config", str(config), "--role", "api",
+         "--listen", f"127.0.0.1:{port}", "--instance", "traced-7"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        ready = process.stdout.readline().decode()
+        assert ready.startswith("processor ready: "), ready or "no ready line (the error is on standard error)"
+        # The approver opens a link of no flow: refused, and a trace of its own.
+        answer = httpx.get(f"http://127.0.0.1:{port}/approve/file/batch-unknown?t=no-such-token", timeout=10)
+        assert answer.status_code == 404
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err.decode()[-3000:]
+
+    assert received, "nothing exported"
+    spans: list[tuple[str, dict[str, str]]] = []
+    for path, body in received:
+        assert path == "/v1/traces"
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource_spans in request.resource_spans:
+            resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+            spans.extend((s.name, resource) for scope in resource_spans.scope_spans for s in scope.spans)
+    assert "file approval link" in [name for name, _ in spans]
+    for _, resource in spans:
+        assert resource["service.name"] == "dispersion"
+        assert resource["service.instance.id"] == "traced-7"
+
+
+def _unserved() -> str:
+    """A loopback address where nothing listens (the api role starts even when its bank is down)."""
+    return f"http://127.0.0.1:{free_port()}"
