@@ -75,15 +75,6 @@ def continued(
         yield span
 
 
-@contextmanager
-def span(
-    name: str, *, kind: SpanKind = SpanKind.INTERNAL, attributes: Mapping[str, AttributeValue] | None = None
-) -> Iterator[Span]:
-    """A current span, child of the current one."""
-    with _tracer.start_as_current_span(name, kind=kind, attributes=attributes) as current:
-        yield current
-
-
 def tracing_on() -> bool:
     """Whether a tracer provider records spans (the composition layer installed one)."""
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
