@@ -15,13 +15,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 import pytest
@@ -29,10 +27,10 @@ from bank_support import free_port, integration_table
 from confluent_kafka import Message
 from engine_support import Rig, batch, engine_rig
 from kafka_layer_support import new_topic, produce, read_topic, settings_for
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from otlp_support import Collector, collector_fixture  # noqa: F401  (the fixture collector)
 from processor_support import write_config
 
 import schemas
@@ -264,42 +262,11 @@ def _status_of(value: bytes | None) -> str:
     return str(record["status"])
 
 
-class _Collector(BaseHTTPRequestHandler):
-    """An OTLP/HTTP receiver: keeps every export request (path and protobuf body), answers 200."""
-
-    received: ClassVar[list[tuple[str, bytes]]]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.received.append((self.path, body))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
-@pytest.fixture
-def collector() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
-    received: list[tuple[str, bytes]] = []
-    handler = type("Collector", (_Collector,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.mark.parametrize("how", ["config", "environment"])
 def test_the_processor_exports_its_spans_over_otlp_when_configured(
-    how: str, collector: tuple[str, list[tuple[str, bytes]]], tmp_path: Path
+    how: str, collector: Collector, tmp_path: Path
 ) -> None:
-    endpoint, received = collector
+    endpoint = collector.endpoint
     tables: dict[str, dict[str, Any]] = {
         "processor": {"store": f"sqlite:///{tmp_path / 'db.sqlite'}", "public_url": "http://127.0.0.1:8600"},
         "integrations.sandbox": integration_table(_unserved(), retry={"max_attempts": 1}),
@@ -330,18 +297,11 @@ def test_the_processor_exports_its_spans_over_otlp_when_configured(
         _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err.decode()[-3000:]
 
-    assert received, "nothing exported"
-    spans: list[tuple[str, dict[str, str]]] = []
-    for path, body in received:
-        assert path == "/v1/traces"
-        request = ExportTraceServiceRequest.FromString(body)
-        for resource_spans in request.resource_spans:
-            resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-            spans.extend((s.name, resource) for scope in resource_spans.scope_spans for s in scope.spans)
-    assert "file approval link" in [name for name, _ in spans]
-    for _, resource in spans:
-        assert resource["service.name"] == "dispersion"
-        assert resource["service.instance.id"] == "traced-7"
+    spans = collector.spans()
+    assert "file approval link" in [span.name for span in spans]
+    for span in spans:
+        assert span.resource["service.name"] == "dispersion"
+        assert span.resource["service.instance.id"] == "traced-7"
 
 
 def _unserved() -> str:
