@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 
 import structlog
 from confluent_kafka import Message
+from opentelemetry.trace import SpanKind
 
 import schemas
 from consumers.loop import Accept, AtLeastOnceConsumer, Reject, Retry, consumer_config
@@ -35,6 +36,7 @@ from processor.domain.file_states import FlowState
 from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.intake import accept_batch, prepare_batch
+from processor.engine.tracing import continued, traceparent_of
 from processor.store import Store, StoreError
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import KafkaSettings, producer_config
@@ -114,7 +116,24 @@ class BatchHandler:
         self._codec = schemas.WireCodec(BATCHES_TOPIC, wire)  # reads both wire formats
 
     def __call__(self, message: Message) -> LoopVerdict:
-        """Accept, or reject with the reason (the loop dead-letters it)."""
+        """Accept, or reject with the reason (the loop dead-letters it). A span `process TOPIC` continues the
+        trace of the message's `traceparent` header (a new trace without one); the flow keeps its context."""
+        topic = message.topic() or BATCHES_TOPIC
+        attributes: dict[str, str | int] = {
+            "messaging.system": "kafka",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": topic,
+            "messaging.destination.partition.id": str(message.partition()),
+            "messaging.kafka.offset": int(message.offset() or 0),
+        }
+        with continued(
+            f"process {topic}", traceparent_of(message.headers()), kind=SpanKind.CONSUMER, attributes=attributes
+        ) as span:
+            verdict = self._handle(message)
+            span.set_attribute("dispersion.verdict", type(verdict).__name__)
+            return verdict
+
+    def _handle(self, message: Message) -> LoopVerdict:
         value = message.value()
         if value is None:
             return Reject("tombstone: the message has no value")

@@ -295,8 +295,10 @@ async def engine_rig(
     callback_url: bool = False,
     sandbox_options: dict[str, Any] | None = None,
     integration_options: dict[str, Any] | None = None,
+    bank_options: dict[str, Any] | None = None,
 ) -> AsyncIterator[Rig]:
-    """Start the sandbox and our callback API on loopback around a store; yields the rig."""
+    """Start the sandbox and our callback API on loopback around a store; yields the rig. `bank_options` go to
+    the engine's bank clients besides the rig's own (e.g. the tracing's `instrument`)."""
     clock = ManualClock()
     bank_sock, bank_port = bound_socket()
     api_sock, api_port = bound_socket()
@@ -345,7 +347,7 @@ async def engine_rig(
         clock=clock,
         settings=settings,
         checkpoint=lambda point, flow_id: box[0](point, flow_id),
-        bank_options={"sleep": instant_sleep, "transport": sent},
+        bank_options={"sleep": instant_sleep, "transport": sent, **(bank_options or {})},
     )
     async with (
         serve(create_sandbox_app(bank), bank_sock),

@@ -213,17 +213,35 @@ class KafkaProducer:
         if error is not None:
             self.errors.append(error)
 
-    def send(self, logical: str, key: str, record: Mapping[str, Any], *, flush: bool = True) -> bytes:
-        """Encode and produce one record (keyed by `key`); the encoded value."""
+    def send(
+        self,
+        logical: str,
+        key: str,
+        record: Mapping[str, Any],
+        *,
+        flush: bool = True,
+        headers: list[tuple[str, str | bytes]] | None = None,
+    ) -> bytes:
+        """Encode and produce one record (keyed by `key`, with `headers`); the encoded value."""
         value = schemas.encode(logical, dict(record))
-        self.send_raw(logical, key.encode(), value, flush=flush)
+        self.send_raw(logical, key.encode(), value, flush=flush, headers=headers)
         return value
 
-    def send_raw(self, logical: str, key: bytes | None, value: bytes | None, *, flush: bool = True) -> None:
+    def send_raw(
+        self,
+        logical: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        flush: bool = True,
+        headers: list[tuple[str, str | bytes]] | None = None,
+    ) -> None:
         """Produce bytes as they are (e.g. a poison message)."""
         while True:
             try:
-                self.producer.produce(self.topics[logical], key=key, value=value, on_delivery=self._on_delivery)
+                self.producer.produce(
+                    self.topics[logical], key=key, value=value, headers=headers, on_delivery=self._on_delivery
+                )
                 break
             except BufferError:
                 self.producer.poll(0.1)
@@ -246,6 +264,7 @@ class Event:
     key: str
     record: dict[str, Any]
     raw: bytes
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
     @property
     def status(self) -> str:
@@ -293,7 +312,8 @@ class TopicLog:
                 raw = message.value() or b""
                 record = schemas.decode(self.logical, raw) if self.decode else {}
                 key = (message.key() or b"").decode()
-                new.append(Event(message.partition() or 0, message.offset() or 0, key, record, raw))
+                headers = tuple(message.headers() or ())
+                new.append(Event(message.partition() or 0, message.offset() or 0, key, record, raw, headers))
             if not messages and time.monotonic() >= deadline:
                 break
         self.events.extend(new)

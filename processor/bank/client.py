@@ -70,6 +70,11 @@ SWEEPING = "UK.OBIE.VRPType.Sweeping"
 log = structlog.get_logger("processor.bank")
 
 
+OPERATION_EXTENSION = "dispersion.operation"
+"""The httpx request extension naming the spec operation of a call ("A1 create file-payment-consent"), for
+whoever watches the client's requests (the tracing names each bank call's span by it)."""
+
+
 def new_idempotency_key() -> str:
     """A fresh key for a creating call (a UUID, 36 characters). Persist it before the call that uses it."""
     return str(uuid.uuid4())
@@ -141,6 +146,7 @@ class BankClient:
         monotonic: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
         retry_policy: RetryPolicy | None = None,
+        instrument: Callable[[httpx.AsyncClient], None] | None = None,
     ) -> None:
         self.integration = integration
         self.clock: Clock = clock or SystemClock()
@@ -157,6 +163,8 @@ class BankClient:
             follow_redirects=False,
             headers={"User-Agent": "dispersion-processor"},
         )
+        if instrument is not None:  # e.g. the tracing of the composition layer (processor/cli/telemetry.py)
+            instrument(self._http)
         r = integration.retry
         self.retry_policy = retry_policy or RetryPolicy(
             max_attempts=r.max_attempts,
@@ -243,7 +251,9 @@ class BankClient:
             sent_at = self.clock.now()
             started = self._monotonic()
             try:
-                response = await self._http.request(method, url, headers=sent, content=content)
+                response = await self._http.request(
+                    method, url, headers=sent, content=content, extensions={OPERATION_EXTENSION: operation}
+                )
             except httpx.RequestError as exc:
                 error = _transport_error(exc, operation, interaction_id)
                 BANK_CALL_SECONDS.labels(operation, "transport").observe(self._monotonic() - started)

@@ -197,6 +197,12 @@ class Config:
         """The `[admin]` table, validated (no token: the admin API refuses every request)."""
         return admin_settings(self.sections.get("admin"), source=self.source)
 
+    @property
+    def otlp_endpoint(self) -> str | None:
+        """`[telemetry] otlp_endpoint`: the OTLP/HTTP collector traces go to (None: not configured)."""
+        value = self.sections.get("telemetry", {}).get("otlp_endpoint")
+        return None if value is None else str(value)
+
     def integration(self, name: str) -> Integration:
         """The named integration; a KeyError listing the configured ones otherwise."""
         try:
@@ -309,6 +315,8 @@ def _config(settings: FileSettings, base_dir: Path, source: str, problems: Probl
         sections["engine"] = _engine(settings.engine, problems)
     if "exports" in settings.model_fields_set:
         sections["exports"] = _plain(settings.exports)
+    if "telemetry" in settings.model_fields_set:
+        sections["telemetry"] = _plain(settings.telemetry.model_dump())
     kafka = _kafka(settings.kafka, problems)
     if problems.found:
         return None

@@ -326,6 +326,14 @@ class EngineTable(Table):
     """A used `state` whose code exchange left no tokens may be retried after this."""
 
 
+class TelemetryTable(Table):
+    """`[telemetry]`: where traces go (processor/cli/telemetry.py; none by default)."""
+
+    otlp_endpoint: HttpUrl | None = None
+    """OTLP/HTTP collector, e.g. http://collector:4318 (spans to /v1/traces); default:
+    $OTEL_EXPORTER_OTLP_ENDPOINT, else no traces are exported."""
+
+
 SETTINGS_CONFIG = SettingsConfigDict(
     env_prefix=ENV_PREFIX,
     env_nested_delimiter=ENV_DELIMITER,
@@ -346,6 +354,7 @@ class FileSettings(LayeredSettings):
     processor: ProcessorTable = ProcessorTable()
     kafka: KafkaTable = KafkaTable()
     engine: EngineTable = EngineTable()
+    telemetry: TelemetryTable = TelemetryTable()
     integrations: Annotated[dict[str, IntegrationTable], Check(_tables, {"minProperties": 1})]
     """One table per bank integration: [integrations.NAME]."""
     exports: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -23,6 +23,9 @@ leaves the group); the worker stops claiming and lets in-flight steps finish (`-
 them: each step is safe to resume); the relay delivers what it handed to Kafka; the HTTP server closes. Exit
 status 0. Fenced by a live instance of the same name: the message says so, exit status 1.
 
+With `[telemetry] otlp_endpoint` (or OTEL_EXPORTER_OTLP_ENDPOINT) every batch is a trace, exported with OTLP
+(processor/cli/telemetry.py, docs/operations.md).
+
 The first line on standard output is `processor ready: api=http://HOST:PORT instance=NAME` once everything runs.
 """
 
@@ -63,6 +66,7 @@ from processor.bank import IssuerMismatch
 from processor.cli.common import QuietServer, bind, listen_address
 from processor.cli.config import Config, default_config_path, load_config
 from processor.cli.logs import configure_logging
+from processor.cli.telemetry import Telemetry, start_telemetry
 from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.vrp import attach_vrp
@@ -138,9 +142,14 @@ class Processor:
     grace: float = 30.0
     stop_event: threading.Event = field(default_factory=threading.Event)
     threads: list[_Thread] = field(default_factory=list)
+    telemetry: Telemetry | None = None  # traces, when configured (processor/cli/telemetry.py)
 
     def __post_init__(self) -> None:
-        self.engine: Engine = build_engine(self.config, self.store)
+        bank_options = None
+        if self.telemetry is not None:
+            self.telemetry.observe(self.store)
+            bank_options = self.telemetry.bank_options()
+        self.engine: Engine = build_engine(self.config, self.store, bank_options=bank_options)
         self.console_auth = console_auth(self.config.sections.get("console"), source=self.config.source)
         self.vrp = attach_vrp(self.engine)
         self._stopped = asyncio.Event()
@@ -327,9 +336,14 @@ def main(argv: list[str]) -> int:
     except (ConfigError, KafkaSetupError, StoreError) as exc:
         print(f"dispersion processor: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    telemetry = start_telemetry(config.otlp_endpoint, instance=instance)
     try:
-        processor = Processor(config, kafka, store, role=args.role, instance=instance, grace=args.grace)
+        processor = Processor(
+            config, kafka, store, role=args.role, instance=instance, grace=args.grace, telemetry=telemetry
+        )
         return asyncio.run(_serve(processor, sock))
     finally:
         sock.close()
         store.close()
+        if telemetry is not None:
+            telemetry.shutdown()

@@ -54,6 +54,7 @@ from processor.domain.steps import Approval
 from processor.domain.time import Clock, SystemClock, iso_ms
 from processor.engine.banks import BankPool, UnknownIntegrationError
 from processor.engine.settings import EngineSettings
+from processor.engine.tracing import continued, tracing_on
 from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx
 
 log = structlog.get_logger("processor.engine.authorization")
@@ -88,6 +89,7 @@ class PendingAuthorization:
     - `awaiting`: True only while the flow waits for its approver; any other state (not yet ready, already
       authorised, rejected, expired, ended) makes the link refuse and the callback skip the token exchange.
     - `state`: the flow's state name, shown in logs; what the link answers for it comes from the kind's table.
+    - `traceparent`: the trace context kept with the flow (W3C text), continued by the link and the redirect.
     """
 
     integration: str
@@ -96,6 +98,7 @@ class PendingAuthorization:
     deadline: datetime | None
     awaiting: bool
     state: str
+    traceparent: str | None = None
 
 
 @runtime_checkable
@@ -223,7 +226,10 @@ class Authorizer:
         kind = Kind.of_link(link)
         if kind is None or kind not in self.kinds or not token or len(token) > MAX_PARAM or len(flow_id) > MAX_PARAM:
             return refused
-        with structlog.contextvars.bound_contextvars(**{kind.log_field: flow_id}):
+        with (
+            structlog.contextvars.bound_contextvars(**{kind.log_field: flow_id}),
+            continued(f"{kind.value} approval link", await self._trace_of(kind, flow_id)),
+        ):
             return await self._open_link(kind, flow_id, token, refused)
 
     async def _open_link(self, kind: Kind, flow_id: str, token: str, refused: Outcome) -> Outcome:
@@ -308,8 +314,19 @@ class Authorizer:
         if kind not in self.kinds:
             return Outcome(400, "unknown_state", "This authorization response is not one we started.")
         # Every line logged from here on (the bank client's E6 and A3 included) names the flow.
-        with structlog.contextvars.bound_contextvars(**{kind.log_field: attempt.flow_id}):
+        with (
+            structlog.contextvars.bound_contextvars(**{kind.log_field: attempt.flow_id}),
+            continued(f"{kind.value} authorization redirect", await self._trace_of(kind, attempt.flow_id)),
+        ):
             return await self._complete(attempt, kind, params)
+
+    async def _trace_of(self, kind: Kind, flow_id: str) -> str | None:
+        """The trace context kept with the flow, read only while traces are recorded."""
+        if not tracing_on():
+            return None
+        hooks = self.kinds.hooks(kind)
+        pending = await self.store.arun(lambda tx: hooks.consent_for(tx, flow_id), write=False)
+        return None if pending is None else pending.traceparent
 
     async def _complete(self, attempt: AuthAttempt, kind: Kind, params: Mapping[str, str]) -> Outcome:
         code = params.get("code", "")

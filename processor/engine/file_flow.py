@@ -471,6 +471,7 @@ class FileAuthorizationHooks(AuthorizationHooks):
             deadline=flow.authorization_deadline,
             awaiting=flow.state == FlowState.AWAITING_AUTHORIZATION,
             state=flow.state,
+            traceparent=flow.traceparent,
         )
 
     def _awaiting(self, tx: StoreTx, flow_id: str, consent_id: str | None) -> Flow:

@@ -28,6 +28,7 @@ from processor.domain.payload import build_file_payload
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
 from processor.engine.file_events import status_payload
+from processor.engine.tracing import continued, current_traceparent
 from processor.store import Flow, Store, StoreTx
 from processor.store.values import money, sha256_hex
 from schemas.topics import STATUS_TOPIC
@@ -152,8 +153,9 @@ def prepare_batch(
     )
 
 
-def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> IntakeResult:
-    """Insert a prepared batch (RECEIVED, or INVALID with its event) unless its id exists."""
+def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime, traceparent: str | None = None) -> IntakeResult:
+    """Insert a prepared batch (RECEIVED, or INVALID with its event) unless its id exists; `traceparent` (W3C
+    text) is kept with the flow, so its steps continue the batch's trace."""
     if prepared.batch_id is None:
         return IntakeResult(None, False, FlowState.INVALID, prepared.reason)
     if prepared.reason is not None:
@@ -165,6 +167,7 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> Intak
             state=FlowState.INVALID,
             payload_checked=True,  # the batch id was read from it: it parsed
             content_sha256=prepared.content_sha256,
+            traceparent=traceparent,
         )
         flow = created.row
         if not created.created:
@@ -184,6 +187,7 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> Intak
         next_action_at=now,
         payload_checked=True,
         content_sha256=prepared.content_sha256,
+        traceparent=traceparent,
     )
     flow = created.row
     return IntakeResult(flow, created.created, flow.state, None, created.same_document)
@@ -204,10 +208,31 @@ async def accept_batch(
     now: datetime,
     integrations: Collection[str] | None = None,
     limits: ValidationLimits = DEFAULT_LIMITS,
+    traceparent: str | None = None,
 ) -> IntakeResult:
     """Parse, validate and store one batch (see the module docstring). `integrations`: the configured names;
     a batch naming another is INVALID. Checking runs before the transaction (in a thread), so a big batch holds
-    no lock while it is validated; a batch id already stored is answered without validating again."""
+    no lock while it is validated; a batch id already stored is answered without validating again.
+
+    The intake is a span (`intake batch`) continuing `traceparent` (the W3C text the batch came with), or the
+    current span (the consumer's) without it; its context is stored with the flow."""
+    parent = traceparent if traceparent is not None else current_traceparent()
+    with continued("intake batch", parent) as span:
+        result = await _accept(store, raw, now=now, integrations=integrations, limits=limits)
+        if result.flow is not None:
+            span.set_attribute("dispersion.batch_id", result.flow.batch_id)
+        span.set_attribute("dispersion.intake", "created" if result.created else "known")
+        return result
+
+
+async def _accept(
+    store: Store,
+    raw: str | bytes | Mapping[str, Any],
+    *,
+    now: datetime,
+    integrations: Collection[str] | None,
+    limits: ValidationLimits,
+) -> IntakeResult:
     document, _ = _document(raw)
     batch_id = readable_batch_id(document)
     if batch_id is not None:
@@ -216,4 +241,5 @@ async def accept_batch(
             same = existing.payload_sha256 in (document_content_sha256(document), sha256_hex(_as_text(raw)))
             return IntakeResult(existing, False, existing.state, None, same)
     prepared = await asyncio.to_thread(prepare_batch, raw, integrations=integrations, limits=limits)
-    return await store.arun(lambda tx: store_batch(tx, prepared, now=now))
+    traceparent = current_traceparent()
+    return await store.arun(lambda tx: store_batch(tx, prepared, now=now, traceparent=traceparent))

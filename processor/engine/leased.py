@@ -29,6 +29,7 @@ from processor.domain.kinds import Kind
 from processor.domain.steps import Rule, Wait, handled_states
 from processor.domain.time import utc_ms
 from processor.engine.context import EngineContext
+from processor.engine.tracing import continued
 from processor.store import Operation, StoreTx, VersionConflictError
 
 log = structlog.get_logger("processor.engine.leased")
@@ -136,7 +137,7 @@ class LeasedFlow(Generic[T]):
         current = item
         try:
             while True:
-                current = await self.step(current, owner=owner)
+                current = await self.traced_step(current, owner=owner)
                 rule = self.rule(current.state)
                 if rule is None or rule.handler is None or current.lease_owner != owner:
                     break
@@ -152,6 +153,15 @@ class LeasedFlow(Generic[T]):
         if current.lease_owner == owner:
             await self.release(current.key, owner=owner)
         return current
+
+    async def traced_step(self, item: T, *, owner: str) -> T:
+        """`step` as a span named by the kind and the handler (`file create_consent`), continuing the trace whose
+        context is kept with the row (a file flow's: its batch's), whichever instance runs it and when."""
+        rule = self.rule(item.state)
+        handler = rule.handler if rule is not None and rule.handler else "settle"
+        attributes = {"dispersion.kind": self.kind.value, "dispersion.key": item.key, "dispersion.state": item.state}
+        with continued(f"{self.kind.value} {handler}", getattr(item, "traceparent", None), attributes=attributes):
+            return await self.step(item, owner=owner)
 
     async def step(self, item: T, *, owner: str) -> T:
         """Run the handler the state table names for the row's state; a state without one has nothing to do

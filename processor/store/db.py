@@ -48,6 +48,7 @@ import psycopg.errors
 from psycopg.rows import dict_row
 
 from processor.domain.time import iso_ms, utc_ms
+from processor.store.observe import Observer
 
 Dialect = Literal["sqlite", "postgresql"]
 _PG_RETRYABLE = (
@@ -197,6 +198,7 @@ class Tx:
         # report): libpq keeps its buffers at the largest size they reached, so the pool closes the connection
         # after the transaction instead of keeping them.
         self.oversized = False
+        self.observer: Observer | None = None  # set by `Store.transaction` (see processor.store.observe)
 
     def _run(self, sql: str, params: Params) -> tuple[list[Row] | None, int]:
         try:

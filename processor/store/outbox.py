@@ -150,9 +150,28 @@ class Outbox:
         event_id: str | None = None,
     ) -> OutboxEvent:
         """Append an event for (topic, key) with the next sequence number. With a `status`, refuse (raise
-        `StatusConflictError`) unless its rank is above every status already emitted for the key."""
+        `StatusConflictError`) unless its rank is above every status already emitted for the key. The store's
+        observer (if any) may add headers (the trace context) to those given."""
         if status is not None and rank is None:
             raise ValueError("a status event needs a rank")
+        observer = self.tx.observer
+        if observer is None:
+            return self._append(topic, key, payload, now, headers, status, rank, event_id)
+        with observer.event(topic=topic, key=key, status=status) as added:
+            merged = {**added, **(headers or {})} if added else headers
+            return self._append(topic, key, payload, now, merged, status, rank, event_id)
+
+    def _append(
+        self,
+        topic: str,
+        key: str,
+        payload: Mapping[str, Any],
+        now: datetime,
+        headers: Mapping[str, str] | None,
+        status: str | None,
+        rank: int | None,
+        event_id: str | None,
+    ) -> OutboxEvent:
         now = utc_ms(now)
         # Lock (or create) the key's row first: it orders concurrent appends and guards the status check.
         head = self.tx.fetchone(

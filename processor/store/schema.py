@@ -241,12 +241,18 @@ _V4 = (
 # without reading the batches' payloads.
 _V5 = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integration, file_reference)",)
 
+# Traces (issue 13): the W3C `traceparent` of the span that received a batch, kept with its flow so steps run
+# later, by any instance, continue the batch's trace. Text: the store knows nothing of OpenTelemetry.
+# (Version 6 is taken by another branch; the numbers only need to ascend.)
+_V7 = ("ALTER TABLE flows ADD COLUMN traceparent TEXT",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
     Migration(3, "side-effect request bytes", _V3),
     Migration(4, "operator: dead letters, replays, retry batches", _V4),
     Migration(5, "console: batches listed by creation time", _V5),
+    Migration(7, "flows: the trace context of the batch", _V7),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
 from processor.store.crypto import Cipher
 from processor.store.db import Database, Dialect, StoreBusyError, Tx, connect
 from processor.store.flows import AuthAttempts, FlowRepo, SideEffects, TokenRepo, require_cipher
+from processor.store.observe import Observer
 from processor.store.operator import OperatorRepo
 from processor.store.outbox import Outbox
 from processor.store.schema import migrate
@@ -93,6 +94,7 @@ class Store:
     def __init__(self, db: Database, cipher: Cipher | None = None) -> None:
         self.db = db
         self.cipher = cipher
+        self.observer: Observer | None = None  # told of transactions and events (processor.store.observe)
 
     @classmethod
     def open(
@@ -127,7 +129,10 @@ class Store:
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[StoreTx]:
         """A transaction exposing the repositories; commits at the end of the block, rolls back on error."""
-        with self.db.transaction(write=write) as tx:
+        observer = self.observer
+        watched = nullcontext() if observer is None else observer.transaction(write=write, dialect=self.dialect)
+        with watched, self.db.transaction(write=write) as tx:
+            tx.observer = observer
             yield StoreTx(tx, self.cipher)
 
     def run(self, work: Callable[[StoreTx], T], *, write: bool = True, retries: int = 2) -> T:
