@@ -295,8 +295,10 @@ async def engine_rig(
     callback_url: bool = False,
     sandbox_options: dict[str, Any] | None = None,
     integration_options: dict[str, Any] | None = None,
+    sandbox_wrapper: Callable[[Any], Any] | None = None,
 ) -> AsyncIterator[Rig]:
-    """Start the sandbox and our callback API on loopback around a store; yields the rig."""
+    """Start the sandbox and our callback API on loopback around a store; yields the rig. `sandbox_wrapper`
+    wraps the sandbox's ASGI app (a hostile resource server answering some routes itself)."""
     clock = ManualClock()
     bank_sock, bank_port = bound_socket()
     api_sock, api_port = bound_socket()
@@ -348,7 +350,7 @@ async def engine_rig(
         bank_options={"sleep": instant_sleep, "transport": sent},
     )
     async with (
-        serve(create_sandbox_app(bank), bank_sock),
+        serve((sandbox_wrapper or (lambda app: app))(create_sandbox_app(bank)), bank_sock),
         serve(callback_app(engine), api_sock),
         httpx.AsyncClient(timeout=10, follow_redirects=False) as http,
     ):
