@@ -27,6 +27,7 @@ class Wait(StrEnum):
     POLL = "poll"  # doubling from the engine's poll_first up to poll_max (a payment the bank is working on)
     CHECK = "check"  # poll_max, never past the authorization deadline (awaiting the approver, a parked payment)
     DEADLINE = "deadline"  # only at the authorization deadline (to expire the flow)
+    WATCH = "watch"  # consent_watch_interval, never past the deadline (a consent awaiting its approver is read)
 
 
 class Approval(StrEnum):

@@ -54,6 +54,7 @@ from processor.domain.kinds import Kind
 from processor.domain.steps import Approval
 from processor.domain.time import Clock, SystemClock, iso_ms
 from processor.engine.banks import BankPool, UnknownIntegrationError
+from processor.engine.consent_watch import consent_status
 from processor.engine.redirect_checks import approval_url_problem, issuer_problem
 from processor.engine.settings import EngineSettings
 from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx
@@ -62,13 +63,6 @@ log = structlog.get_logger("processor.engine.authorization")
 
 # The bank's consent status once the approver authorised it (file and VRP consents alike).
 CONSENT_AUTHORISED = "Authorised"
-
-
-async def _consent_status(bank: BankClient, kind: Kind, consent_id: str) -> str:
-    """The consent's status at the bank (A: file-payment consent, B: VRP consent), client-credentials token."""
-    if kind is Kind.FILE:
-        return (await bank.get_file_consent(consent_id, echo_file=False)).status
-    return (await bank.get_vrp_consent(consent_id)).status
 
 
 class Stranded(Enum):
@@ -478,7 +472,7 @@ class Authorizer:
         deliver them (its redirect in flight, its exchange running), send the flow back for a new consent
         (`hooks.on_stranded`). Reading the status is the only bank call; a failure to read changes nothing."""
         try:
-            status = await _consent_status(bank, kind, consent_id)
+            status = await consent_status(bank, kind, consent_id)
         except BankError as exc:
             log.warning("could not read the consent's status", flow_id=flow_id, error=type(exc).__name__)
             return Stranded.NO

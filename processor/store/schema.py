@@ -241,12 +241,20 @@ _V4 = (
 # without reading the batches' payloads.
 _V5 = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integration, file_reference)",)
 
+# One refresh of a consent's tokens at a time across instances (processor/store/refresh_claims.py): a bank that
+# rotates refresh tokens refuses the second of two concurrent refresh grants.
+_V6 = (
+    "ALTER TABLE consent_tokens ADD COLUMN refresh_owner TEXT",
+    "ALTER TABLE consent_tokens ADD COLUMN refresh_until {TS}",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
     Migration(3, "side-effect request bytes", _V3),
     Migration(4, "operator: dead letters, replays, retry batches", _V4),
     Migration(5, "console: batches listed by creation time", _V5),
+    Migration(6, "consent token refresh claims", _V6),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (
