@@ -296,9 +296,11 @@ async def engine_rig(
     sandbox_options: dict[str, Any] | None = None,
     integration_options: dict[str, Any] | None = None,
     bank_options: dict[str, Any] | None = None,
+    sandbox_wrapper: Callable[[Any], Any] | None = None,
 ) -> AsyncIterator[Rig]:
     """Start the sandbox and our callback API on loopback around a store; yields the rig. `bank_options` go to
-    the engine's bank clients besides the rig's own (e.g. the tracing's `instrument`)."""
+    the engine's bank clients besides the rig's own (e.g. the tracing's `instrument`); `sandbox_wrapper` wraps
+    the sandbox's ASGI app (a hostile resource server answering some routes itself)."""
     clock = ManualClock()
     bank_sock, bank_port = bound_socket()
     api_sock, api_port = bound_socket()
@@ -350,7 +352,7 @@ async def engine_rig(
         bank_options={"sleep": instant_sleep, "transport": sent, **(bank_options or {})},
     )
     async with (
-        serve(create_sandbox_app(bank), bank_sock),
+        serve((sandbox_wrapper or (lambda app: app))(create_sandbox_app(bank)), bank_sock),
         serve(callback_app(engine), api_sock),
         httpx.AsyncClient(timeout=10, follow_redirects=False) as http,
     ):

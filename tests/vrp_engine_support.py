@@ -162,14 +162,17 @@ class VrpRig:
 
     # -- the engine -----------------------------------------------------------------------------------------
 
-    def new_engine(self, *, tpp_name: str | None = None) -> tuple[Engine, VrpEngine]:
+    def new_engine(self, *, tpp_name: str | None = None, transport: Any = None) -> tuple[Engine, VrpEngine]:
         """Another engine on the same store, bank and clock (another process; e.g. after a crash); `tpp_name`:
-        deployed with the integration's TPP name changed (the VRP bodies it builds name the TPP)."""
+        deployed with the integration's TPP name changed (the VRP bodies it builds name the TPP); `transport`:
+        its bank client's httpx transport (a `Recording`)."""
         config = self.config
         if tpp_name is not None:
             integration = replace(config.integration("sandbox"), tpp_name=tpp_name)
             config = replace(config, integrations={"sandbox": integration})
-        return assemble(config, self.store, self.settings, self.clock, self.checkpoint_box, self.advance)
+        return assemble(
+            config, self.store, self.settings, self.clock, self.checkpoint_box, self.advance, transport=transport
+        )
 
     def crash_at(self, point: str | None) -> None:
         """From now on crash at `point` (None: never)."""
@@ -255,15 +258,17 @@ def assemble(
     clock: ShiftedClock,
     box: list[Checkpoint],
     sleep: Any,
+    *,
+    transport: Any = None,
 ) -> tuple[Engine, VrpEngine]:
-    """An engine with flow B attached, as a deployment builds it."""
+    """An engine with flow B attached, as a deployment builds it (`transport`: its bank client's, if given)."""
     engine = build_engine(
         config,
         store,
         clock=clock,
         settings=settings,
         checkpoint=lambda point, flow_id: box[0](point, flow_id),
-        bank_options={"sleep": instant_sleep},
+        bank_options={"sleep": instant_sleep, **({"transport": transport} if transport is not None else {})},
     )
     return engine, attach_vrp(engine, sleep=sleep)
 

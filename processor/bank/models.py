@@ -191,6 +191,8 @@ class Discovery:
     token_endpoint_auth_methods_supported: tuple[str, ...]
     grant_types_supported: tuple[str, ...]
     raw: Mapping[str, Any] = field(repr=False)
+    # RFC 9207: the authorization server puts `iss` on every redirect; a redirect without it is then refused.
+    authorization_response_iss_parameter_supported: bool = False
 
     @classmethod
     def parse(cls, body: Mapping[str, Any]) -> Discovery:
@@ -208,6 +210,8 @@ class Discovery:
             else (),
             grant_types_supported=strings(body, "grant_types_supported") if "grant_types_supported" in body else (),
             raw=body,
+            authorization_response_iss_parameter_supported=body.get("authorization_response_iss_parameter_supported")
+            is True,
         )
 
 

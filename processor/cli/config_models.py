@@ -324,6 +324,10 @@ class EngineTable(Table):
         EngineSettings.exchange_recovery_after
     )
     """A used `state` whose code exchange left no tokens may be retried after this."""
+    consent_watch_interval: Annotated[float, Range(*ENGINE_LIMITS["consent_watch_interval"])] = (
+        EngineSettings.consent_watch_interval
+    )
+    """Seconds between two reads of a consent awaiting its approver (a rejection whose redirect was lost)."""
 
 
 class TelemetryTable(Table):

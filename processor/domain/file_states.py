@@ -6,6 +6,7 @@ One flow per batch:
        │                  │                      │        │                          │              │
        └──▶ INVALID       └──▶ FAILED            │        └──▶ REJECTED              └──▶ FAILED    ├──▶ COMPLETED
        └──▶ FAILED                               └──▶ EXPIRED (authorization deadline passed)        └──▶ FAILED
+                                                 (REJECTED also when the consent reads Rejected at the bank)
 
 One move goes back: AWAITING_AUTHORIZATION ──▶ RECEIVED when the bank holds the consent authorised but its
 tokens never reached us (the answer to the code exchange was lost): the flow creates a fresh consent behind the
@@ -62,9 +63,9 @@ FILE_TABLE: dict[FlowState, Rule[FlowState]] = {
     _S.RECEIVED: Rule("create_consent", frozenset({_S.CONSENT_CREATED, _S.INVALID, _S.FAILED})),
     _S.CONSENT_CREATED: Rule("upload_file", frozenset({_S.AWAITING_AUTHORIZATION, _S.FAILED})),
     _S.AWAITING_AUTHORIZATION: Rule(
-        "expire_if_due",
+        "watch_authorization",
         frozenset({_S.AUTHORIZED, _S.REJECTED, _S.EXPIRED, _S.RECEIVED}),
-        Wait.DEADLINE,
+        Wait.WATCH,
         Approval.AWAITING,
     ),
     _S.AUTHORIZED: Rule("create_payment", frozenset({_S.INITIATED, _S.FAILED}), approval=Approval.AUTHORIZED),

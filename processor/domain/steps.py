@@ -25,8 +25,8 @@ class Wait(StrEnum):
     """How long a flow waits in a state before the engine looks again."""
 
     POLL = "poll"  # doubling from the engine's poll_first up to poll_max (a payment the bank is working on)
-    CHECK = "check"  # poll_max, never past the authorization deadline (awaiting the approver, a parked payment)
-    DEADLINE = "deadline"  # only at the authorization deadline (to expire the flow)
+    CHECK = "check"  # poll_max, never past the authorization deadline (a parked payment)
+    WATCH = "watch"  # consent_watch_interval, never past the deadline (a consent awaiting its approver is read)
 
 
 class Approval(StrEnum):

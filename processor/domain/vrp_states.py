@@ -84,7 +84,7 @@ MANDATE_TABLE: dict[Mandate, Rule[Mandate]] = {
     _M.AWAITING_AUTHORIZATION: Rule(
         "watch_authorization",
         frozenset({_M.AUTHORIZED, _M.REJECTED, _M.EXPIRED, _M.RECEIVED}),
-        Wait.CHECK,
+        Wait.WATCH,
         Approval.AWAITING,
     ),
     _M.AUTHORIZED: Rule(None, frozenset(), approval=Approval.AUTHORIZED),

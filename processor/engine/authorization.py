@@ -17,10 +17,11 @@ Sequence (see docs/engine.md):
       -> hooks.consent_for(tx, flow_id): token, deadline, still awaiting?          (else a refusal page)
       -> new auth attempt: state (256 bits) + PKCE verifier (encrypted), committed
       -> E4 PAR (fresh request_uri every time), E5 authorization URL
-      -> 302 to the bank
+      -> 302 to the bank, only when that URL is discovery's authorization_endpoint with our request_uri (else 502)
     bank redirects  GET {redirect_uri path}?code&state&iss   (or ?error=access_denied&state)
                     POST {redirect_uri path} {"redirect_url": "..."}
-      -> consume state (single use, unexpired); check iss == the integration's issuer when present
+      -> check iss == the integration's issuer when present, and present when discovery says the bank sends it
+         (RFC 9207; else 400 and the state stays usable); consume state (single use, unexpired)
       -> the flow must still await authorization of the attempt's consent (else no exchange)
       -> E6 code exchange -> tokens stored encrypted + hooks.on_authorized(...) in one transaction
       -> error=access_denied -> hooks.on_rejected(...)
@@ -53,6 +54,8 @@ from processor.domain.kinds import Kind
 from processor.domain.steps import Approval
 from processor.domain.time import Clock, SystemClock, iso_ms
 from processor.engine.banks import BankPool, UnknownIntegrationError
+from processor.engine.consent_watch import consent_status
+from processor.engine.redirect_checks import approval_url_problem, issuer_problem
 from processor.engine.settings import EngineSettings
 from processor.engine.tracing import continued, tracing_on
 from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx
@@ -61,13 +64,6 @@ log = structlog.get_logger("processor.engine.authorization")
 
 # The bank's consent status once the approver authorised it (file and VRP consents alike).
 CONSENT_AUTHORISED = "Authorised"
-
-
-async def _consent_status(bank: BankClient, kind: Kind, consent_id: str) -> str:
-    """The consent's status at the bank (A: file-payment consent, B: VRP consent), client-credentials token."""
-    if kind is Kind.FILE:
-        return (await bank.get_file_consent(consent_id, echo_file=False)).status
-    return (await bank.get_vrp_consent(consent_id)).status
 
 
 class Stranded(Enum):
@@ -275,6 +271,7 @@ class Authorizer:
         try:
             par = await bank.push_authorization_request(consent_id, pkce, state)
             url = await bank.authorization_url(consent_id, par.request_uri)
+            unsafe = approval_url_problem(url, (await bank.discovery()).authorization_endpoint, par.request_uri)
         except BankError as exc:
             log.warning("approval link: PAR failed", kind=kind, flow_id=flow_id, error=type(exc).__name__)
             found = Stranded.NO
@@ -292,6 +289,9 @@ class Authorizer:
             return Outcome(
                 502, "bank_refused", "The bank could not start the authorization. Try the link again shortly.", **where
             )
+        if unsafe is not None:  # never an open redirect, whatever the resource server answers
+            log.warning("approval link: authorization URL refused", kind=kind, flow_id=flow_id, reason=unsafe)
+            return Outcome(502, "bank_refused", "The bank answered with an address we do not trust.", **where)
         log.info("approval link opened; PAR pushed", kind=kind, flow_id=flow_id, consent_id=consent_id)
         return Outcome(302, "redirect", "Continue at your bank.", location=url, **where)
 
@@ -338,9 +338,18 @@ class Authorizer:
             integration = self.banks.integration(attempt.integration)
         except UnknownIntegrationError:
             return Outcome(400, "unknown_state", "This authorization response is not one we started.", **where)
-        if iss is not None and iss != integration.issuer:
-            log.warning("redirect from another issuer; ignored", flow_id=attempt.flow_id, iss=iss[:200])
-            return Outcome(400, "issuer_mismatch", "The authorization response comes from another issuer.", **where)
+        iss_required = False
+        if iss is None:  # refused when the bank says it always sends iss (RFC 9207); the state is not used up
+            try:
+                bank = await self.banks.get(attempt.integration)
+                iss_required = (await bank.discovery()).authorization_response_iss_parameter_supported
+            except BankError as exc:
+                log.warning("redirect: bank discovery unavailable", flow_id=attempt.flow_id, error=type(exc).__name__)
+                return Outcome(503, "bank_unavailable", "The bank cannot be reached right now. Try again.", **where)
+        refused = issuer_problem(params, integration.issuer, iss_required=iss_required)
+        if refused is not None:
+            log.warning("redirect refused", flow_id=attempt.flow_id, reason=refused[0], iss=(iss or "")[:200])
+            return Outcome(400, *refused, **where)
         hooks = self.kinds.hooks(kind)
         now = self.clock.now()
         consumed = await self.store.arun(lambda tx: tx.auth.consume(state, now=now))
@@ -480,7 +489,7 @@ class Authorizer:
         deliver them (its redirect in flight, its exchange running), send the flow back for a new consent
         (`hooks.on_stranded`). Reading the status is the only bank call; a failure to read changes nothing."""
         try:
-            status = await _consent_status(bank, kind, consent_id)
+            status = await consent_status(bank, kind, consent_id)
         except BankError as exc:
             log.warning("could not read the consent's status", flow_id=flow_id, error=type(exc).__name__)
             return Stranded.NO

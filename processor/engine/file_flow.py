@@ -2,7 +2,8 @@
 
     RECEIVED         create_consent  A1 create consent     -> CONSENT_CREATED
     CONSENT_CREATED  upload_file     A2 upload the file    -> AWAITING_AUTHORIZATION   publishes AUTHORIZATION_REQUIRED
-    AWAITING_...     expire_if_due   (the approver; `FileAuthorizationHooks` move it on) -> EXPIRED at the deadline
+    AWAITING_...     watch_authorization  (the approver; `FileAuthorizationHooks` move it on) reads the consent:
+                                          Rejected at the bank -> REJECTED, the deadline -> EXPIRED
     AUTHORIZED       create_payment  A3 create the payment -> INITIATED                publishes INITIATED
     INITIATED        poll_payment    A4 read (backing off), report-file -> COMPLETED | FAILED with the results
 
@@ -28,6 +29,7 @@ from processor.domain.file_states import FlowState, move, outcome_of_bank_status
 from processor.domain.kinds import Kind
 from processor.domain.time import iso_ms
 from processor.engine.authorization import AuthorizationHooks, PendingAuthorization, approval_link
+from processor.engine.consent_watch import look_at_consent
 from processor.engine.context import EngineContext
 from processor.engine.file_events import (
     currency_in_tx,
@@ -203,30 +205,28 @@ class FileFlow(LeasedFlow[Flow]):
 
     # -- waiting for the approver -----------------------------------------------------------------------------
 
-    async def expire_if_due(self, flow: Flow, owner: str) -> Flow:
-        """While the approver decides: nothing until the deadline, then EXPIRED."""
-        now = self.now()
-        deadline = flow.authorization_deadline
-        if deadline is not None and now < deadline:
-            return await self.update(flow, owner, next_action_at=deadline, release_lease=True)
-        currency = await self.payloads.currency(flow)
-        reason = "the approver did not authorise before the deadline" + (
-            f" ({iso_ms(deadline)})" if deadline is not None else ""
+    async def watch_authorization(self, flow: Flow, owner: str) -> Flow:
+        """While the approver decides: read the consent every `consent_watch_interval` (`consent_watch`); it
+        ends REJECTED when the bank says Rejected (a rejection whose redirect was lost), EXPIRED at the deadline."""
+        look = await look_at_consent(
+            self,
+            key=flow.batch_id,
+            state=flow.state,
+            integration=flow.integration,
+            consent_id=flow.consent_id,
+            deadline=flow.authorization_deadline,
         )
-        event = status_event(flow, FlowState.EXPIRED, now, currency=currency, reason=reason)
+        if look.ending is None:
+            return await self.update(flow, owner, next_action_at=look.next_at, release_lease=True)
+        now = self.now()
+        end = FlowState(look.ending.value)
+        event = status_event(flow, end, now, currency=await self.payloads.currency(flow), reason=look.reason)
         updated = await self.ctx.store.arun(
             lambda tx: tx.flows.transition(
-                flow,
-                FlowState.EXPIRED,
-                now=now,
-                owner=owner,
-                event=event,
-                next_action_at=None,
-                last_error=None,
-                release_lease=True,
+                flow, end, now=now, owner=owner, event=event, next_action_at=None, last_error=None, release_lease=True
             )
         )
-        log.info("authorization deadline passed", batch_id=flow.batch_id)
+        log.info("flow ended while awaiting authorization", batch_id=flow.batch_id, state=end.value)
         return updated
 
     # -- A3 ---------------------------------------------------------------------------------------------------

@@ -193,15 +193,15 @@ class LeasedFlow(Generic[T]):
 
     def next_look(self, state: str, now: datetime, *, attempt: int = 0, deadline: datetime | None = None) -> datetime:
         """When a row waiting in `state` is looked at again, by the table's `wait` for it: a pending payment
-        after doubling waits (`attempt`), a check every `poll_max` never past the `deadline`, or the deadline."""
+        after doubling waits (`attempt`), a check every `poll_max` (a consent awaiting its approver: every
+        `consent_watch_interval`) never past the `deadline`."""
         rule = self.rule(state)
         wait = None if rule is None else rule.wait
         settings = self.ctx.settings
         if wait is Wait.POLL:
             return now + timedelta(seconds=settings.poll_delay(attempt))
-        if wait is Wait.DEADLINE and deadline is not None:
-            return deadline
-        later = now + timedelta(seconds=settings.poll_max)
+        every = settings.consent_watch_interval if wait is Wait.WATCH else settings.poll_max
+        later = now + timedelta(seconds=every)
         return later if deadline is None else min(later, deadline)
 
     async def retry_later(

@@ -24,6 +24,7 @@ from processor.domain.time import iso_ms
 from processor.domain.vrp_requests import CONSENT_CREATED_KEY, consent_parts
 from processor.domain.vrp_states import Mandate, move_mandate
 from processor.engine.authorization import PendingAuthorization, approval_link
+from processor.engine.consent_watch import look_at_consent
 from processor.engine.leased import LeasedFlow
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.vrp_moves import consent_created_at, mandate_request, move_mandate_tx, settle_parked_payments
@@ -31,7 +32,6 @@ from processor.store import Operation, StoreTx, VrpMandate
 
 log = structlog.get_logger("processor.engine.vrp")
 
-BANK_REJECTED = "Rejected"
 BANK_AUTHORISED = "Authorised"
 
 
@@ -120,40 +120,33 @@ class MandateFlow(LeasedFlow[VrpMandate]):
         return refuse
 
     async def watch_authorization(self, mandate: VrpMandate, owner: str) -> VrpMandate:
-        """While awaiting the approver: read the consent (B3); Rejected at the bank ends the mandate, and so
-        does the authorization deadline (EXPIRED)."""
-        assert mandate.consent_id is not None
-        now = self.now()
-        consent: VrpConsent | None = None
-        try:
-            bank = await self.ctx.banks.get(mandate.integration)
-            consent = await bank.get_vrp_consent(mandate.consent_id)
-        except BankError as error:
-            log.warning("could not read the VRP consent", mandate_id=mandate.mandate_id, error=describe(error))
-        deadline = mandate.authorization_deadline
-        bank_status = None if consent is None else consent.status
-        if bank_status == BANK_REJECTED or (deadline is not None and now >= deadline):
-            if bank_status == BANK_REJECTED:
-                target, reason = Mandate.REJECTED, "the consent is Rejected at the bank"
-            else:
-                assert deadline is not None
-                target, reason = Mandate.EXPIRED, f"not authorised before the deadline {iso_ms(deadline)}"
-
-            def end(tx: StoreTx) -> VrpMandate:
-                moved = move_mandate_tx(
-                    tx, mandate, target, now=now, owner=owner, reason=reason, bank_status=bank_status
-                )
-                settle_parked_payments(tx, moved, now=now)
-                return moved
-
-            log.info("mandate ended while awaiting authorization", mandate_id=mandate.mandate_id, state=target.value)
-            return await self.ctx.store.arun(end)
-        return await self.update(
-            mandate,
-            owner,
-            bank_status=bank_status or mandate.bank_status,
-            next_action_at=self.next_look(mandate.state, now, deadline=deadline),
+        """While awaiting the approver: read the consent (B3) every `consent_watch_interval` (`consent_watch`);
+        Rejected at the bank ends the mandate, and so does the authorization deadline (EXPIRED)."""
+        look = await look_at_consent(
+            self,
+            key=mandate.mandate_id,
+            state=mandate.state,
+            integration=mandate.integration,
+            consent_id=mandate.consent_id,
+            deadline=mandate.authorization_deadline,
         )
+        bank_status = look.bank_status
+        if look.ending is None:
+            return await self.update(
+                mandate, owner, bank_status=bank_status or mandate.bank_status, next_action_at=look.next_at
+            )
+        now = self.now()
+        target = Mandate(look.ending.value)
+
+        def end(tx: StoreTx) -> VrpMandate:
+            moved = move_mandate_tx(
+                tx, mandate, target, now=now, owner=owner, reason=look.reason, bank_status=bank_status
+            )
+            settle_parked_payments(tx, moved, now=now)
+            return moved
+
+        log.info("mandate ended while awaiting authorization", mandate_id=mandate.mandate_id, state=target.value)
+        return await self.ctx.store.arun(end)
 
 
 class MandateAuthorizationHooks:

@@ -12,6 +12,7 @@
     attempt_ttl = 600                 # seconds an authorization attempt (`state`) stays usable
     duplicate_wait = 10.0             # a repeated redirect waits this long for the first one to finish
     exchange_recovery_after = 30      # a used `state` whose code exchange left no tokens may be retried after this
+    consent_watch_interval = 60       # seconds between two reads of a consent awaiting its approver
 
 Unknown keys and out-of-range values are refused with the key named, like the rest of the configuration.
 """
@@ -42,6 +43,7 @@ class EngineSettings:
     attempt_ttl: float = 600.0
     duplicate_wait: float = 10.0
     exchange_recovery_after: float = 30.0
+    consent_watch_interval: float = 60.0
 
     def poll_delay(self, attempt: int) -> float:
         """Wait before the next read of a pending payment: doubling from `poll_first`, capped at `poll_max`."""
@@ -65,6 +67,7 @@ ENGINE_LIMITS: dict[str, tuple[float, float]] = {
     "attempt_ttl": (10, 86_400),
     "duplicate_wait": (0, 120),
     "exchange_recovery_after": (1, 86_400),
+    "consent_watch_interval": (1, 86_400),
 }
 
 

@@ -241,9 +241,15 @@ _V4 = (
 # without reading the batches' payloads.
 _V5 = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integration, file_reference)",)
 
+# One refresh of a consent's tokens at a time across instances (processor/store/refresh_claims.py): a bank that
+# rotates refresh tokens refuses the second of two concurrent refresh grants.
+_V6 = (
+    "ALTER TABLE consent_tokens ADD COLUMN refresh_owner TEXT",
+    "ALTER TABLE consent_tokens ADD COLUMN refresh_until {TS}",
+)
+
 # Traces (issue 13): the W3C `traceparent` of the span that received a batch, kept with its flow so steps run
 # later, by any instance, continue the batch's trace. Text: the store knows nothing of OpenTelemetry.
-# (Version 6 is taken by another branch; the numbers only need to ascend.)
 _V7 = ("ALTER TABLE flows ADD COLUMN traceparent TEXT",)
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -252,6 +258,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "side-effect request bytes", _V3),
     Migration(4, "operator: dead letters, replays, retry batches", _V4),
     Migration(5, "console: batches listed by creation time", _V5),
+    Migration(6, "consent token refresh claims", _V6),
     Migration(7, "flows: the trace context of the batch", _V7),
 )
 

@@ -29,6 +29,7 @@ from processor.store.flows import AuthAttempts, FlowRepo, SideEffects, TokenRepo
 from processor.store.observe import Observer
 from processor.store.operator import OperatorRepo
 from processor.store.outbox import Outbox
+from processor.store.refresh_claims import RefreshClaims
 from processor.store.schema import migrate
 from processor.store.vrp import MandateRepo, VrpPaymentRepo
 
@@ -66,6 +67,11 @@ class StoreTx:
     def tokens(self) -> TokenRepo:
         """Encrypted per-consent tokens; needs the store key."""
         return TokenRepo(self.raw, require_cipher(self._cipher))
+
+    @property
+    def refresh_claims(self) -> RefreshClaims:
+        """Who refreshes a consent's tokens right now (one refresh at a time per consent)."""
+        return RefreshClaims(self.raw)
 
     @property
     def mandates(self) -> MandateRepo:

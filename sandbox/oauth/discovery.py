@@ -92,6 +92,9 @@ def discovery_document(issuer: str) -> dict[str, Any]:
         "userinfo_encryption_alg_values_supported": [],
         "userinfo_encryption_enc_values_supported": [],
         "response_modes_supported": ["query", "fragment"],
+        # Not in the spec's table, but every redirect of this bank carries `iss` (RFC 9207): say so, so that a
+        # client refuses a redirect without it (a mix-up attack strips it).
+        "authorization_response_iss_parameter_supported": True,
         "mtls_endpoint_aliases": {
             "token_endpoint": token,
             "revocation_endpoint": revoke,

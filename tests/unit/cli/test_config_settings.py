@@ -376,6 +376,15 @@ def test_the_engine_table_follows_the_engine_settings() -> None:
     assert EngineSettings(**EngineTable().model_dump()) == EngineSettings()
 
 
+def test_the_consent_watch_interval_is_read_and_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, CONFIG.replace("concurrency = 4", "concurrency = 4\nconsent_watch_interval = 300"))
+    assert load_config(path, environ={}).engine.consent_watch_interval == 300.0
+    assert EngineSettings().consent_watch_interval == 60.0
+    path = write(tmp_path, CONFIG.replace("concurrency = 4", "concurrency = 4\nconsent_watch_interval = 0.5"))
+    assert config_main(["check", "--config", str(path)]) == 2
+    assert "engine.consent_watch_interval: must be between 1 and 86400, got 0.5" in capsys.readouterr().err
+
+
 def test_config_check_reports_ok_or_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path)
     assert config_main(["check", "--config", str(path)]) == 0

@@ -39,7 +39,7 @@ def test_happy_path_publishes_each_status_once_in_order() -> None:
     assert [FILE_TABLE[s].handler for s in HAPPY] == [
         "create_consent",
         "upload_file",
-        "expire_if_due",
+        "watch_authorization",
         "create_payment",
         "poll_payment",
         None,
