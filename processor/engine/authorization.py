@@ -462,7 +462,15 @@ class Authorizer:
             pending = await self.store.arun(lambda tx: hooks.consent_for(tx, attempt.flow_id), write=False)
             if pending is None:
                 return Outcome(400, "unknown_state", "This authorization response is not one we started.", **where)
-            if not pending.awaiting or pending.consent_id != attempt.consent_id:
+            if pending.awaiting and pending.consent_id != attempt.consent_id:
+                # The consent was replaced (its exchange's answer was lost): the approver must decide again.
+                return Outcome(
+                    409,
+                    "superseded",
+                    "This authorization response belongs to an earlier request. Open the approval link again.",
+                    **where,
+                )
+            if not pending.awaiting:
                 return Outcome(200, "duplicate", "This authorization response was already received.", **where)
             if waited >= self.settings.duplicate_wait:
                 break

@@ -280,6 +280,32 @@ async def test_crash_after_the_code_exchange_gets_a_new_consent_and_pays_once(st
         assert rig.count("file_payment") == 1
 
 
+async def test_the_old_redirect_after_a_replacement_sends_the_approver_back_to_the_link(store: Store) -> None:
+    """After the consent was replaced (its exchange's answer was lost), the first consent's redirect delivered
+    again must not answer "already received" while the flow waits for the approver on the new consent: the
+    approver would stop there and the batch would wait until its deadline. It answers 409, open the link."""
+    async with engine_rig(store, settings=SETTINGS) as rig:
+        document = batch()
+        batch_id = document["batch_id"]
+        await rig.submit(document)
+        await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
+        redirect = await _decided_redirect(rig, batch_id)
+        params = {k: v[0] for k, v in parse_qs(urlsplit(redirect).query).items()}
+        with pytest.raises(Crash):
+            await doomed_engine(rig, "exchange:after").authorizer.complete(params)
+        rig.clock.advance(SETTINGS.exchange_recovery_after + 1)
+        replaced = await rig.http.get(redirect)
+        assert replaced.status_code == 409 and "approve once more" in replaced.text, replaced.text
+        await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION, engine=rig.new_engine())
+        again = await rig.http.get(redirect)  # the approver reloads the old page
+        assert again.status_code == 409, again.text
+        assert "approval link" in again.text and "already received" not in again.text, again.text
+        assert rig.flow(batch_id).state == FlowState.AWAITING_AUTHORIZATION
+        await authorised(rig, batch_id)
+        await rig.to_state(batch_id, FlowState.COMPLETED, FlowState.FAILED, engine=rig.new_engine())
+        assert rig.flow(batch_id).state == FlowState.COMPLETED and rig.count("file_payment") == 1
+
+
 async def test_the_link_opened_again_while_the_redirect_is_on_its_way_does_not_replace_the_consent(
     store: Store,
 ) -> None:
