@@ -51,6 +51,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from consumers.attempts import StoreAttempts
 from consumers.batches import BatchHandler, EngineIntake
 from consumers.loop import AtLeastOnceConsumer, ConsumerFencedError, Handler, consumer_config, route
 from consumers.vrp import VrpIntake, vrp_handlers
@@ -236,7 +237,8 @@ class Processor:
         config = consumer_config(
             self.kafka, "processor", instance=self.instance, **{"client.id": f"dispersion-processor-{self.instance}"}
         )
-        return AtLeastOnceConsumer(config, list(handlers), route(handlers), dead_letters)
+        attempts = StoreAttempts(self.store, self.engine.ctx.clock.now)  # survives a crash of this process
+        return AtLeastOnceConsumer(config, list(handlers), route(handlers), dead_letters, attempts=attempts)
 
     def _start_threads(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self.kafka is not None

@@ -241,12 +241,27 @@ _V4 = (
 # without reading the batches' payloads.
 _V5 = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integration, file_reference)",)
 
+# The consumer's attempt counter (issue 10), counted before each message is handed to its handler: a message that
+# kills the process is dead-lettered after `poison_attempts` restarts instead of killing every one of them.
+_V6 = (
+    """CREATE TABLE delivery_attempts (
+    topic TEXT NOT NULL,
+    source_partition INTEGER NOT NULL,
+    source_offset BIGINT NOT NULL,
+    attempts INTEGER NOT NULL CHECK (attempts >= 0),
+    first_at {TS} NOT NULL,
+    last_at {TS} NOT NULL,
+    PRIMARY KEY (topic, source_partition, source_offset)
+)""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
     Migration(3, "side-effect request bytes", _V3),
     Migration(4, "operator: dead letters, replays, retry batches", _V4),
     Migration(5, "console: batches listed by creation time", _V5),
+    Migration(6, "consumer attempts per message", _V6),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (
