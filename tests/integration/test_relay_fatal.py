@@ -1,5 +1,6 @@
-"""A fatal Kafka producer error in a running processor's outbox relay (issue 10): a real broker, a real PostgreSQL
-store, a processor instance in this process with its real consumer, relay and HTTP server on loopback.
+"""A fatal Kafka producer error (issue 10) in a running processor's outbox relay: a real broker, a real PostgreSQL
+store, a processor instance in this process with its real consumer, relay and HTTP server on loopback; and in the
+dead-letter publisher, on the real broker.
 
 Only the failure is faked: the relay's first producer (a real librdkafka producer, wrapped) turns fatal on its
 third message, as the idempotent producer does when the broker fences it. That message reaches the broker but is
@@ -17,13 +18,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from bank_support import integration_table
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, Producer
+from kafka_fixtures import create_topic
+from kafka_layer_support import read_topic
 from processor_support import (
     BATCHES_TOPIC,
     STATUS_TOPIC,
@@ -39,6 +43,7 @@ from store_fixtures import StoreTarget
 from processor.cli.config import parse_config
 from processor.cli.service import Processor
 from processor.store import Cipher, Store
+from producers.dlq import DeadLetterError, DeadLetterPublisher
 from producers.kafka import KafkaSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(180)]
@@ -51,12 +56,12 @@ class TrippingProducer:
     broker has it) but its delivery report carries `FATAL`; the error callback gets `FATAL` on the next poll; every
     later produce raises `KafkaException(FATAL)` as librdkafka's does after a fatal error."""
 
-    def __init__(self, config: dict[str, Any], healthy: int) -> None:
+    def __init__(self, config: dict[str, Any], healthy: int, *, tripped: bool = False) -> None:
         self.real = Producer(config)
         self.error_cb: Callable[[KafkaError], None] = config["error_cb"]
         self.healthy = healthy
         self.produced = 0
-        self.tripped = False
+        self.tripped = tripped
         self._report_error = False
 
     def produce(self, topic: str, **kwargs: Any) -> None:
@@ -105,6 +110,57 @@ class ProducerFactory:
             producer = Producer(config)
         self.made.append(producer)
         return producer
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """The parts of a consumed message a dead letter keeps."""
+
+    source_topic: str
+    source_key: bytes
+
+    def value(self) -> bytes:
+        return b"not avro"
+
+    def key(self) -> bytes:
+        return self.source_key
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        return []
+
+    def topic(self) -> str:
+        return self.source_topic
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return 41
+
+    def timestamp(self) -> tuple[int, int]:
+        return (TIMESTAMP_CREATE_TIME, 1_795_000_000_000)
+
+
+def test_the_dead_letter_publisher_replaces_a_producer_broken_by_a_fatal_error(kafka_bootstrap: str) -> None:
+    dlq = unique_id("test.dlq")
+    create_topic(kafka_bootstrap, dlq, partitions=1)
+    made: list[Any] = []
+
+    def factory(config: dict[str, Any]) -> Any:  # the first producer is already broken, the next one is real
+        made.append(TrippingProducer(config, 0, tripped=True) if not made else Producer(config))
+        return made[-1]
+
+    publisher = DeadLetterPublisher({"bootstrap.servers": kafka_bootstrap}, topic=dlq, producer_factory=factory)
+    message = Consumed("payroll.batches", b"ERP-GARBAGE")
+    try:
+        with pytest.raises(DeadLetterError, match="Producer fenced"):  # not acknowledged: the consumer retries
+            publisher.publish(message, "undecodable: not avro")
+        publisher.publish(message, "undecodable: not avro")  # the retry, through a new producer
+    finally:
+        publisher.close()
+    assert len(made) == 2
+    letters = read_topic(kafka_bootstrap, dlq, expect=1)
+    assert [letter.key for letter in letters] == [b"ERP-GARBAGE"]
 
 
 def _free_socket() -> socket.socket:
