@@ -16,7 +16,7 @@ from processor.store.db import Tx
 
 
 class DeliveryAttempts:
-    """The `delivery_attempts` table (migration 6)."""
+    """The `delivery_attempts` table (migration 8)."""
 
     def __init__(self, tx: Tx) -> None:
         self.tx = tx

@@ -243,7 +243,7 @@ _V5 = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integr
 
 # The consumer's attempt counter (issue 10), counted before each message is handed to its handler: a message that
 # kills the process is dead-lettered after `poison_attempts` restarts instead of killing every one of them.
-_V6 = (
+_V8 = (
     """CREATE TABLE delivery_attempts (
     topic TEXT NOT NULL,
     source_partition INTEGER NOT NULL,
@@ -261,7 +261,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "side-effect request bytes", _V3),
     Migration(4, "operator: dead letters, replays, retry batches", _V4),
     Migration(5, "console: batches listed by creation time", _V5),
-    Migration(6, "consumer attempts per message", _V6),
+    Migration(8, "consumer attempts per message", _V8),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

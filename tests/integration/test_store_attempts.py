@@ -1,4 +1,4 @@
-"""The consumer's attempt log in the store (`tx.attempts`, migration 6) on both engines, through the adapter the
+"""The consumer's attempt log in the store (`tx.attempts`, migration 8) on both engines, through the adapter the
 processor injects into its consumer loop (`consumers.attempts.StoreAttempts`): counts survive a new `Store` on the
 same database (a restarted process), a retracted attempt is taken back, and a commit clears the partition's
 messages below the committed offset only."""
