@@ -17,7 +17,13 @@ Failures:
   letter is not acknowledged: the
   message is retried in place (seek back, back off up to `max_backoff` seconds, poll again), never skipped;
 - the handler raises anything else (a bug that this message triggers): retried `poison_attempts` times, then
-  dead-lettered with the exception as the reason, so one message cannot stop its partition for good.
+  dead-lettered with the exception as the reason, so one message cannot stop its partition for good;
+- the message kills the process (out of memory, a crash in a library): each attempt is counted in an
+  `AttemptLog` *before* the message is handed to the handler, so the restarts count too; once a message has had
+  `poison_attempts` attempts, the next delivery dead-letters it ("not handled after N attempts") without handing
+  it over again. The processor injects a log kept in its store (consumers/attempts.py), which outlives the
+  process; the default one lives in memory (enough for handler exceptions). A passing failure (`Retry`, a dead
+  letter not acknowledged) is not counted; an attempt log that cannot be written is a passing failure too.
 
 Static group membership: a consumer built for a named instance (`consumer_config(..., instance=NAME)`) joins with
 `group.instance.id = NAME` unless `[kafka] static_membership = false`. The broker then keeps the instance's
@@ -103,6 +109,50 @@ class DeadLetterSink(Protocol):
     def publish(self, message: Any, reason: str, *, batch_id: str | None = None) -> None: ...
 
 
+class AttemptLog(Protocol):
+    """Counts the attempts at each message (`topic`, `partition`, `offset`); may raise when it cannot (the loop
+    then retries the message later, without handing it over)."""
+
+    def begin(self, topic: str, partition: int, offset: int) -> int:
+        """Count one more attempt, before the handler runs; the attempts so far, this one included."""
+        ...
+
+    def retract(self, topic: str, partition: int, offset: int) -> None:
+        """Take back the attempt just begun: it ended in a passing failure."""
+        ...
+
+    def clear(self, topic: str, partition: int, below: int) -> None:
+        """Forget the partition's messages before offset `below`: they are done."""
+        ...
+
+
+class MemoryAttempts:
+    """An `AttemptLog` in memory: counts handler exceptions, forgets everything when the process ends."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, int, int], int] = {}
+
+    def begin(self, topic: str, partition: int, offset: int) -> int:
+        """Count one more attempt; the attempts so far."""
+        slot = (topic, partition, offset)
+        self._counts[slot] = self._counts.get(slot, 0) + 1
+        return self._counts[slot]
+
+    def retract(self, topic: str, partition: int, offset: int) -> None:
+        """Take back the last attempt."""
+        slot = (topic, partition, offset)
+        left = self._counts.get(slot, 0) - 1
+        if left > 0:
+            self._counts[slot] = left
+        else:
+            self._counts.pop(slot, None)
+
+    def clear(self, topic: str, partition: int, below: int) -> None:
+        """Forget the partition's messages before `below`."""
+        for slot in [s for s in self._counts if s[0] == topic and s[1] == partition and s[2] < below]:
+            del self._counts[slot]
+
+
 class ConsumerFencedError(KafkaException):
     """The broker fenced this consumer: another live member of the group joined with the same `group.instance.id`
     (two instances with one name). Fatal: the consumer cannot continue."""
@@ -174,6 +224,7 @@ class AtLeastOnceConsumer:
         poll_timeout: float = 0.5,
         max_backoff: float = 10.0,
         poison_attempts: int = 3,
+        attempts: AttemptLog | None = None,
     ) -> None:
         self.topics = list(topics)
         self.handler = handler
@@ -186,7 +237,7 @@ class AtLeastOnceConsumer:
         self._group_id = str(config.get("group.id", ""))
         self._instance_id = config.get("group.instance.id")
         self._done: dict[tuple[str, int], int] = {}  # handled, not yet committed: next offset per partition
-        self._failures: dict[tuple[str, int, int], int] = {}  # (topic, partition, offset) -> failed attempts
+        self.attempts: AttemptLog = attempts or MemoryAttempts()
         self._backoff = 0.0
         self._subscribed = False
         self._closed = False
@@ -231,7 +282,11 @@ class AtLeastOnceConsumer:
         except KafkaException as exc:
             log.warning("commit_failed", error=str(exc.args[0] if exc.args else exc))
         for slot in slots:
-            self._done.pop(slot, None)
+            below = self._done.pop(slot)
+            try:
+                self.attempts.clear(slot[0], slot[1], below)
+            except Exception as exc:  # a stale count of a done message: it only matters if that message returns
+                log.warning("attempts_clear_failed", topic=slot[0], partition=slot[1], error=str(exc))
 
     # -- the loop -----------------------------------------------------------------------------------------------
 
@@ -272,20 +327,31 @@ class AtLeastOnceConsumer:
     def _handle(self, message: Message) -> bool:
         """Handle one message; False when it must be retried (the caller rewinds)."""
         topic, partition, offset = message.topic() or "", message.partition() or 0, message.offset() or 0
-        slot = (topic, partition, offset)
         try:
-            try:
-                verdict = self.handler(message)
-            except DeadLetterError:
-                raise
-            except Exception as exc:
-                attempts = self._failures.get(slot, 0) + 1
-                self._failures[slot] = attempts
-                log.exception("handler_failed", topic=topic, partition=partition, offset=offset, attempt=attempts)
-                if attempts < self.poison_attempts:
-                    return False
-                verdict = Reject(f"processing failed {attempts} times: {type(exc).__name__}: {exc}")
+            attempts = self.attempts.begin(topic, partition, offset)  # before the handler: a crash counts
+        except Exception as exc:  # the log cannot be written (its store is down): a passing failure
+            log.warning("message_retry_later", topic=topic, partition=partition, offset=offset, error=str(exc))
+            return False
+        try:
+            if attempts > self.poison_attempts:
+                # Earlier attempts never finished (they took the process down) or failed: not handed over again.
+                verdict: Verdict = Reject(
+                    f"not handled after {attempts - 1} attempts (the process stopped while handling it, or the "
+                    "handler failed); not handed to the handler again"
+                )
+                log.error("message_gave_up", topic=topic, partition=partition, offset=offset, attempts=attempts - 1)
+            else:
+                try:
+                    verdict = self.handler(message)
+                except DeadLetterError:
+                    raise
+                except Exception as exc:
+                    log.exception("handler_failed", topic=topic, partition=partition, offset=offset, attempt=attempts)
+                    if attempts < self.poison_attempts:
+                        return False
+                    verdict = Reject(f"processing failed {attempts} times: {type(exc).__name__}: {exc}")
             if isinstance(verdict, Retry):
+                self._retract(topic, partition, offset)
                 log.warning(
                     "message_retry_later", topic=topic, partition=partition, offset=offset, error=verdict.reason
                 )
@@ -296,12 +362,18 @@ class AtLeastOnceConsumer:
             else:
                 CONSUMED.labels(topic, verdict.outcome).inc()
         except DeadLetterError as exc:
+            self._retract(topic, partition, offset)
             log.warning("message_retry_later", topic=topic, partition=partition, offset=offset, error=str(exc))
             return False
-        self._failures.pop(slot, None)
         self._done[(topic, partition)] = offset + 1
         self._backoff = 0.0
         return True
+
+    def _retract(self, topic: str, partition: int, offset: int) -> None:
+        try:
+            self.attempts.retract(topic, partition, offset)
+        except Exception as exc:  # counted once too often: at worst dead-lettered one attempt early
+            log.warning("attempts_retract_failed", topic=topic, partition=partition, offset=offset, error=str(exc))
 
     def _rewind(self, remaining: Sequence[Message]) -> None:
         """Seek every partition in `remaining` back to its first unhandled message, so nothing is skipped."""

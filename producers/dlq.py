@@ -11,17 +11,22 @@ The record (schema `payroll_batches_dlq`) holds the original value, key and head
 was read (topic, partition, offset), its timestamp, the reason and the batch id when it could be read. The
 dead letter's key is the original key, so dead letters of one batch stay in order too. The dead letter is written in
 the deployment's wire format (`schemas.WireCodec`).
+
+A fatal producer error (librdkafka's: the idempotent producer fenced, out of sequence) fails that dead letter
+(`DeadLetterError`: the consumer sends it again later) and the next one goes through a new producer made
+in-process; the consumer never dies of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message, Producer
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 
 import schemas
 from schemas.topics import DLQ_TOPIC
@@ -112,6 +117,7 @@ class DeadLetterPublisher:
         timeout: float = 30.0,
         wire: schemas.WireSettings | None = None,
         recorder: Callable[[DeadLetterReceipt], None] | None = None,
+        producer_factory: Callable[[dict[str, Any]], Producer] | None = None,
     ) -> None:
         self.topic = topic
         self.timeout = timeout
@@ -119,7 +125,27 @@ class DeadLetterPublisher:
         self._codec = schemas.WireCodec(DLQ_TOPIC, wire)
         # A delivery report always comes within the timeout (success or failure), so a dead letter that timed out
         # cannot still be delivered later behind the consumer's back.
-        self._producer = Producer({"message.timeout.ms": int(timeout * 1000), **config})
+        self._config: dict[str, Any] = {"message.timeout.ms": int(timeout * 1000), **config, "error_cb": self._on_error}
+        self._factory = producer_factory or Producer
+        self._fatal: KafkaError | None = None
+        self._producer = self._factory(self._config)
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._fatal = error
+
+    def _renew_if_broken(self) -> None:
+        # A fatal error (e.g. the idempotent producer fenced) leaves the producer useless: make a new one in-process.
+        # The dead letter being sent may have been written all the same; the consumer sends it again (a duplicate
+        # dead letter, recorded once: the record is keyed by where the message was read).
+        if self._fatal is None:
+            return
+        log.error("dead_letter_producer_fatal", error=str(self._fatal))
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._producer.purge()
+            self._producer.poll(0)
+        self._producer = self._factory(self._config)
+        self._fatal = None
 
     def publish(self, message: SourceMessage, reason: str, *, batch_id: str | None = None) -> None:
         """Send the dead letter and return once the broker acknowledged it; `DeadLetterError` otherwise."""
@@ -132,17 +158,26 @@ class DeadLetterPublisher:
         headers: list[tuple[str, str | bytes | None]] = [("reason", reason[:200].encode("utf-8"))]
         if batch_id is not None:
             headers.append(("batch_id", batch_id.encode("utf-8")))
-        self._producer.produce(
-            self.topic,
-            value=value,
-            key=record["original_key"],
-            headers=headers,
-            on_delivery=lambda err, msg: outcome.append((err, msg)),
-        )
-        self._producer.flush(self.timeout + 5)
+        self._renew_if_broken()
+        try:
+            self._producer.produce(
+                self.topic,
+                value=value,
+                key=record["original_key"],
+                headers=headers,
+                on_delivery=lambda err, msg: outcome.append((err, msg)),
+            )
+            self._producer.flush(self.timeout + 5)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and error.fatal():
+                self._fatal = error
+            raise DeadLetterError(f"dead letter to {self.topic} not written: {exc}") from exc
         if not outcome:
             raise DeadLetterError(f"dead letter to {self.topic} not acknowledged within {self.timeout} s")
         if outcome[0][0] is not None:
+            if outcome[0][0].fatal():
+                self._fatal = outcome[0][0]
             raise DeadLetterError(f"dead letter to {self.topic} failed: {outcome[0][0]}")
         if self.recorder is not None:
             delivered = outcome[0][1]

@@ -34,10 +34,17 @@ Guarantees, and why:
   past its lease deliver late.
 - An event that cannot be encoded (an engine bug) blocks its key only, with an error log, so later events of that
   batch never overtake it; other keys go on.
+- A fatal producer error (librdkafka's `error_cb` with `fatal()`, a produce refused as fatal, e.g. the idempotent
+  producer fenced or out of sequence) does not end the relay: the broken producer is abandoned (its queue
+  purged), every key it held unacknowledged events of becomes a handover for this relay (`Outbox.suspect`: Kafka
+  is read before anything of them is produced again), and a new producer is created in-process, at once and
+  then with a backoff up to 30 s while creating one fails. Meanwhile `problem` says why the relay cannot
+  publish (the processor's `/healthz` answers 503 with it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -48,7 +55,7 @@ from functools import cache, partial
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from prometheus_client import Counter, Gauge
 
 import schemas
@@ -159,6 +166,7 @@ class OutboxRelay:
         wire: schemas.WireSettings | None = None,
         handover_config: Mapping[str, Any] | None = None,
         handover_timeout: float = 30.0,
+        producer_factory: Callable[[dict[str, Any]], Producer] | None = None,
     ) -> None:
         self.store = store
         self.owner = owner or f"relay-{uuid.uuid4().hex[:12]}"
@@ -176,7 +184,17 @@ class OutboxRelay:
         self.stats = RelayStats()
         # No local time limit: an event waits (in order) until Kafka takes it; see the module docstring. Set last,
         # over any [kafka.client] setting: a timed-out message may have been written all the same.
-        self._producer = Producer({"linger.ms": 5, **config, "message.timeout.ms": 0})
+        self._producer_config: dict[str, Any] = {
+            "linger.ms": 5,
+            **config,
+            "message.timeout.ms": 0,
+            "error_cb": self._on_error,
+        }
+        self._producer_factory = producer_factory or Producer
+        self._fatal: KafkaError | None = None  # the fatal error that broke the current producer, if one did
+        self._replace_backoff = 0.0
+        self._replace_at = 0.0  # monotonic time of the next attempt to create a producer
+        self._producer = self._producer_factory(self._producer_config)
         self._in_flight: dict[int, OutboxEvent] = {}  # handed to the producer, not yet marked published
         self._acked: list[int] = []  # acknowledged, to be marked published
         self._failed: list[tuple[int, KafkaError]] = []
@@ -194,6 +212,53 @@ class OutboxRelay:
         """Outbox ids that cannot be encoded (their keys are stuck behind them), with the reason."""
         return dict(self._poisoned)
 
+    @property
+    def problem(self) -> str | None:
+        """Why this relay cannot publish now (a fatal producer error not yet recovered from), or None."""
+        fatal = self._fatal
+        return None if fatal is None else f"no working Kafka producer: {fatal.str()}"
+
+    def _on_error(self, error: KafkaError) -> None:
+        # librdkafka's error callback (served by poll/flush on this thread); only a fatal error breaks the producer.
+        if error.fatal():
+            self._broken(error)
+        else:
+            log.warning("outbox_producer_error", error=str(error))
+
+    def _broken(self, error: KafkaError) -> None:
+        if self._fatal is None:
+            self._fatal = error
+            RELAY_ERRORS.labels("fatal").inc()
+            log.error("outbox_producer_fatal", owner=self.owner, error=str(error))
+
+    def _replace_producer(self) -> bool:
+        """Abandon the producer a fatal error broke and create a new one; False while creating one fails.
+
+        What the old producer held unacknowledged may be in Kafka all the same: those keys become handovers
+        (checked in Kafka before anything of them is produced again), so no event is lost or sent twice."""
+        if time.monotonic() < self._replace_at:
+            return False
+        old = self._producer
+        unsure = {(event.topic, event.key) for event in self._in_flight.values()}
+        with contextlib.suppress(KafkaException, RuntimeError):
+            old.purge()
+            old.poll(0)  # delivery reports: acknowledged ones are marked below, the rest are suspects
+        self._settle()
+        self._suspects |= unsure
+        self._in_flight.clear()
+        self._settle()  # records the suspects (or keeps them blocked until the store takes them)
+        try:
+            self._producer = self._producer_factory(self._producer_config)
+        except (KafkaException, ValueError, RuntimeError) as exc:
+            self._replace_backoff = min(30.0, max(0.5, 2 * self._replace_backoff))
+            self._replace_at = time.monotonic() + self._replace_backoff
+            log.error("outbox_producer_not_recreated", error=str(exc), retry_in=self._replace_backoff)
+            return False
+        log.warning("outbox_producer_recreated", owner=self.owner, after=str(self._fatal), unsure_keys=len(unsure))
+        self._fatal = None
+        self._replace_backoff = 0.0
+        return True
+
     def _on_delivery(self, outbox_id: int, error: KafkaError | None, _message: Any) -> None:
         with self._lock:
             if error is None:
@@ -210,6 +275,8 @@ class OutboxRelay:
             event = self._in_flight.pop(outbox_id, None)
             if error.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
                 continue  # dropped on purpose by `close`: still unpublished in the outbox
+            if error.fatal():
+                self._broken(error)
             self.stats.delivery_failures += 1
             RELAY_ERRORS.labels("delivery").inc()
             log.error("outbox_delivery_failed", outbox_id=outbox_id, key=event.key if event else None, error=str(error))
@@ -246,8 +313,12 @@ class OutboxRelay:
 
     def step(self) -> int:
         """One round (see the module docstring); returns how many events were produced or marked published."""
+        if self._fatal is not None and not self._replace_producer():
+            return 0
         self._producer.poll(0)
         done = self._settle()
+        if self._fatal is not None:
+            return done  # broken while serving callbacks: replaced next round
         now = self.clock.now()
         try:
             claimed, handed = self.store.run(
@@ -303,6 +374,12 @@ class OutboxRelay:
                 )
             except BufferError:
                 break  # the producer's queue is full: the rest of this round waits (order kept: we stop here)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is None or not (error.fatal() or error.code() == KafkaError._FATAL):
+                    raise
+                self._broken(error)
+                break  # nothing more goes to this producer; the next round replaces it
             self._in_flight[event.id] = event
             self.stats.produced += 1
             room -= 1
@@ -399,7 +476,8 @@ class OutboxRelay:
         """Deliver what is queued (up to `timeout`), mark it, and release this relay's keys (unless something had to
         be dropped: then the keys are left to their leases, see below)."""
         self._producer.flush(timeout)
-        purged = len(self._producer) > 0
+        # A broken producer's requests may still land too: treat them as dropped ones.
+        purged = len(self._producer) > 0 or self._fatal is not None
         if purged:
             # Kafka is unreachable: drop the local copies; the events stay unpublished in the outbox.
             self._producer.purge()

@@ -6,7 +6,9 @@
   HTML page when the request's Accept names `text/html` (browsers do), else the JSON answer below;
 - `POST {redirect path}` `{"redirect_url": "..."}`: the bank's delivery of the same redirect; 200
   `{"status": "success", "message"}`, or `{"status": "error", "error", "message"}` with a 4xx/5xx;
-- `GET /healthz`: `{"status": "ok"}`.
+- `GET /healthz`: `{"status": "ok", ...}` (200) while the instance can do its work, else 503 with
+  `"status": "unavailable"` and a `reason` (a component thread died, the relay has no working producer, the store
+  cannot be read; see docs/operations.md).
 
 The redirect path is the path part of each integration's `redirect_uri`. Malformed input (missing or repeated
 parameters, a body that is not JSON or nested too deep, a URL that is not ours) gets a 400 with a clear message,

@@ -54,6 +54,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from consumers.attempts import StoreAttempts
 from consumers.batches import BatchHandler, EngineIntake
 from consumers.loop import AtLeastOnceConsumer, ConsumerFencedError, Handler, consumer_config, route
 from consumers.vrp import VrpIntake, vrp_handlers
@@ -143,6 +144,8 @@ class Processor:
     stop_event: threading.Event = field(default_factory=threading.Event)
     threads: list[_Thread] = field(default_factory=list)
     telemetry: Telemetry | None = None  # traces, when configured (processor/cli/telemetry.py)
+    # Makes the relay's Kafka producers (a new one after a fatal error); None: librdkafka's `Producer`.
+    producer_factory: Callable[[dict[str, Any]], Any] | None = None
 
     def __post_init__(self) -> None:
         bank_options = None
@@ -154,6 +157,8 @@ class Processor:
         self.vrp = attach_vrp(self.engine)
         self._stopped = asyncio.Event()
         self._relay_stop = threading.Event()  # set after the worker stopped, so its last events go out too
+        self.relay: OutboxRelay | None = None
+        self._worker_task: asyncio.Task[None] | None = None
 
     def stop(self) -> None:
         """Begin a graceful shutdown (idempotent; safe from a signal handler on the loop)."""
@@ -163,15 +168,29 @@ class Processor:
         self._stopped.set()
 
     async def health(self) -> Mapping[str, Any]:
-        """The instance's health: its threads alive and the store readable."""
-        components = {t.name: "ok" if t.alive else f"down: {t.error!r}" for t in self.threads}
+        """The instance's health: its threads and worker alive, the relay with a working producer, the store
+        readable. Anything else is "down: why" and makes `/healthz` answer 503."""
+        components = {t.name: "ok" if t.alive else f"down: {t.error or 'stopped'!r}" for t in self.threads}
+        relay_problem = None if self.relay is None else self.relay.problem
+        if relay_problem is not None and components.get("relay") == "ok":
+            components["relay"] = f"down: {relay_problem}"
+        if self._worker_task is not None:
+            done = self._worker_task.done()
+            error = self._worker_task.exception() if done and not self._worker_task.cancelled() else None
+            components["worker"] = f"down: {error or 'stopped'!r}" if done else "ok"
         try:
             await self.store.arun(lambda tx: tx.outbox.backlog(), write=False)
             components["store"] = "ok"
         except StoreError as exc:
             components["store"] = f"down: {exc}"
-        ok = all(v == "ok" for v in components.values()) and not self.stop_event.is_set()
-        return {"status": "ok" if ok else "unavailable", "instance": self.instance, "role": self.role, **components}
+        reasons = [f"{name} {state}" for name, state in components.items() if state != "ok"]
+        if self.stop_event.is_set():
+            reasons.append("stopping")
+        body: dict[str, Any] = {"status": "unavailable" if reasons else "ok", "instance": self.instance}
+        body.update(role=self.role, **components)
+        if reasons:
+            body["reason"] = "; ".join(reasons)
+        return body
 
     def http_app(self) -> Starlette:
         """The callback API with `/healthz`, plus `/metrics`."""
@@ -227,17 +246,19 @@ class Processor:
         config = consumer_config(
             self.kafka, "processor", instance=self.instance, **{"client.id": f"dispersion-processor-{self.instance}"}
         )
-        return AtLeastOnceConsumer(config, list(handlers), route(handlers), dead_letters)
+        attempts = StoreAttempts(self.store, self.engine.ctx.clock.now)  # survives a crash of this process
+        return AtLeastOnceConsumer(config, list(handlers), route(handlers), dead_letters, attempts=attempts)
 
     def _start_threads(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self.kafka is not None
         consumer = self._consumer(loop)
-        relay = OutboxRelay(
+        relay = self.relay = OutboxRelay(
             self.store,
             producer_config(self.kafka, f"relay-{self.instance}"),
             owner=f"relay-{self.instance}-{uuid.uuid4().hex[:6]}",
             topic_name=self.kafka.topic,
             wire=self.kafka.wire,
+            producer_factory=self.producer_factory,
         )
         self.threads = [
             _Thread("consumer", lambda: consumer.run(self.stop_event)),
@@ -266,7 +287,7 @@ class Processor:
         if self.role == "all":
             self._start_threads(loop)
             worker = self.engine.worker(owner=f"worker-{self.instance}-{uuid.uuid4().hex[:6]}")
-            worker_task = asyncio.create_task(worker.run(), name="worker")
+            worker_task = self._worker_task = asyncio.create_task(worker.run(), name="worker")
         watch = asyncio.create_task(self._watch_threads(), name="watch")
         while not server.started and not http.done():  # noqa: ASYNC110 (uvicorn offers no "started" event)
             await asyncio.sleep(0.02)

@@ -252,6 +252,20 @@ _V6 = (
 # later, by any instance, continue the batch's trace. Text: the store knows nothing of OpenTelemetry.
 _V7 = ("ALTER TABLE flows ADD COLUMN traceparent TEXT",)
 
+# The consumer's attempt counter (issue 10), counted before each message is handed to its handler: a message that
+# kills the process is dead-lettered after `poison_attempts` restarts instead of killing every one of them.
+_V8 = (
+    """CREATE TABLE delivery_attempts (
+    topic TEXT NOT NULL,
+    source_partition INTEGER NOT NULL,
+    source_offset BIGINT NOT NULL,
+    attempts INTEGER NOT NULL CHECK (attempts >= 0),
+    first_at {TS} NOT NULL,
+    last_at {TS} NOT NULL,
+    PRIMARY KEY (topic, source_partition, source_offset)
+)""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
@@ -260,6 +274,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "console: batches listed by creation time", _V5),
     Migration(6, "consent token refresh claims", _V6),
     Migration(7, "flows: the trace context of the batch", _V7),
+    Migration(8, "consumer attempts per message", _V8),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
+from processor.store.attempts import DeliveryAttempts
 from processor.store.crypto import Cipher
 from processor.store.db import Database, Dialect, StoreBusyError, Tx, connect
 from processor.store.flows import AuthAttempts, FlowRepo, SideEffects, TokenRepo, require_cipher
@@ -87,6 +88,11 @@ class StoreTx:
     def outbox(self) -> Outbox:
         """Events waiting for the relay."""
         return Outbox(self.raw)
+
+    @property
+    def attempts(self) -> DeliveryAttempts:
+        """How many times each consumed message was handed to its handler without being done."""
+        return DeliveryAttempts(self.raw)
 
     @property
     def operator(self) -> OperatorRepo:
