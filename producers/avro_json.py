@@ -6,6 +6,7 @@ that fits an Avro schema, guided by the schema itself. Pure.
 - decimal logical types: a string or Decimal becomes a Decimal (a float is refused: money never passes a float);
 - `timestamp-millis`: ISO 8601 text (with offset) or an aware datetime becomes an aware datetime; an int stays
   milliseconds since the epoch;
+- `date`: ISO 8601 date text (`2026-11-30`) or a date becomes a date; an int stays days since the epoch;
 - unions with null: a missing or null value is null; otherwise the first branch that accepts the value;
 - records: missing fields take their default; fields the schema does not know are dropped and reported in
   `Coercion.dropped` (the caller decides whether that matters).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -136,6 +137,8 @@ def _primitive(kind: str, logical: str | None, value: Any, path: str) -> Any:
         return _decimal(value, path)
     if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
         return _instant(value, path)
+    if logical == "date" and kind == "int":
+        return _day(value, path)
     if kind == "null":
         if value is not None:
             raise CoercionError(f"{path}: expected null")
@@ -179,6 +182,19 @@ def _decimal(value: Any, path: str) -> Decimal:
             raise CoercionError(f"{path}: {value!r} is not a finite decimal")
         return result
     raise CoercionError(f"{path}: expected a decimal, got {type(value).__name__}")
+
+
+def _day(value: Any, path: str) -> date | int:
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            raise CoercionError(f"{path}: {value!r} is not an ISO 8601 date") from None
+    raise CoercionError(f"{path}: expected a date, got {type(value).__name__}")
 
 
 def _instant(value: Any, path: str) -> datetime | int:

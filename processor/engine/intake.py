@@ -1,6 +1,8 @@
 """Accepting a payroll batch into the engine: parse, validate, store, in one transaction.
 
-- A valid batch becomes a flow in `RECEIVED`, due at once (the worker creates its consent next).
+- A valid batch becomes a flow in `RECEIVED`, due at once (the worker creates its consent next). A scheduled
+  batch (`execute_on`) is checked against its integration's calendar at `now`: a day already past there, or
+  further ahead than the integration allows, makes it INVALID (`processor.domain.schedule`).
 - An invalid one becomes a flow in `INVALID` with an `INVALID` status event whose `reason` lists the bad rows
   (index and reason each), written in the same transaction; nothing is sent to the bank.
 - A batch whose id is already stored changes nothing: the existing flow comes back (`created=False`), whatever
@@ -17,14 +19,16 @@ import asyncio
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from processor.bank.integration import Integration
 from processor.domain.batch import BatchParseError, batch_from_dict, loads_exact
 from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.identity import content_sha256, document_content_sha256
 from processor.domain.payload import build_file_payload
+from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
 from processor.engine.file_events import status_payload
@@ -66,6 +70,8 @@ def _json_default(value: object) -> object:
         return format(value, "f")
     if isinstance(value, datetime):
         return value.isoformat(timespec="milliseconds")
+    if isinstance(value, date):  # execute_on, as the Avro reader gives it
+        return value.isoformat()
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
@@ -100,6 +106,7 @@ class PreparedBatch:
     number_of_transactions: int | None = None
     control_sum: Decimal | None = None
     content_sha256: str | None = None  # the business-content hash (None: not even a batch id)
+    execute_on: date | None = None
 
 
 def prepare_batch(
@@ -107,8 +114,11 @@ def prepare_batch(
     *,
     integrations: Collection[str] | None = None,
     limits: ValidationLimits = DEFAULT_LIMITS,
+    now: datetime | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> PreparedBatch:
-    """Parse and validate a batch and compute its file metadata; every bad row is named in `reason`."""
+    """Parse and validate a batch and compute its file metadata; every bad row is named in `reason`. With `now`,
+    an `execute_on` is checked against the integration's calendar (`calendars`; UTC when it has none)."""
     document, not_json = _document(raw)
     batch_id = readable_batch_id(document)
     if batch_id is None:
@@ -130,6 +140,10 @@ def prepare_batch(
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(f"integration {batch.integration!r} is not configured (configured: {known})")
+    if now is not None:
+        late = (calendars or {}).get(batch.integration, Calendar()).problem(batch.execute_on, now)
+        if late is not None:
+            problems.append(late)
     try:
         payload = build_file_payload(validated(batch, limits))
     except _Invalid as exc:
@@ -149,6 +163,7 @@ def prepare_batch(
         int(payload.number_of_transactions),
         payload.control_sum,
         identity,
+        batch.execute_on,
     )
 
 
@@ -184,9 +199,15 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime) -> Intak
         next_action_at=now,
         payload_checked=True,
         content_sha256=prepared.content_sha256,
+        execute_on=prepared.execute_on,
     )
     flow = created.row
     return IntakeResult(flow, created.created, flow.state, None, created.same_document)
+
+
+def calendars_of(integrations: Mapping[str, Integration]) -> dict[str, Calendar]:
+    """Each configured integration's calendar (time zone, how far ahead a batch may be scheduled)."""
+    return {name: integration.calendar for name, integration in integrations.items()}
 
 
 def _integration_of(document: Any) -> str:
@@ -204,9 +225,11 @@ async def accept_batch(
     now: datetime,
     integrations: Collection[str] | None = None,
     limits: ValidationLimits = DEFAULT_LIMITS,
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> IntakeResult:
     """Parse, validate and store one batch (see the module docstring). `integrations`: the configured names;
-    a batch naming another is INVALID. Checking runs before the transaction (in a thread), so a big batch holds
+    a batch naming another is INVALID. `calendars`: each integration's calendar, for a scheduled batch (UTC
+    when absent). Checking runs before the transaction (in a thread), so a big batch holds
     no lock while it is validated; a batch id already stored is answered without validating again."""
     document, _ = _document(raw)
     batch_id = readable_batch_id(document)
@@ -215,5 +238,7 @@ async def accept_batch(
         if existing is not None:
             same = existing.payload_sha256 in (document_content_sha256(document), sha256_hex(_as_text(raw)))
             return IntakeResult(existing, False, existing.state, None, same)
-    prepared = await asyncio.to_thread(prepare_batch, raw, integrations=integrations, limits=limits)
+    prepared = await asyncio.to_thread(
+        prepare_batch, raw, integrations=integrations, limits=limits, now=now, calendars=calendars
+    )
     return await store.arun(lambda tx: store_batch(tx, prepared, now=now))

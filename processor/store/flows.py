@@ -26,7 +26,7 @@ import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, ClassVar, TypedDict, Unpack
@@ -79,6 +79,7 @@ class Flow:
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    execute_on: date | None = None  # a scheduled batch: the day its payment is made on (integration's zone)
 
     @property
     def key(self) -> str:
@@ -132,6 +133,7 @@ class FlowRepo(WorkRepo[Flow]):
         "approval_token": "text",
         "authorization_deadline": "ts",
         **WORK_COLUMNS,
+        "execute_on": "date",
     }
     write_only: ClassVar[Mapping[str, Kind]] = {"report": "json"}
     updatable: ClassVar[frozenset[str]] = WORK_UPDATABLE | {
@@ -163,6 +165,7 @@ class FlowRepo(WorkRepo[Flow]):
         approval_token: str | None = None,
         payload_checked: bool = False,
         content_sha256: str | None = None,
+        execute_on: date | None = None,
     ) -> Created[Flow]:
         """Insert a flow unless its batch id exists. A duplicate changes nothing and comes back with
         `created=False` (and `same_document` telling whether it was the same batch).
@@ -172,14 +175,16 @@ class FlowRepo(WorkRepo[Flow]):
         `source` is the same batch; without it the payload text's hash is used.
 
         `payload_checked`: the payload text is known to be JSON (the caller parsed or produced it), so it is
-        not parsed once more to check (for a 100,000-transfer batch that parse alone costs about 100 MiB)."""
+        not parsed once more to check (for a 100,000-transfer batch that parse alone costs about 100 MiB).
+
+        `execute_on`: the day a scheduled batch is to be paid on (its payment is never created earlier)."""
         text = payload if payload_checked and isinstance(payload, str) else json_text(payload)
         digest = content_sha256 or sha256_hex(text)
         now = utc_ms(now)
         row = self.tx.fetchone(
             "INSERT INTO flows (batch_id, integration, state, payload, payload_sha256, file_reference, file_hash,"  # noqa: S608
             " number_of_transactions, control_sum, approval_token, authorization_deadline, next_action_at,"
-            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " created_at, updated_at, execute_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             f" ON CONFLICT (batch_id) DO NOTHING RETURNING {self._cols()}",
             (
                 batch_id,
@@ -196,6 +201,7 @@ class FlowRepo(WorkRepo[Flow]):
                 next_action_at,
                 now,
                 now,
+                None if execute_on is None else execute_on.isoformat(),
             ),
         )
         if row is not None:

@@ -241,12 +241,17 @@ _V4 = (
 # without reading the batches' payloads.
 _V5 = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integration, file_reference)",)
 
+# Scheduled batches (issue 11, point 7): the day the file payment is to be made on (ISO date, `YYYY-MM-DD`, in the
+# integration's time zone), NULL for a batch paid as soon as it is approved.
+_V6 = ("ALTER TABLE flows ADD COLUMN execute_on TEXT",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
     Migration(3, "side-effect request bytes", _V3),
     Migration(4, "operator: dead letters, replays, retry batches", _V4),
     Migration(5, "console: batches listed by creation time", _V5),
+    Migration(6, "scheduled batches: execute_on", _V6),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (
