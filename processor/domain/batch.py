@@ -49,6 +49,7 @@ __all__ = [
     "Transfer",
     "batch_from_dict",
     "batch_from_json",
+    "iso_day",
     "loads_exact",
 ]
 
@@ -248,16 +249,26 @@ class _Reader:
             return None
         if isinstance(value, date) and not isinstance(value, datetime):
             return value
-        if isinstance(value, str) and _ISO_DATE.fullmatch(value):
-            try:
-                return date.fromisoformat(value)
-            except ValueError:
-                pass
+        parsed = iso_day(value) if isinstance(value, str) else None
+        if parsed is not None:
+            return parsed
         self.fail(_join(path, key), f"expected a date such as 2024-11-30 (YYYY-MM-DD) or null, got {value!r}"[:200])
         return None
 
 
 _ISO_DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def iso_day(text: str) -> date | None:
+    """A calendar day written `YYYY-MM-DD` (as `execute_on` is), or None when `text` is not one."""
+    if not _ISO_DATE.fullmatch(text):
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:  # 2026-02-30
+        return None
+
+
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
