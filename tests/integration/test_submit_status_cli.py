@@ -244,6 +244,34 @@ def test_amounts_with_trailing_zeros_are_produced_and_printed_with_two_decimals(
     assert ", control sum 7.00 GTQ" in dry.out
 
 
+def test_a_scheduled_export_produces_a_v2_event_with_its_execute_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """`--execute-on` (or an `execute_on` column) travels as the Avro date of payroll.batches v2."""
+    day = datetime.now(UTC).date() + timedelta(days=3)
+    path = tmp_path / "scheduled.csv"
+    path.write_text(
+        "account_number,amount,email,concept,execute_on\n"
+        f"2001002001,10.00,ana@example.com,Payroll,{day.isoformat()}\n"
+        "2001002002,5.35,bruno@example.com,Payroll,\n"
+    )
+    argv = (str(path), *ORIGIN, "--integration", "sandbox", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    result = submit_run(capsys, *argv, "--quiet")
+    assert result.code == 0, result.err
+    assert f", control sum 15.35 GTQ, to be paid on {day.isoformat()} -> " in result.out
+    later = day + timedelta(days=1)
+    overridden = submit_run(capsys, *argv, "--quiet", "--batch-id", "B-LATER", "--execute-on", later.isoformat())
+    assert overridden.code == 0, overridden.err
+    events = {}
+    for message in read_topic(kafka_bootstrap, kafka_topic):
+        value = message.value()
+        assert value is not None
+        assert schemas.identify(value) == schemas.schema(BATCHES, 2)
+        event = schemas.decode(BATCHES, value)
+        events[event["batch_id"]] = event["execute_on"]
+    assert sorted(events.values()) == [day, later] and events["B-LATER"] == later
+
+
 def test_configuration_from_environment_names_bootstrap_topic_and_integration(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
