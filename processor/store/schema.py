@@ -242,8 +242,9 @@ _V4 = (
 _V5 = ("CREATE INDEX flows_listing ON flows (created_at, batch_id, state, integration, file_reference)",)
 
 # Scheduled batches (issue 11, point 7): the day the file payment is to be made on (ISO date, `YYYY-MM-DD`, in the
-# integration's time zone), NULL for a batch paid as soon as it is approved.
-_V6 = ("ALTER TABLE flows ADD COLUMN execute_on TEXT",)
+# integration's time zone), NULL for a batch paid as soon as it is approved. Numbered 8: main holds 6 and 7 (token
+# refresh claims, the flows' trace context), written on other branches at the same time.
+_V8 = ("ALTER TABLE flows ADD COLUMN execute_on TEXT",)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
@@ -251,7 +252,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "side-effect request bytes", _V3),
     Migration(4, "operator: dead letters, replays, retry batches", _V4),
     Migration(5, "console: batches listed by creation time", _V5),
-    Migration(6, "scheduled batches: execute_on", _V6),
+    Migration(8, "scheduled batches: execute_on", _V8),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -153,3 +153,22 @@ async def test_the_same_batch_on_another_day_is_a_conflict_and_a_resubmission_is
         assert first.created and not again.created and again.same_document
         assert not moved.created and not moved.same_document
         assert rig.flow(str(document["batch_id"])).execute_on == date(2026, 11, 3)
+
+
+async def test_a_day_beyond_the_refresh_tokens_life_fails_without_paying(store: Store) -> None:
+    """Why `schedule_max_days` exists: a bank whose refresh grant ends before the day (here 10 days, while the
+    integration was told it may schedule 60) cannot be paid under that approval; the flow ends FAILED, saying so."""
+    async with engine_rig(
+        store,
+        integration_options={**GUATEMALA, "schedule_max_days": 60},
+        sandbox_options={"refresh_token_ttl": 10 * 24 * 3600},
+    ) as rig:
+        document = scheduled("2026-11-22")
+        batch_id = str(document["batch_id"])
+        await rig.submit(document)
+        await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
+        await rig.approve(rig.approval_url(batch_id))
+        flow = await rig.to_state(batch_id, FlowState.COMPLETED, FlowState.FAILED)
+        assert flow.state == FlowState.FAILED
+        assert "refresh grant" in (flow.last_error or "") and "authorised again" in (flow.last_error or "")
+        assert rig.count("file_payment") == 0 and payments_sent(rig) == 0
