@@ -24,7 +24,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -509,6 +509,18 @@ def test_status_one_batch_as_json_and_with_details(
         capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--batch", "NOV-1", "--details"
     )
     assert detailed.out.splitlines()[-2:] == ["    #0 E-1 10.00 COMPLETED", "    #1 - 10.50 FAILED  closed"]
+
+
+def test_status_shows_a_scheduled_batchs_day(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    payday = date(2024, 11, 30)
+    produce(kafka_bootstrap, kafka_topic, status_event("NOV-9", "AUTHORIZED", 0, consent_id="C-9", execute_on=payday))
+    argv = ("--bootstrap", kafka_bootstrap, "--topic", kafka_topic, "--batch", "NOV-9")
+    text = status_run(capsys, *argv)
+    assert text.out == "2024-11-05T10:00:00.000Z  NOV-9  AUTHORIZED  consent=C-9  execute_on=2024-11-30\n"
+    as_json = status_run(capsys, *argv, "--json")
+    assert json.loads(as_json.out)["execute_on"] == "2024-11-30"
 
 
 def test_status_until_terminal_exits_with_the_final_status(
