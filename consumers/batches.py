@@ -33,6 +33,7 @@ import schemas
 from consumers.loop import Accept, AtLeastOnceConsumer, Reject, Retry, consumer_config
 from consumers.loop import Verdict as LoopVerdict
 from processor.domain.file_states import FlowState
+from processor.domain.schedule import Calendar
 from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.intake import accept_batch, prepare_batch
@@ -74,17 +75,27 @@ class EngineIntake:
         integrations: Collection[str] | None = None,
         limits: ValidationLimits = DEFAULT_LIMITS,
         clock: Clock | None = None,
+        calendars: Mapping[str, Calendar] | None = None,
     ) -> None:
         self.store = store
         self.integrations = None if integrations is None else frozenset(integrations)
         self.limits = limits
+        self.calendars = calendars  # each integration's time zone, for scheduled batches (execute_on)
         self.clock: Clock = clock or SystemClock()
         self._runner = asyncio.Runner()
 
     def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome:
         """Store the batch (or recognise it) and classify the result."""
+        now = self.clock.now()
         result = self._runner.run(
-            accept_batch(self.store, document, now=self.clock.now(), integrations=self.integrations, limits=self.limits)
+            accept_batch(
+                self.store,
+                document,
+                now=now,
+                integrations=self.integrations,
+                limits=self.limits,
+                calendars=self.calendars,
+            )
         )
         batch_id = result.flow.batch_id if result.flow is not None else None
         if result.flow is None or (result.created and result.status == FlowState.INVALID):
@@ -93,7 +104,9 @@ class EngineIntake:
             return IntakeOutcome("accepted", batch_id)
         if result.status == FlowState.INVALID:
             # Stored as INVALID before: dead-letter again (the first dead letter may have been lost in a crash).
-            again = prepare_batch(document, integrations=self.integrations, limits=self.limits).reason
+            again = prepare_batch(
+                document, integrations=self.integrations, limits=self.limits, now=now, calendars=self.calendars
+            ).reason
             return IntakeOutcome("invalid", batch_id, again or f"batch {batch_id} was already refused as INVALID")
         if not result.same_document:
             return IntakeOutcome(

@@ -38,4 +38,5 @@ def batch_record(batch: PayrollBatch, *, source: str | None = None) -> dict[str,
         ],
         "requested_at": batch.requested_at,
         "source": source if source is not None else batch.source,
+        "execute_on": batch.execute_on,
     }

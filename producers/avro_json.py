@@ -7,6 +7,7 @@ that fits an Avro schema, guided by the schema itself. Pure.
   decimals than the scale are refused, never rounded; a float is refused: money never passes a float);
 - `timestamp-millis`: ISO 8601 text (with offset) or an aware datetime becomes an aware datetime; an int stays
   milliseconds since the epoch;
+- `date`: ISO 8601 date text (`2026-11-30`) or a date becomes a date; an int stays days since the epoch;
 - unions with null: a missing or null value is null; otherwise the first branch that accepts the value;
 - records: missing fields take their default; fields the schema does not know are dropped and reported in
   `Coercion.dropped` (the caller decides whether that matters).
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -137,6 +138,8 @@ def _primitive(kind: str, logical: str | None, value: Any, path: str, scale: int
         return _at_scale(_decimal(value, path), scale, path)
     if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
         return _instant(value, path)
+    if logical == "date" and kind == "int":
+        return _day(value, path)
     if kind == "null":
         if value is not None:
             raise CoercionError(f"{path}: expected null")
@@ -191,6 +194,19 @@ def _at_scale(value: Decimal, scale: int | None, path: str) -> Decimal:
     if exact != value:
         raise CoercionError(f"{path}: {value} has more than {scale} decimals")
     return exact
+
+
+def _day(value: Any, path: str) -> date | int:
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            raise CoercionError(f"{path}: {value!r} is not an ISO 8601 date") from None
+    raise CoercionError(f"{path}: expected a date, got {type(value).__name__}")
 
 
 def _instant(value: Any, path: str) -> datetime | int:

@@ -29,7 +29,7 @@ from processor.cli.config import Config, parse_config
 from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
-from processor.engine.intake import IntakeResult, accept_batch
+from processor.engine.intake import IntakeResult, accept_batch, calendars_of
 from processor.engine.settings import EngineSettings
 from processor.store import Flow, Store
 from sandbox.app import create_app as create_sandbox_app
@@ -175,7 +175,11 @@ class Rig:
     async def submit(self, document: dict[str, Any] | str | bytes) -> IntakeResult:
         """Accept a batch into the engine."""
         return await accept_batch(
-            self.store, document, now=self.clock.now(), integrations=set(self.config.integrations)
+            self.store,
+            document,
+            now=self.clock.now(),
+            integrations=set(self.config.integrations),
+            calendars=calendars_of(self.config.integrations),
         )
 
     def flow(self, batch_id: str) -> Flow:

@@ -6,7 +6,9 @@ import base64
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo
 
+from processor.domain.schedule import DEFAULT_MAX_DAYS_AHEAD, Calendar
 from processor.domain.settings import Secret
 
 TokenAuthMethod = Literal["private_key_jwt", "client_secret_basic"]
@@ -63,6 +65,13 @@ class Integration:
     signing_key_path: Path | None = None
     timeouts: TimeoutSettings = field(default_factory=TimeoutSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
+    timezone: str = "UTC"  # IANA name: the days of scheduled batches (execute_on) are this zone's days
+    schedule_max_days: int = DEFAULT_MAX_DAYS_AHEAD
+
+    @property
+    def calendar(self) -> Calendar:
+        """The integration's calendar for scheduled batches (its time zone, how far ahead they may be)."""
+        return Calendar(ZoneInfo(self.timezone), self.schedule_max_days)
 
     def basic_credential(self) -> Secret:
         """base64(client_id:client_secret), the value after `Basic ` (the spec's BASIC_CREDENTIAL)."""

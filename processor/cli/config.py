@@ -382,6 +382,8 @@ def _integration(name: str, table: IntegrationTable, base_dir: Path, problems: P
         assertion_lifetime=table.assertion_lifetime,
         token_refresh_margin=table.token_refresh_margin,
         max_connections=table.max_connections,
+        timezone=table.timezone,
+        schedule_max_days=table.schedule_max_days,
         timeouts=TimeoutSettings(**table.timeouts.model_dump()),
         retry=RetrySettings(**table.retry.model_dump()),
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, SecretStr
 from pydantic.json_schema import JsonSchemaValue
@@ -38,6 +39,7 @@ from processor.cli.config_source import (
     EnvText,
     LayeredSettings,
 )
+from processor.domain.schedule import DEFAULT_MAX_DAYS_AHEAD
 from processor.engine.settings import ENGINE_LIMITS, EngineSettings
 from schemas.codec import WIRE_FORMATS
 
@@ -149,6 +151,15 @@ def _ip(value: Any) -> str:
         ipaddress.ip_address(text)
     except ValueError:
         raise problem(f"must be an IP address, got {text!r}") from None
+    return text
+
+
+def _timezone(value: Any) -> str:
+    text = _nonempty(value).strip()
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise problem(f"must be an IANA time zone name such as 'UTC' or 'America/Guatemala', got {text!r}") from None
     return text
 
 
@@ -291,6 +302,10 @@ class IntegrationTable(Table):
     assertion_lifetime: Annotated[int, Range(5, 3600)] = 60
     token_refresh_margin: Annotated[int, Range(0, 3600)] = 60
     max_connections: Annotated[int, Range(1, 1000)] = 16
+    timezone: Annotated[str, Check(_timezone, {"minLength": 1})] = "UTC"
+    """IANA time zone whose days a scheduled batch's execute_on names (the payment is made from its midnight)."""
+    schedule_max_days: Annotated[int, Range(0, 3650)] = DEFAULT_MAX_DAYS_AHEAD
+    """How many days ahead execute_on may be: keep the approval's token renewable on the day."""
     timeouts: TimeoutsTable = TimeoutsTable()
     retry: RetryTable = RetryTable()
 

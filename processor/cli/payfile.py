@@ -8,7 +8,9 @@ uploads the file, prints the approval link, serves the callback API on the addre
 while it waits for the approver, then creates the file payment, follows it to its end and prints the result of
 every transaction (the destination account masked to its last four characters).
 
-The state lives in the store, so the command can be stopped and run again: a batch id already stored is never
+A batch with `execute_on` is approved now and paid on that day (the integration's time zone): the command says
+when, and waits (or stop it, `--wait`, and run it again on the day). The state lives in the store, so the command
+can be stopped and run again: a batch id already stored is never
 paid twice; the run resumes where the last one stopped, or just prints the result when the payment has ended.
 Tokens and PKCE verifiers are encrypted with `DISPERSION_STORE_KEY` (docs/store.md).
 
@@ -25,6 +27,7 @@ import contextlib
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -46,13 +49,15 @@ from processor.domain.kinds import Kind
 from processor.domain.masking import mask_account
 from processor.domain.money import money_text
 from processor.domain.outcomes import exit_code
+from processor.domain.schedule import Calendar
 from processor.domain.settings import ConfigError
 from processor.domain.time import iso_ms
 from processor.domain.validation import validate
 from processor.engine.assembly import Engine
 from processor.engine.authorization import approval_link
 from processor.engine.file_events import results_of
-from processor.engine.intake import accept_batch, readable_batch_id
+from processor.engine.file_schedule import payment_due_at
+from processor.engine.intake import accept_batch, calendars_of, readable_batch_id
 from processor.store import Flow, Store, StoreError
 from processor.store.values import sha256_hex
 from schemas.topics import STATUS_TOPIC
@@ -138,9 +143,15 @@ def read_batch(path: Path) -> BatchInput:
     return BatchInput(text, document, batch_id)
 
 
-def batch_problems(document: Mapping[str, Any], integrations: Sequence[str]) -> list[str]:
+def batch_problems(
+    document: Mapping[str, Any],
+    integrations: Sequence[str],
+    *,
+    calendars: Mapping[str, Calendar] | None = None,
+    now: datetime | None = None,
+) -> list[str]:
     """Every problem of a batch document, one line each (shape problems with their path, then each bad row's
-    rules); empty when the batch can be paid."""
+    rules, then an `execute_on` past or too far ahead at `now`); empty when the batch can be paid."""
     try:
         batch = batch_from_dict(document)
     except BatchParseError as exc:
@@ -150,6 +161,10 @@ def batch_problems(document: Mapping[str, Any], integrations: Sequence[str]) -> 
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(f"integration: {batch.integration!r} is not configured (configured: {known})")
     problems.extend(str(issue) for issue in validate(batch).issues)
+    if now is not None:
+        late = (calendars or {}).get(batch.integration, Calendar()).problem(batch.execute_on, now)
+        if late is not None:
+            problems.append(late)
     return problems
 
 
@@ -162,15 +177,17 @@ async def pay_file(args: argparse.Namespace) -> int:
     async with open_engine(args.config) as (config, store, engine):
         batch_id = given.batch_id
         existing = await store.arun(lambda tx: tx.flows.get(batch_id), write=False)
+        calendars = calendars_of(config.integrations)
         if existing is None:
-            problems = batch_problems(given.document, list(config.integrations))
+            now = engine.ctx.clock.now()
+            problems = batch_problems(given.document, list(config.integrations), calendars=calendars, now=now)
             if problems:
                 print(f"batch {batch_id}: INVALID, nothing was stored or sent to the bank:")
                 for problem in problems:
                     print(f"  {problem}")
                 return USAGE
             result = await accept_batch(
-                store, given.text, now=engine.ctx.clock.now(), integrations=set(config.integrations)
+                store, given.text, now=now, integrations=set(config.integrations), calendars=calendars
             )
             if result.flow is None or result.invalid:
                 print(f"batch {batch_id}: INVALID: {result.reason}")
@@ -179,6 +196,7 @@ async def pay_file(args: argparse.Namespace) -> int:
             print(
                 f"batch {batch_id}: {flow.number_of_transactions} transactions, control sum "
                 f"{_amount(flow.control_sum)} {_currency(given.document)}, integration {flow.integration}"
+                + (f", to be paid on {flow.execute_on.isoformat()}" if flow.execute_on else "")
             )
         else:
             flow = existing
@@ -244,10 +262,22 @@ def _announce(engine: Engine, flow: Flow) -> None:
             print(f"the link works until {iso_ms(flow.authorization_deadline)}")
         print("waiting for the approver...", flush=True)
     elif state == FlowState.AUTHORIZED:
-        print("authorized; creating the file payment", flush=True)
+        print(_authorized(engine, flow), flush=True)
     elif state == FlowState.INITIATED:
         print(f"file payment {flow.file_payment_id} initiated; following it", flush=True)
     sys.stdout.flush()
+
+
+def _authorized(engine: Engine, flow: Flow) -> str:
+    now = engine.ctx.clock.now()
+    due = payment_due_at(engine.ctx, flow, now)
+    if flow.execute_on is None or due <= now:
+        return "authorized; creating the file payment"
+    zone = engine.ctx.banks.integration(flow.integration).timezone
+    return (
+        f"authorized; the file payment is scheduled for {flow.execute_on.isoformat()} ({zone}) and is created from "
+        f"{iso_ms(due)}: leave this running, or stop it and run the same command again on that day"
+    )
 
 
 # -- the result -------------------------------------------------------------------------------------------------
@@ -287,6 +317,8 @@ async def report(store: Store, engine: Engine, flow: Flow) -> int:
         print(f"batch {batch_id}: {flow.state}, still running; run the same command again to resume")
         if flow.state == FlowState.AWAITING_AUTHORIZATION:
             print(f"approval link: {approval_link(engine.ctx.public_url, Kind.FILE, batch_id, flow.approval_token)}")
+        if flow.state == FlowState.AUTHORIZED and flow.execute_on is not None:
+            print(f"  {_authorized(engine, flow)}")
         if flow.last_error:
             print(f"  last error: {flow.last_error}")
         return WAITING

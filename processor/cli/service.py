@@ -70,6 +70,7 @@ from processor.cli.logs import configure_logging
 from processor.cli.telemetry import Telemetry, start_telemetry
 from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
+from processor.engine.intake import calendars_of
 from processor.engine.vrp import attach_vrp
 from processor.store import Store, StoreError, load_cipher
 from producers.dlq import DeadLetterPublisher
@@ -232,7 +233,12 @@ class Processor:
         def wake() -> None:  # the intakes run in the consumer's thread; the worker lives on the loop
             loop.call_soon_threadsafe(self.engine.wake)
 
-        batch_intake = EngineIntake(self.store, integrations=self.config.integrations)
+        batch_intake = EngineIntake(
+            self.store,
+            integrations=self.config.integrations,
+            clock=self.engine.ctx.clock,
+            calendars=calendars_of(self.config.integrations),
+        )
         handlers: dict[str, Handler] = {
             self.kafka.topic(BATCHES_TOPIC): BatchHandler(batch_intake, wire=self.kafka.wire),
             **vrp_handlers(self.kafka, VrpIntake(self.vrp, wake=wake)),

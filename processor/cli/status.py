@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from types import FrameType
 from typing import IO, Any, Final
@@ -44,6 +44,8 @@ def _plain(value: Any) -> Any:
         return format(value, "f")
     if isinstance(value, datetime):
         return iso_ms(value)
+    if isinstance(value, date):  # execute_on
+        return value.isoformat()
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -69,6 +71,7 @@ def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
         ("domestic_vrp_id", "vrp"),
         ("bank_status", "bank_status"),
         ("number_of_transactions", "transactions"),
+        ("execute_on", "execute_on"),
     )
     parts.extend(f"{label}={record[name]}" for name, label in labels if record.get(name) is not None)
     if record.get("control_sum") is not None:

@@ -2,7 +2,7 @@
 
     dispersion submit --config dispersion.toml export.csv [--origin-account 3001234567 --origin-currency GTQ]
                       [--batch-id ID] [--integration NAME] [--file-reference REF] [--bootstrap HOST:PORT]
-                      [--topic T] [--delimiter ';'] [--dry-run] [--quiet]
+                      [--topic T] [--delimiter ';'] [--execute-on YYYY-MM-DD] [--dry-run] [--quiet]
     dispersion submit --config dispersion.toml --profile NAME FILE [--dry-run [--explain]] [options as above]
 
 `--profile NAME` reads the ERP's own export (CSV in any encoding and number format, or `.xlsx`) through the
@@ -44,6 +44,7 @@ from processor.domain.batch import (
     PayrollBatch,
     Transfer,
     batch_from_dict,
+    iso_day,
     loads_exact,
 )
 from processor.domain.export_profile import (
@@ -54,6 +55,7 @@ from processor.domain.export_profile import (
     sniff_delimiter,
 )
 from processor.domain.money import money_text
+from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
 SOURCE: Final = "dispersion-submit"
@@ -99,6 +101,7 @@ class BatchFields:
     origin_account_number: str | None = None
     origin_account_type: str | None = None
     origin_currency: str | None = None
+    execute_on: str | None = None  # YYYY-MM-DD: a scheduled batch, paid on that day (integration's time zone)
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,11 @@ def read_csv(
         raise ExportError(missing + problems)
     assert batch_id and integration and origin_number and origin_currency
     transfers = [t if t.currency else replace(t, currency=origin_currency) for t in transfers]
+    day = pick("execute_on")
+    execute_on = iso_day(day) if day else None
+    if day and execute_on is None:
+        where = batch_values["execute_on"][1] if "execute_on" in batch_values else None
+        problems.append(Problem(where, "execute_on", f"expected a date such as 2026-11-30 (YYYY-MM-DD), got {day!r}"))
     batch = PayrollBatch(
         batch_id=batch_id,
         integration=integration,
@@ -315,6 +323,7 @@ def read_csv(
         transactions=tuple(transfers),
         requested_at=requested_at,
         source=SOURCE,
+        execute_on=execute_on,
     )
     return Export(batch, tuple(lines), ignored, problems=tuple(problems), unreadable_amounts=frozenset(unreadable))
 
@@ -346,6 +355,8 @@ def read_json(data: bytes, fields: BatchFields, *, requested_at: datetime, defau
     for name, key in nested.items():
         if getattr(fields, name) is not None:
             origin[key] = getattr(fields, name)
+    if fields.execute_on is not None:
+        document["execute_on"] = fields.execute_on
     document.setdefault("requested_at", requested_at)
     document.setdefault("source", SOURCE)
     if document.get("file_reference") in (None, "") and isinstance(document.get("batch_id"), str):
@@ -358,14 +369,24 @@ def read_json(data: bytes, fields: BatchFields, *, requested_at: datetime, defau
 
 
 def check(
-    export: Export, *, integrations: Collection[str] | None = None, limits: ValidationLimits = DEFAULT_LIMITS
+    export: Export,
+    *,
+    integrations: Collection[str] | None = None,
+    limits: ValidationLimits = DEFAULT_LIMITS,
+    calendars: Mapping[str, Calendar] | None = None,
+    now: datetime | None = None,
 ) -> list[Problem]:
-    """Business validation (`processor.domain.validation`) with each bad row named by its line; empty when valid."""
+    """Business validation (`processor.domain.validation`) with each bad row named by its line; empty when valid.
+    With `now`, an `execute_on` is checked as the processor will check it (the integration's calendar, else UTC)."""
     problems: list[Problem] = list(export.problems)
     batch = export.batch
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(Problem(None, "integration", f"{batch.integration!r} is not configured (configured: {known})"))
+    if now is not None:
+        late = (calendars or {}).get(batch.integration, Calendar()).problem(batch.execute_on, now)
+        if late is not None:
+            problems.append(Problem(None, "execute_on", late))
     for issue in validate(batch, limits).issues:
         if issue.index is None:
             problems.append(Problem(None, issue.field, f"{issue.reason.value}: {issue.message}"))
@@ -391,9 +412,17 @@ def control_sum(batch: PayrollBatch) -> Decimal:
 # -- command line -------------------------------------------------------------------------------------------------
 
 
+def _execute_on(text: str) -> str:
+    """`--execute-on`: a YYYY-MM-DD date (a bad argument, exit 2)."""
+    if iso_day(text.strip()) is None:
+        raise argparse.ArgumentTypeError(f"expected a date such as 2026-11-30 (YYYY-MM-DD), not {text!r}")
+    return text.strip()
+
+
 @dataclass
 class _Context:
     integrations: Collection[str] | None = None
+    calendars: Mapping[str, Calendar] = field(default_factory=dict)
     config_path: str | None = None
     kafka_options: Mapping[str, Any] = field(default_factory=dict)
     configured_bootstrap: str | None = None
@@ -440,6 +469,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--origin-account", help="origin account number (default: the origin_account_number column)")
     p.add_argument("--origin-account-type", help="default: the column, else MONETARY")
     p.add_argument("--origin-currency", help="ISO 4217 code (default: the origin_currency column)")
+    p.add_argument(
+        "--execute-on",
+        type=_execute_on,
+        metavar="YYYY-MM-DD",
+        help="pay on that day (the integration's time zone): approved now, paid then (default: the execute_on "
+        "column, else as soon as approved)",
+    )
     p.add_argument("--dry-run", action="store_true", help="read and validate only; produce nothing")
     p.add_argument("--quiet", action="store_true", help="no progress on standard error")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for Kafka's acknowledgement")
@@ -455,6 +491,7 @@ def _context(args: argparse.Namespace) -> _Context:
     config = load_config(path)
     return _Context(
         integrations=frozenset(config.integrations),
+        calendars={name: integration.calendar for name, integration in config.integrations.items()},
         config_path=path,
         kafka_options=config.kafka.options,
         configured_bootstrap=config.kafka.bootstrap_servers,
@@ -542,6 +579,7 @@ def main(argv: list[str]) -> int:
         origin_account_number=args.origin_account,
         origin_account_type=args.origin_account_type,
         origin_currency=args.origin_currency,
+        execute_on=args.execute_on,
     )
     started = time.monotonic()
     try:
@@ -557,12 +595,14 @@ def main(argv: list[str]) -> int:
     if export.ignored_columns:
         print(f"note: ignored column(s): {', '.join(export.ignored_columns)}", file=sys.stderr)
     progress.update(f"validating {count:,} transactions", force=True)
-    problems = check(export, integrations=context.integrations)
+    problems = check(export, integrations=context.integrations, calendars=context.calendars, now=batch.requested_at)
     if problems:
         _report(problems, progress)
         return EXIT_INVALID
     total = control_sum(batch)
     summary = f"batch {batch.batch_id}: {count:,} transactions, control sum {money_text(total)} {batch.origin.currency}"
+    if batch.execute_on is not None:
+        summary += f", to be paid on {batch.execute_on.isoformat()}"
     if args.dry_run:
         progress.done(f"valid ({time.monotonic() - started:.1f} s); --dry-run: nothing produced")
         print(f"valid {summary}")

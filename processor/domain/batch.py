@@ -15,12 +15,13 @@ Input shape (a plain dict from Avro, or JSON text); keys not listed are ignored 
          "employee_reference": "E-0042"}           optional (null or absent)
       ],
       "requested_at": "2024-11-30T12:00:00.000Z",  ISO 8601 with a UTC offset (or an aware datetime)
-      "source": "erp-x"                            string
+      "source": "erp-x",                           string
+      "execute_on": "2024-11-30"                   optional (null or absent): the day to pay on (ISO date)
     }
 
-This is the Avro schema `schemas/payroll_batches.v1.avsc` read by fastavro (amounts arrive as `Decimal`,
-`requested_at` as an aware datetime). In JSON, `origin_account.account_type` may be left out (`MONETARY`) and so
-may `destination_account.account_type` (`SAVINGS`).
+This is the Avro schema `schemas/payroll_batches.v2.avsc` read by fastavro (amounts arrive as `Decimal`,
+`requested_at` as an aware datetime, `execute_on` as a `date`; v1 records have no `execute_on`). In JSON,
+`origin_account.account_type` may be left out (`MONETARY`) and so may `destination_account.account_type` (`SAVINGS`).
 
 Parsing checks shape and types only and reports every problem it finds at once (`BatchParseError.problems`,
 each with a path such as `transactions[3].amount`). Business rules (amount sign, decimals, currencies, account
@@ -33,7 +34,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from sys import intern
 from typing import Any, Final
@@ -48,6 +49,7 @@ __all__ = [
     "Transfer",
     "batch_from_dict",
     "batch_from_json",
+    "iso_day",
     "loads_exact",
 ]
 
@@ -92,6 +94,8 @@ class PayrollBatch:
     transactions: tuple[Transfer, ...]
     requested_at: datetime
     source: str
+    # The day the file payment is to be made on, in the integration's time zone (None: as soon as approved).
+    execute_on: date | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +243,31 @@ class _Reader:
             return _EPOCH
         return parsed.astimezone(UTC)
 
+    def day(self, data: Mapping[str, Any], key: str, path: str) -> date | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, date) and not isinstance(value, datetime):
+            return value
+        parsed = iso_day(value) if isinstance(value, str) else None
+        if parsed is not None:
+            return parsed
+        self.fail(_join(path, key), f"expected a date such as 2024-11-30 (YYYY-MM-DD) or null, got {value!r}"[:200])
+        return None
+
+
+_ISO_DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def iso_day(text: str) -> date | None:
+    """A calendar day written `YYYY-MM-DD` (as `execute_on` is), or None when `text` is not one."""
+    if not _ISO_DATE.fullmatch(text):
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:  # 2026-02-30
+        return None
+
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -320,6 +349,7 @@ def batch_from_dict(data: object) -> PayrollBatch:
     file_reference = reader.text(top, "file_reference", "")
     source = reader.text(top, "source", "")
     requested_at = reader.timestamp(top, "requested_at", "")
+    execute_on = reader.day(top, "execute_on", "")
 
     origin = None
     origin_data = reader.mapping(top.get("origin_account"), "origin_account")
@@ -350,4 +380,5 @@ def batch_from_dict(data: object) -> PayrollBatch:
         transactions=tuple(transfers),
         requested_at=requested_at,
         source=source,
+        execute_on=execute_on,
     )

@@ -28,6 +28,7 @@ BATCH_COLUMNS: Final = (
     "origin_account_number",
     "origin_account_type",
     "origin_currency",
+    "execute_on",  # the day to pay on, YYYY-MM-DD (a scheduled batch)
 )
 # A profile must map these; `concept` may be left out (empty, as an empty concept column would be).
 PROFILE_REQUIRED: Final = ("account_number", "amount", "email")

@@ -8,6 +8,9 @@ One flow per batch:
        └──▶ FAILED                               └──▶ EXPIRED (authorization deadline passed)        └──▶ FAILED
                                                  (REJECTED also when the consent reads Rejected at the bank)
 
+A scheduled batch (`execute_on`) waits in AUTHORIZED until the start of its day in the integration's time zone
+(`Wait.EXECUTE_ON`); the payment step itself refuses to run earlier (`processor.engine.file_schedule`).
+
 One move goes back: AWAITING_AUTHORIZATION ──▶ RECEIVED when the bank holds the consent authorised but its
 tokens never reached us (the answer to the code exchange was lost): the flow creates a fresh consent behind the
 same approval link, and publishes nothing for it (AUTHORIZATION_REQUIRED went out once already).
@@ -68,7 +71,7 @@ FILE_TABLE: dict[FlowState, Rule[FlowState]] = {
         Wait.WATCH,
         Approval.AWAITING,
     ),
-    _S.AUTHORIZED: Rule("create_payment", frozenset({_S.INITIATED, _S.FAILED}), approval=Approval.AUTHORIZED),
+    _S.AUTHORIZED: Rule("create_payment", frozenset({_S.INITIATED, _S.FAILED}), Wait.EXECUTE_ON, Approval.AUTHORIZED),
     _S.INITIATED: Rule("poll_payment", frozenset({_S.COMPLETED, _S.FAILED}), Wait.POLL, Approval.AUTHORIZED),
     _S.COMPLETED: Rule(None, frozenset(), approval=Approval.AUTHORIZED),
     _S.FAILED: Rule(None, frozenset(), approval=Approval.ENDED),

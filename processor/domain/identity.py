@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import date
 from decimal import Decimal
 from typing import Any, Final
 
@@ -35,8 +35,10 @@ def _amount(value: Decimal) -> str:
 
 
 def content_document(batch: PayrollBatch) -> dict[str, Any]:
-    """What identifies a batch: batch id, integration, origin, transfers (in order) and file reference."""
-    return {
+    """What identifies a batch: batch id, integration, origin, transfers (in order) and file reference, and its
+    `execute_on` when it has one (the same transfers on another day are another instruction; a batch without
+    one hashes as it always did)."""
+    document: dict[str, Any] = {
         "batch_id": batch.batch_id,
         "integration": batch.integration,
         "file_reference": batch.file_reference,
@@ -46,6 +48,9 @@ def content_document(batch: PayrollBatch) -> dict[str, Any]:
             for t in batch.transactions
         ],
     }
+    if batch.execute_on is not None:
+        document["execute_on"] = batch.execute_on.isoformat()
+    return document
 
 
 def _digest(value: object) -> str:
@@ -69,7 +74,7 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, Decimal):
         return _amount(value) if value.is_finite() else str(value)
-    if isinstance(value, datetime):
+    if isinstance(value, date):  # a datetime too
         return value.isoformat()
     if isinstance(value, float | bytes):
         return repr(value)

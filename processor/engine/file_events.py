@@ -49,7 +49,7 @@ def status_payload(
         "reason": None,
         "transaction_results": None,
         "retry_of": retry_of(flow.batch_id),
-        "execute_on": None,
+        "execute_on": flow.execute_on,  # a scheduled batch's day, on every event of it
     }
     payload.update(overrides)
     payload.update(outcome_totals(payload["transaction_results"]))

@@ -5,6 +5,7 @@
     AWAITING_...     watch_authorization  (the approver; `FileAuthorizationHooks` move it on) reads the consent:
                                           Rejected at the bank -> REJECTED, the deadline -> EXPIRED
     AUTHORIZED       create_payment  A3 create the payment -> INITIATED                publishes INITIATED
+                                     (a scheduled batch: not before its execute_on day, `file_schedule`)
     INITIATED        poll_payment    A4 read (backing off), report-file -> COMPLETED | FAILED with the results
 
 Leases, the step loop and retries are the leased-flow base's (`processor.engine.leased`); every creating call
@@ -38,6 +39,7 @@ from processor.engine.file_events import (
     transaction_results,
 )
 from processor.engine.file_payloads import FilePayloads
+from processor.engine.file_schedule import hold, payment_due_at
 from processor.engine.leased import LeasedFlow
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
@@ -170,7 +172,7 @@ class FileFlow(LeasedFlow[Flow]):
         now = self.now()
         # A replacement consent (the first one's tokens were lost) keeps the deadline and the published link.
         replacing = flow.authorization_deadline is not None
-        deadline = flow.authorization_deadline or self._deadline(now)
+        deadline = flow.authorization_deadline or now + timedelta(seconds=self.ctx.settings.authorization_deadline)
         link = approval_link(self.ctx.public_url, self.kind, flow.batch_id, flow.approval_token)
         event = status_event(
             flow,
@@ -199,9 +201,6 @@ class FileFlow(LeasedFlow[Flow]):
         updated = await self.ctx.store.arun(work)
         log.info("file uploaded; waiting for the approver", batch_id=flow.batch_id, deadline=iso_ms(deadline))
         return updated
-
-    def _deadline(self, now: datetime) -> datetime:
-        return now + timedelta(seconds=self.ctx.settings.authorization_deadline)
 
     # -- waiting for the approver -----------------------------------------------------------------------------
 
@@ -232,7 +231,10 @@ class FileFlow(LeasedFlow[Flow]):
     # -- A3 ---------------------------------------------------------------------------------------------------
 
     async def create_payment(self, flow: Flow, owner: str) -> Flow:
-        """A3: the file payment under the authorised consent, with the consent's token (refreshed when due)."""
+        """A3: the file payment under the authorised consent, with the consent's token (refreshed when due); for a
+        scheduled batch not before its day (checked here, not only in the schedule: `file_schedule.hold`)."""
+        if (held := await hold(self, flow, owner)) is not None:
+            return held
         consent_id = flow.consent_id
         if consent_id is None:
             return await self._fail(flow, owner, "consent id missing for the payment")
@@ -483,10 +485,12 @@ class FileAuthorizationHooks(AuthorizationHooks):
         return flow
 
     def on_authorized(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
-        """AUTHORIZED, published, and due now for the payment step."""
+        """AUTHORIZED, published (with `execute_on` for a scheduled batch), and due for the payment step: now, or
+        at the start of its execute_on day in the integration's time zone."""
         flow = self._awaiting(tx, flow_id, consent_id)
         event = status_event(flow, FlowState.AUTHORIZED, now, currency=currency_in_tx(tx, flow))
-        tx.flows.transition(flow, FlowState.AUTHORIZED, now=now, event=event, next_action_at=now, attempts=0)
+        due = payment_due_at(self.ctx, flow, now)
+        tx.flows.transition(flow, FlowState.AUTHORIZED, now=now, event=event, next_action_at=due, attempts=0)
 
     def on_rejected(self, tx: StoreTx, flow_id: str, reason: str, *, now: datetime) -> None:
         """REJECTED, published; the flow ends."""

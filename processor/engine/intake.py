@@ -1,6 +1,8 @@
 """Accepting a payroll batch into the engine: parse, validate, store, in one transaction.
 
-- A valid batch becomes a flow in `RECEIVED`, due at once (the worker creates its consent next).
+- A valid batch becomes a flow in `RECEIVED`, due at once (the worker creates its consent next). A scheduled
+  batch (`execute_on`) is checked against its integration's calendar at `now`: a day already past there, or
+  further ahead than the integration allows, makes it INVALID (`processor.domain.schedule`).
 - An invalid one becomes a flow in `INVALID` with an `INVALID` status event whose `reason` lists the bad rows
   (index and reason each), written in the same transaction; nothing is sent to the bank.
 - A batch whose id is already stored changes nothing: the existing flow comes back (`created=False`), whatever
@@ -17,14 +19,16 @@ import asyncio
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from processor.bank.integration import Integration
 from processor.domain.batch import BatchParseError, batch_from_dict, loads_exact
 from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.identity import content_sha256, document_content_sha256
 from processor.domain.payload import build_file_payload
+from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
 from processor.engine.file_events import status_payload
@@ -67,6 +71,8 @@ def _json_default(value: object) -> object:
         return format(value, "f")
     if isinstance(value, datetime):
         return value.isoformat(timespec="milliseconds")
+    if isinstance(value, date):  # execute_on, as the Avro reader gives it
+        return value.isoformat()
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
@@ -101,6 +107,7 @@ class PreparedBatch:
     number_of_transactions: int | None = None
     control_sum: Decimal | None = None
     content_sha256: str | None = None  # the business-content hash (None: not even a batch id)
+    execute_on: date | None = None
 
 
 def prepare_batch(
@@ -108,8 +115,11 @@ def prepare_batch(
     *,
     integrations: Collection[str] | None = None,
     limits: ValidationLimits = DEFAULT_LIMITS,
+    now: datetime | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> PreparedBatch:
-    """Parse and validate a batch and compute its file metadata; every bad row is named in `reason`."""
+    """Parse and validate a batch and compute its file metadata; every bad row is named in `reason`. With `now`,
+    an `execute_on` is checked against the integration's calendar (`calendars`; UTC when it has none)."""
     document, not_json = _document(raw)
     batch_id = readable_batch_id(document)
     if batch_id is None:
@@ -131,6 +141,10 @@ def prepare_batch(
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(f"integration {batch.integration!r} is not configured (configured: {known})")
+    if now is not None:
+        late = (calendars or {}).get(batch.integration, Calendar()).problem(batch.execute_on, now)
+        if late is not None:
+            problems.append(late)
     try:
         payload = build_file_payload(validated(batch, limits))
     except _Invalid as exc:
@@ -150,6 +164,7 @@ def prepare_batch(
         int(payload.number_of_transactions),
         payload.control_sum,
         identity,
+        batch.execute_on,
     )
 
 
@@ -188,9 +203,15 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime, tracepar
         payload_checked=True,
         content_sha256=prepared.content_sha256,
         traceparent=traceparent,
+        execute_on=prepared.execute_on,
     )
     flow = created.row
     return IntakeResult(flow, created.created, flow.state, None, created.same_document)
+
+
+def calendars_of(integrations: Mapping[str, Integration]) -> dict[str, Calendar]:
+    """Each configured integration's calendar (time zone, how far ahead a batch may be scheduled)."""
+    return {name: integration.calendar for name, integration in integrations.items()}
 
 
 def _integration_of(document: Any) -> str:
@@ -209,16 +230,18 @@ async def accept_batch(
     integrations: Collection[str] | None = None,
     limits: ValidationLimits = DEFAULT_LIMITS,
     traceparent: str | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> IntakeResult:
     """Parse, validate and store one batch (see the module docstring). `integrations`: the configured names;
-    a batch naming another is INVALID. Checking runs before the transaction (in a thread), so a big batch holds
-    no lock while it is validated; a batch id already stored is answered without validating again.
+    a batch naming another is INVALID. `calendars`: each integration's calendar, for a scheduled batch (UTC
+    when absent). Checking runs before the transaction (in a thread), so a big batch holds no lock while it is
+    validated; a batch id already stored is answered without validating again.
 
     The intake is a span (`intake batch`) continuing `traceparent` (the W3C text the batch came with), or the
     current span (the consumer's) without it; its context is stored with the flow."""
     parent = traceparent if traceparent is not None else current_traceparent()
     with continued("intake batch", parent) as span:
-        result = await _accept(store, raw, now=now, integrations=integrations, limits=limits)
+        result = await _accept(store, raw, now=now, integrations=integrations, limits=limits, calendars=calendars)
         if result.flow is not None:
             span.set_attribute("dispersion.batch_id", result.flow.batch_id)
         span.set_attribute("dispersion.intake", "created" if result.created else "known")
@@ -232,6 +255,7 @@ async def _accept(
     now: datetime,
     integrations: Collection[str] | None,
     limits: ValidationLimits,
+    calendars: Mapping[str, Calendar] | None,
 ) -> IntakeResult:
     document, _ = _document(raw)
     batch_id = readable_batch_id(document)
@@ -240,6 +264,8 @@ async def _accept(
         if existing is not None:
             same = existing.payload_sha256 in (document_content_sha256(document), sha256_hex(_as_text(raw)))
             return IntakeResult(existing, False, existing.state, None, same)
-    prepared = await asyncio.to_thread(prepare_batch, raw, integrations=integrations, limits=limits)
+    prepared = await asyncio.to_thread(
+        prepare_batch, raw, integrations=integrations, limits=limits, now=now, calendars=calendars
+    )
     traceparent = current_traceparent()
     return await store.arun(lambda tx: store_batch(tx, prepared, now=now, traceparent=traceparent))

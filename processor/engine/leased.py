@@ -191,13 +191,24 @@ class LeasedFlow(Generic[T]):
         )
         return updated
 
-    def next_look(self, state: str, now: datetime, *, attempt: int = 0, deadline: datetime | None = None) -> datetime:
+    def next_look(
+        self,
+        state: str,
+        now: datetime,
+        *,
+        attempt: int = 0,
+        deadline: datetime | None = None,
+        not_before: datetime | None = None,
+    ) -> datetime:
         """When a row waiting in `state` is looked at again, by the table's `wait` for it: a pending payment
         after doubling waits (`attempt`), a check every `poll_max` (a consent awaiting its approver: every
-        `consent_watch_interval`) never past the `deadline`."""
+        `consent_watch_interval`) never past the `deadline`, or (a scheduled payment) `not_before`, the start of its
+        day."""
         rule = self.rule(state)
         wait = None if rule is None else rule.wait
         settings = self.ctx.settings
+        if wait is Wait.EXECUTE_ON:
+            return now if not_before is None else max(now, not_before)
         if wait is Wait.POLL:
             return now + timedelta(seconds=settings.poll_delay(attempt))
         every = settings.consent_watch_interval if wait is Wait.WATCH else settings.poll_max

@@ -26,7 +26,7 @@ import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, ClassVar, TypedDict, Unpack
@@ -80,6 +80,7 @@ class Flow:
     created_at: datetime
     updated_at: datetime
     traceparent: str | None = None  # W3C trace context of the batch's intake: later steps continue its trace
+    execute_on: date | None = None  # a scheduled batch: the day its payment is made on (integration's zone)
 
     @property
     def key(self) -> str:
@@ -134,6 +135,7 @@ class FlowRepo(WorkRepo[Flow]):
         "authorization_deadline": "ts",
         **WORK_COLUMNS,
         "traceparent": "text",
+        "execute_on": "date",
     }
     write_only: ClassVar[Mapping[str, Kind]] = {"report": "json"}
     updatable: ClassVar[frozenset[str]] = WORK_UPDATABLE | {
@@ -166,6 +168,7 @@ class FlowRepo(WorkRepo[Flow]):
         payload_checked: bool = False,
         content_sha256: str | None = None,
         traceparent: str | None = None,
+        execute_on: date | None = None,
     ) -> Created[Flow]:
         """Insert a flow unless its batch id exists. A duplicate changes nothing and comes back with
         `created=False` (and `same_document` telling whether it was the same batch).
@@ -177,14 +180,16 @@ class FlowRepo(WorkRepo[Flow]):
         `payload_checked`: the payload text is known to be JSON (the caller parsed or produced it), so it is
         not parsed once more to check (for a 100,000-transfer batch that parse alone costs about 100 MiB).
 
-        `traceparent`: the W3C trace context of the batch's intake, kept as text for the flow's later steps."""
+        `traceparent`: the W3C trace context of the batch's intake, kept as text for the flow's later steps.
+        `execute_on`: the day a scheduled batch is to be paid on (its payment is never created earlier)."""
         text = payload if payload_checked and isinstance(payload, str) else json_text(payload)
         digest = content_sha256 or sha256_hex(text)
         now = utc_ms(now)
         row = self.tx.fetchone(
             "INSERT INTO flows (batch_id, integration, state, payload, payload_sha256, file_reference, file_hash,"  # noqa: S608
             " number_of_transactions, control_sum, approval_token, authorization_deadline, next_action_at,"
-            " created_at, updated_at, traceparent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " created_at, updated_at, traceparent, execute_on)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             f" ON CONFLICT (batch_id) DO NOTHING RETURNING {self._cols()}",
             (
                 batch_id,
@@ -202,6 +207,7 @@ class FlowRepo(WorkRepo[Flow]):
                 now,
                 now,
                 traceparent,
+                None if execute_on is None else execute_on.isoformat(),
             ),
         )
         if row is not None:

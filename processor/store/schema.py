@@ -266,6 +266,10 @@ _V8 = (
 )""",
 )
 
+# Scheduled batches (issue 11, point 7): the day the file payment is to be made on (ISO date, `YYYY-MM-DD`, in the
+# integration's time zone), NULL for a batch paid as soon as it is approved.
+_V9 = ("ALTER TABLE flows ADD COLUMN execute_on TEXT",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
@@ -275,6 +279,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "consent token refresh claims", _V6),
     Migration(7, "flows: the trace context of the batch", _V7),
     Migration(8, "consumer attempts per message", _V8),
+    Migration(9, "scheduled batches: execute_on", _V9),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ import orjson
 from processor.domain.time import iso_ms
 from processor.store.db import to_datetime, to_decimal
 
-Kind = Literal["text", "int", "ts", "money", "json"]
+Kind = Literal["text", "int", "ts", "money", "json", "date"]
 CENT = Decimal("0.01")
 MONEY_LIMIT = Decimal(10) ** 16  # NUMERIC(18,2)
 
@@ -63,6 +63,8 @@ def _default(value: object) -> object:
         return format(value, "f")
     if isinstance(value, datetime):
         return iso_ms(value)
+    if isinstance(value, date):
+        return value.isoformat()
     raise TypeError(f"cannot store {type(value).__name__} in JSON")
 
 
@@ -109,6 +111,10 @@ def encode(kind: Kind, value: object) -> object:
         return money(value)
     if kind == "json":
         return dump_json(value)
+    if kind == "date":  # ISO text on both engines
+        if not isinstance(value, date) or isinstance(value, datetime):
+            raise TypeError(f"expected date, got {type(value).__name__}")
+        return value.isoformat()
     if kind == "int":
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"expected int, got {type(value).__name__}")
@@ -128,6 +134,8 @@ def decode(kind: Kind, value: object) -> object:
         return read_money(value)
     if kind == "json":
         return load_json(value if isinstance(value, str | bytes) else json.dumps(value))
+    if kind == "date":
+        return value if isinstance(value, date) else date.fromisoformat(str(value))
     if kind == "int":
         return int(value) if isinstance(value, int | str | Decimal) else value
     return value

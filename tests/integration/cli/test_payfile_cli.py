@@ -11,6 +11,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ from sandbox_process import SandboxProcess, free_port, running_sandbox
 from store_fixtures import postgres_dsn_or_skip
 
 from processor.store import generate_key
+from processor.store.db import connect
 
 
 @pytest.fixture(scope="module")
@@ -252,3 +254,76 @@ async def test_the_processor_refuses_to_start_on_a_foreign_issuer_but_not_on_a_b
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode == 2, (out, err)
     assert b"processor ready" not in out and b"refusing to use this server" in err
+
+
+# -- a scheduled batch ------------------------------------------------------------------------------------------
+
+# The command runs on the wall clock, so "the day comes" by moving the integration's time zone instead: at any
+# instant the date at UTC+14 is one or two days after the date at UTC-12. The wait computed at the approval (the
+# row's next_action_at, the start of the day at UTC-12) is made due by hand, as a stale schedule would be: the
+# payment step itself decides with the zone configured when it runs.
+WEST, EAST = "Etc/GMT+12", "Etc/GMT-14"
+
+
+def make_due(store_url: str, batch_id: str) -> None:
+    database = connect(store_url)
+    try:
+        with database.transaction() as tx:
+            tx.execute("UPDATE flows SET next_action_at = ? WHERE batch_id = ?", (datetime.now(UTC), batch_id))
+    finally:
+        database.close()
+
+
+def zoned(env: dict[str, str], zone: str) -> dict[str, str]:
+    return {**env, "DISPERSION__INTEGRATIONS__SANDBOX__TIMEZONE": zone}
+
+
+async def test_a_scheduled_batch_is_approved_now_and_paid_only_on_its_day(
+    cli_sandbox: SandboxProcess, config: str, env: dict[str, str], tmp_path: Path, store_url: str
+) -> None:
+    execute_on = ((datetime.now(UTC) - timedelta(hours=12)).date() + timedelta(days=1)).isoformat()
+    document = {**batch(), "execute_on": execute_on}
+    batch_id = document["batch_id"]
+    path = str(write_batch(tmp_path / "batch.json", document))
+    before = await counts(cli_sandbox)
+
+    # Tomorrow at UTC-12: consent, upload and approval now; the payment waits for the day.
+    proc = await start("--config", config, path, "--wait", "20", env=zoned(env, WEST))
+    link, seen = await link_of(proc)
+    assert f"control sum 4250.75 GTQ, integration sandbox, to be paid on {execute_on}\n" in "".join(seen)
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = await browser_decide(http, link)
+        assert answer.status_code == 200 and "Authorization received" in answer.text
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 3, err.decode()
+    text = out.decode()
+    assert f"authorized; the file payment is scheduled for {execute_on} ({WEST})" in text
+    assert f"batch {batch_id}: AUTHORIZED, still running" in text
+    assert (await counts(cli_sandbox))["file_payment"] == before["file_payment"]
+
+    # Due by hand but still the day before at UTC-12: the step holds it back; nothing is sent.
+    make_due(store_url, batch_id)
+    code, out_text, err_text = await run("--config", config, path, "--wait", "3", env=zoned(env, WEST))
+    assert code == 3, err_text
+    assert f"batch {batch_id}: AUTHORIZED, still running" in out_text and execute_on in out_text
+    assert (await counts(cli_sandbox))["file_payment"] == before["file_payment"]
+
+    # A rerun where the day has come (UTC+14) creates the payment, once.
+    make_due(store_url, batch_id)
+    code, out_text, err_text = await run("--config", config, path, env=zoned(env, EAST))
+    assert code == 4, err_text
+    assert f"batch {batch_id}: COMPLETED" in out_text
+    assert (await counts(cli_sandbox))["file_payment"] == before["file_payment"] + 1
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+async def test_a_batch_scheduled_for_a_past_day_exits_2(
+    cli_sandbox: SandboxProcess, config: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    yesterday = (datetime.now(UTC).date() - timedelta(days=1)).isoformat()  # in UTC, the configured zone
+    document = {**batch(), "execute_on": yesterday}
+    before = await counts(cli_sandbox)
+    code, out, _ = await run("--config", config, str(write_batch(tmp_path / "past.json", document)), env=env)
+    assert code == 2 and "INVALID, nothing was stored or sent to the bank" in out
+    assert f"execute_on {yesterday} is in the past" in out
+    assert await counts(cli_sandbox) == before

@@ -24,7 +24,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -242,6 +242,34 @@ def test_amounts_with_trailing_zeros_are_produced_and_printed_with_two_decimals(
     dry = submit_run(capsys, str(whole), *ORIGIN, "--integration", "sandbox", "--dry-run", "--quiet")
     assert dry.code == 0, dry.err
     assert ", control sum 7.00 GTQ" in dry.out
+
+
+def test_a_scheduled_export_produces_a_v2_event_with_its_execute_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    """`--execute-on` (or an `execute_on` column) travels as the Avro date of payroll.batches v2."""
+    day = datetime.now(UTC).date() + timedelta(days=3)
+    path = tmp_path / "scheduled.csv"
+    path.write_text(
+        "account_number,amount,email,concept,execute_on\n"
+        f"2001002001,10.00,ana@example.com,Payroll,{day.isoformat()}\n"
+        "2001002002,5.35,bruno@example.com,Payroll,\n"
+    )
+    argv = (str(path), *ORIGIN, "--integration", "sandbox", "--bootstrap", kafka_bootstrap, "--topic", kafka_topic)
+    result = submit_run(capsys, *argv, "--quiet")
+    assert result.code == 0, result.err
+    assert f", control sum 15.35 GTQ, to be paid on {day.isoformat()} -> " in result.out
+    later = day + timedelta(days=1)
+    overridden = submit_run(capsys, *argv, "--quiet", "--batch-id", "B-LATER", "--execute-on", later.isoformat())
+    assert overridden.code == 0, overridden.err
+    events = {}
+    for message in read_topic(kafka_bootstrap, kafka_topic):
+        value = message.value()
+        assert value is not None
+        assert schemas.identify(value) == schemas.schema(BATCHES, 2)
+        event = schemas.decode(BATCHES, value)
+        events[event["batch_id"]] = event["execute_on"]
+    assert sorted(events.values()) == [day, later] and events["B-LATER"] == later
 
 
 def test_configuration_from_environment_names_bootstrap_topic_and_integration(
@@ -481,6 +509,18 @@ def test_status_one_batch_as_json_and_with_details(
         capsys, "--bootstrap", kafka_bootstrap, "--topic", status_topic, "--batch", "NOV-1", "--details"
     )
     assert detailed.out.splitlines()[-2:] == ["    #0 E-1 10.00 COMPLETED", "    #1 - 10.50 FAILED  closed"]
+
+
+def test_status_shows_a_scheduled_batchs_day(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    payday = date(2024, 11, 30)
+    produce(kafka_bootstrap, kafka_topic, status_event("NOV-9", "AUTHORIZED", 0, consent_id="C-9", execute_on=payday))
+    argv = ("--bootstrap", kafka_bootstrap, "--topic", kafka_topic, "--batch", "NOV-9")
+    text = status_run(capsys, *argv)
+    assert text.out == "2024-11-05T10:00:00.000Z  NOV-9  AUTHORIZED  consent=C-9  execute_on=2024-11-30\n"
+    as_json = status_run(capsys, *argv, "--json")
+    assert json.loads(as_json.out)["execute_on"] == "2024-11-30"
 
 
 def test_status_until_terminal_exits_with_the_final_status(

@@ -392,3 +392,15 @@ def test_config_check_reports_ok_or_every_problem(tmp_path: Path, capsys: pytest
     path = write(tmp_path, CONFIG.replace("concurrency = 4", "concurrency = 0"))
     assert config_main(["check", "--config", str(path)]) == 2
     assert capsys.readouterr().err == f"{path}:10: engine.concurrency: must be between 1 and 10000, got 0\n"
+
+
+def test_an_integrations_timezone_is_an_iana_name_and_defaults_to_utc(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path), {}).integration("sandbox").timezone == "UTC"
+    zoned = load_config(write(tmp_path), {"DISPERSION__INTEGRATIONS__SANDBOX__TIMEZONE": "America/Guatemala"})
+    integration = zoned.integration("sandbox")
+    assert integration.timezone == "America/Guatemala" and str(integration.calendar.zone) == "America/Guatemala"
+    message = failure(write(tmp_path), {"DISPERSION__INTEGRATIONS__SANDBOX__TIMEZONE": "Mars/Olympus"})
+    assert message.endswith(
+        "integrations.sandbox.timezone: must be an IANA time zone name such as 'UTC' or 'America/Guatemala', "
+        "got 'Mars/Olympus'"
+    )

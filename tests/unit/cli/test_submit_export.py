@@ -9,15 +9,17 @@ import csv
 import hashlib
 import io
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from cli_support import EXPORT, ORIGIN, Run
 
 from processor.cli import submit
 from processor.cli.submit import BatchFields, Export, ExportError, check, default_batch_id, read_csv, sniff_delimiter
+from processor.domain.schedule import Calendar
 
 NOW = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
 DOC_EXAMPLE = "".join(EXPORT.splitlines(keepends=True)[:4])  # the header and three rows
@@ -392,3 +394,71 @@ def test_bad_encoding_or_delimiter_is_a_usage_error(
         submit.main(["export.csv", "--dry-run", *ORIGIN, *option])
     assert exited.value.code == 2
     assert f"argument {option[0]}" in capsys.readouterr().err
+
+
+# -- scheduled batches: --execute-on and the execute_on column ---------------------------------------------------
+
+
+def _day(offset: int) -> str:
+    return (datetime.now(UTC).date() + timedelta(days=offset)).isoformat()
+
+
+def test_execute_on_column_schedules_the_batch_and_a_bad_date_is_named_with_its_line() -> None:
+    rows = DOC_EXAMPLE.splitlines()
+    text = "\n".join([rows[0] + ",execute_on", rows[1] + ",2024-11-30", rows[2] + ",", rows[3] + ",2024-11-30"])
+    assert parse(text + "\n").batch.execute_on == date(2024, 11, 30)
+    bad = "\n".join([rows[0] + ",execute_on", rows[1] + ",30/11/2024", rows[2] + ",", rows[3] + ","])
+    assert problems_of(bad + "\n") == [
+        "line 2: execute_on: expected a date such as 2026-11-30 (YYYY-MM-DD), got '30/11/2024'"
+    ]
+    assert parse(DOC_EXAMPLE).batch.execute_on is None
+
+
+def test_check_refuses_a_past_day_in_the_integrations_zone() -> None:
+    fields = BatchFields(
+        integration="sandbox",
+        origin_account_number="3001234567",
+        origin_currency="GTQ",
+        batch_id="B-1",
+        execute_on="2024-11-05",
+    )
+    reader = csv.reader(io.StringIO(DOC_EXAMPLE, newline=""))
+    export = read_csv(reader, fields, requested_at=NOW, defaults=BatchFields())
+    assert check(export, now=NOW) == []  # 10:00 UTC on the 5th: today
+    kiritimati = {"sandbox": Calendar(ZoneInfo("Pacific/Kiritimati"))}  # already the 6th there
+    assert [str(p) for p in check(export, now=NOW, calendars=kiritimati)] == [
+        "export: execute_on: execute_on 2024-11-05 is in the past (today is 2024-11-06 in Pacific/Kiritimati)"
+    ]
+
+
+def test_dry_run_with_execute_on(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "payroll.csv"
+    path.write_text(DOC_EXAMPLE)
+    tomorrow = _day(1)
+    result = dry_run(capsys, path, "--batch-id", "NOV-2024-001", "--execute-on", tomorrow)
+    assert result.code == 0, result.err
+    assert (
+        result.out == f"valid batch NOV-2024-001: 3 transactions, control sum 27750.50 GTQ, to be paid on {tomorrow}\n"
+    )
+
+    past = dry_run(capsys, path, "--batch-id", "NOV-2024-001", "--execute-on", _day(-2))
+    assert past.code == 1 and f"execute_on {_day(-2)} is in the past" in past.err
+
+    far = dry_run(capsys, path, "--execute-on", _day(40))
+    assert far.code == 1 and "40 days ahead; at most 28 days" in far.err
+
+    with pytest.raises(SystemExit) as usage:
+        dry_run(capsys, path, "--execute-on", "2026-02-30")
+    assert usage.value.code == 2
+    assert "expected a date such as 2026-11-30 (YYYY-MM-DD), not '2026-02-30'" in capsys.readouterr().err
+
+
+def test_json_export_takes_execute_on_from_the_document_or_the_option(tmp_path: Path) -> None:
+    document = b"""{"batch_id": "J-2", "integration": "sandbox", "execute_on": "2024-11-29",
+        "origin_account": {"account_number": "111", "currency": "GTQ"},
+        "transactions": [{"destination_account": {"account_number": "2001", "currency": "GTQ",
+                          "email": "a@example.com"}, "amount": "1.00", "concept": "x"}]}"""
+    read = submit.read_json(document, BatchFields(), requested_at=NOW, defaults=BatchFields())
+    assert read.batch.execute_on == date(2024, 11, 29)
+    given = submit.read_json(document, BatchFields(execute_on="2024-11-30"), requested_at=NOW, defaults=BatchFields())
+    assert given.batch.execute_on == date(2024, 11, 30)

@@ -14,6 +14,7 @@ import fastavro
 import pytest
 
 import schemas
+from processor.domain.batch import batch_from_dict
 from schemas import Codec, DecodeError, EncodeError, UnknownSchemaError, UnknownTopicError
 
 AT = datetime(2026, 1, 31, 23, 59, 58, 123000, tzinfo=UTC)
@@ -51,6 +52,7 @@ def _batch() -> dict[str, Any]:
         ],
         "requested_at": AT,
         "source": "erp-export",
+        "execute_on": date(2026, 1, 30),  # v2: a scheduled batch
     }
 
 
@@ -372,3 +374,19 @@ def test_load_schema_is_usable_by_fastavro() -> None:
     out = io.BytesIO()
     fastavro.schemaless_writer(out, parsed, _batch())
     assert fastavro.schemaless_reader(io.BytesIO(out.getvalue()), parsed) == _batch()
+
+
+def test_a_v1_batch_decodes_as_v2_without_execute_on_and_parses_unscheduled() -> None:
+    record = _batch()
+    del record["execute_on"]
+    data = schemas.encode("payroll.batches", record, version=1)
+    assert schemas.identify(data) == schemas.schema("payroll.batches", 1)
+    decoded = schemas.decode("payroll.batches", data)
+    assert decoded["execute_on"] is None
+    assert batch_from_dict(decoded).execute_on is None
+
+
+def test_a_v2_batch_carries_its_execute_on_as_a_date() -> None:
+    data = schemas.encode("payroll.batches", _batch())
+    assert schemas.identify(data) == schemas.schema("payroll.batches", 2)
+    assert batch_from_dict(schemas.decode("payroll.batches", data)).execute_on == date(2026, 1, 30)
