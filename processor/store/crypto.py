@@ -115,6 +115,18 @@ class Cipher:
         return stored.split(".", 2)[1:2] != [self._primary]
 
 
+def new_secret_token() -> str:
+    """An unguessable url-safe token with 256 random bits (approval tokens, OAuth `state`)."""
+    return secrets.token_urlsafe(32)
+
+
+def require_cipher(cipher: Cipher | None) -> Cipher:
+    """The cipher, or a clear error for stores opened without a key."""
+    if cipher is None:
+        raise StoreKeyError("this store was opened without an encryption key; secrets cannot be read or written")
+    return cipher
+
+
 def _aad(context: str) -> bytes:
     return f"dispersion-store|{VERSION}|{context}".encode()
 

@@ -23,12 +23,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from processor.store.crypto import Cipher
+from processor.store.auth_attempts import AuthAttempts
+from processor.store.crypto import Cipher, require_cipher
 from processor.store.db import Database, Dialect, StoreBusyError, Tx, connect
-from processor.store.flows import AuthAttempts, FlowRepo, SideEffects, TokenRepo, require_cipher
+from processor.store.flows import FlowRepo
 from processor.store.operator import OperatorRepo
 from processor.store.outbox import Outbox
 from processor.store.schema import migrate
+from processor.store.side_effects import SideEffects
+from processor.store.tokens import TokenRepo
 from processor.store.vrp import MandateRepo, VrpPaymentRepo
 
 T = TypeVar("T")

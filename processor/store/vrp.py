@@ -18,8 +18,8 @@ from typing import Any, ClassVar, TypedDict, Unpack
 
 from processor.domain.time import utc_ms
 from processor.domain.vrp_states import Mandate, Payment
+from processor.store.crypto import new_secret_token
 from processor.store.db import in_clause
-from processor.store.flows import new_secret_token
 from processor.store.outbox import Outbox, StatusEvent
 from processor.store.values import Kind, dump_json, json_text, money, read_money, sha256_hex
 from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
