@@ -79,11 +79,6 @@ class Cipher:
     def __repr__(self) -> str:
         return f"Cipher(primary={self._primary}, keys={len(self._keys)}, dev={self.insecure_dev_key})"
 
-    @property
-    def primary_key_id(self) -> str:
-        """The fingerprint of the key new values are encrypted with."""
-        return self._primary
-
     @classmethod
     def from_text(cls, primary: str, old: Sequence[str] = ()) -> Cipher:
         """Build from key texts: the primary key first, then keys only used to read older values."""
@@ -109,10 +104,6 @@ class Cipher:
             return aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(context)).decode()
         except (InvalidTag, binascii.Error, ValueError):
             raise StoreKeyError("stored secret failed authentication (wrong key, context or tampered)") from None
-
-    def needs_rewrap(self, stored: str) -> bool:
-        """Whether a stored value was encrypted with an older key (re-encrypt it to finish a rotation)."""
-        return stored.split(".", 2)[1:2] != [self._primary]
 
 
 def new_secret_token() -> str:

@@ -7,7 +7,6 @@ calls), `auth_attempts` (authorization `state` and PKCE verifiers) and `tokens` 
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -222,16 +221,6 @@ class FlowRepo(WorkRepo[Flow]):
             Outbox(self.tx).emit(event, flow.batch_id, now=now)
         return updated
 
-    def get_by_consent(self, consent_id: str) -> Flow | None:
-        """The flow that created this consent, or None."""
-        row = self.tx.fetchone(f"SELECT {self._cols()} FROM flows WHERE consent_id = ?", (consent_id,))  # noqa: S608
-        return None if row is None else self._decode(row)
-
-    def get_by_file_payment(self, file_payment_id: str) -> Flow | None:
-        """The flow of this file payment, or None."""
-        row = self.tx.fetchone(f"SELECT {self._cols()} FROM flows WHERE file_payment_id = ?", (file_payment_id,))  # noqa: S608
-        return None if row is None else self._decode(row)
-
     def payload(self, batch_id: str) -> str | None:
         """The batch payload's JSON text exactly as stored, or None for an unknown batch."""
         value = self.tx.scalar("SELECT payload FROM flows WHERE batch_id = ?", (batch_id,))
@@ -246,10 +235,3 @@ class FlowRepo(WorkRepo[Flow]):
         """The per-transaction report stored with the flow (amounts as strings), or None."""
         value = self.tx.scalar("SELECT report FROM flows WHERE batch_id = ?", (batch_id,))
         return None if value is None else load_json(str(value))
-
-    def check_approval(self, batch_id: str, token: str) -> Flow | None:
-        """The flow if `token` is its approval token (compared in constant time), else None."""
-        flow = self.get(batch_id)
-        if flow is None or not hmac.compare_digest(flow.approval_token.encode(), token.encode()):
-            return None
-        return flow

@@ -179,11 +179,6 @@ class SideEffects:
         )
         return None if row is None else _effect(row)
 
-    def for_scope(self, scope_id: str) -> list[SideEffect]:
-        """Every record of a flow, oldest first."""
-        rows = self.tx.fetchall("SELECT * FROM side_effects WHERE scope_id = ? ORDER BY created_at", (scope_id,))
-        return [_effect(r) for r in rows]
-
     def _finish(
         self,
         scope_id: str,
