@@ -12,15 +12,16 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka_fixtures import create_topic
-from kafka_layer_support import batch_record, committed, new_topic, produce, read_topic, settings_for
+from kafka_layer_support import batch_consumer, batch_record, committed, new_topic, produce, read_topic, settings_for
 from registry_fixtures import register_subjects
 from store_fixtures import StoreTarget
 
-from consumers.batches import EngineIntake, IntakeOutcome, batch_consumer
+from consumers.batches import EngineIntake, IntakeOutcome
 from consumers.loop import AtLeastOnceConsumer
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
@@ -188,8 +189,10 @@ def test_the_offset_moves_only_after_the_dead_letter_is_acknowledged(
 CONSUMER_SCRIPT = textwrap.dedent(
     """
     import sys, threading
-    from consumers.batches import EngineIntake, batch_consumer
+    sys.path.insert(0, sys.argv[9])  # the tests' support modules
+    from consumers.batches import EngineIntake
     from consumers.loop import install_sigterm
+    from kafka_layer_support import batch_consumer
     from processor.store import Store
     from producers.kafka import KafkaSettings
     from schemas import Registry, WireSettings
@@ -239,6 +242,7 @@ def test_sigterm_commits_and_leaves_the_group(
             store_target.schema or "",
             settings.wire.wire_format,
             settings.wire.registry.url if settings.wire.registry else "",
+            str(Path(__file__).resolve().parents[1]),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
