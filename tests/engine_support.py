@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 import uvicorn
 from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
+from manual_clock import ManualClock
 
 from processor.api.callback import callback_app
 from processor.cli.config import Config, parse_config
@@ -35,7 +36,6 @@ from processor.engine.worker import Worker
 from processor.store import Flow, Store
 from sandbox.app import create_app as create_sandbox_app
 from sandbox.clients import Client, ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.faults import FaultPlan
 from sandbox.state import Bank

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from manual_clock import ManualClock
 
 from sandbox.app import create_app
 from sandbox.clients import ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.filecheck import payload_hash
 from sandbox.jsonutil import dumps, loads
