@@ -145,7 +145,3 @@ class AuthAttempts:
             (flow_kind, flow_id),
         )
         return [self._attempt(r) for r in rows]
-
-    def purge(self, *, expired_before: datetime) -> int:
-        """Delete attempts that expired before a time (housekeeping)."""
-        return self.tx.execute("DELETE FROM auth_attempts WHERE expires_at < ?", (utc_ms(expired_before),))
