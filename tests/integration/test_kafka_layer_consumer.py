@@ -12,7 +12,6 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -189,19 +188,20 @@ def test_the_offset_moves_only_after_the_dead_letter_is_acknowledged(
 CONSUMER_SCRIPT = textwrap.dedent(
     """
     import sys, threading
-    sys.path.insert(0, sys.argv[9])  # the tests' support modules
-    from consumers.batches import EngineIntake
-    from consumers.loop import install_sigterm
-    from kafka_layer_support import batch_consumer
+    from consumers.batches import BatchHandler, EngineIntake
+    from consumers.loop import AtLeastOnceConsumer, consumer_config, install_sigterm
     from processor.store import Store
-    from producers.kafka import KafkaSettings
+    from producers.dlq import DeadLetterPublisher
+    from producers.kafka import KafkaSettings, producer_config
     from schemas import Registry, WireSettings
 
     bootstrap, group, batches, dlq, url, schema, wire_format, registry = sys.argv[1:9]
     store = Store.open(url, schema=schema or None)
     wire = WireSettings(wire_format, Registry(registry) if registry else None)
     settings = KafkaSettings(bootstrap, group, {"payroll.batches": batches, "payroll.batches.dlq": dlq}, wire=wire)
-    consumer = batch_consumer(settings, EngineIntake(store))
+    letters = DeadLetterPublisher(producer_config(settings, "dlq"), topic=dlq, wire=wire)
+    handler = BatchHandler(EngineIntake(store), wire=wire)
+    consumer = AtLeastOnceConsumer(consumer_config(settings, "batches"), [batches], handler, letters)
     stop = threading.Event()
     install_sigterm(stop)
     original = consumer.poll_once
@@ -242,7 +242,6 @@ def test_sigterm_commits_and_leaves_the_group(
             store_target.schema or "",
             settings.wire.wire_format,
             settings.wire.registry.url if settings.wire.registry else "",
-            str(Path(__file__).resolve().parents[1]),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
