@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+# The repository: the nearest folder above this test holding pyproject.toml (the test may sit at any depth).
+ROOT = next(folder for folder in Path(__file__).resolve().parents if (folder / "pyproject.toml").is_file())
 PACKAGES = ("processor", "sandbox", "consumers", "producers", "schemas")
 MAX_CLASS_LINES = 400
 
