@@ -72,7 +72,6 @@ from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, STATUS_TOPIC
 
 DEFAULT_PG_URL = "postgresql://dispersion:dispersion@127.0.0.1:5432/dispersion_test"
 INTEGRATION = "sandbox"
-TERMINAL = ("COMPLETED", "FAILED", "INVALID", "REJECTED", "EXPIRED")
 CLI = [sys.executable, "-m", "processor.cli"]
 
 

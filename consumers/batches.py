@@ -2,8 +2,10 @@
 (RECEIVED, or INVALID with its status event in the same transaction); its offset moves only after that commit.
 
     intake = EngineIntake(store, integrations=config.integrations)
-    consumer = batch_consumer(settings, intake)
-    consumer.run(stop)
+    handler = BatchHandler(intake, wire=settings.wire)
+
+The handler is one of the processor's consumer loop (`consumers.loop.AtLeastOnceConsumer`, built in
+processor/cli/service.py with the VRP topics' handlers beside it).
 
 What happens to one message:
 
@@ -30,7 +32,7 @@ from confluent_kafka import Message
 from opentelemetry.trace import SpanKind
 
 import schemas
-from consumers.loop import Accept, AtLeastOnceConsumer, Reject, Retry, consumer_config
+from consumers.loop import Accept, Reject, Retry
 from consumers.loop import Verdict as LoopVerdict
 from processor.domain.file_states import FlowState
 from processor.domain.schedule import Calendar
@@ -39,9 +41,7 @@ from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.intake import accept_batch, prepare_batch
 from processor.engine.tracing import continued, traceparent_of
 from processor.store import Store, StoreError
-from producers.dlq import DeadLetterPublisher
-from producers.kafka import KafkaSettings, producer_config
-from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
+from schemas.topics import BATCHES_TOPIC
 
 log = structlog.get_logger("consumers.batches")
 
@@ -167,23 +167,3 @@ class BatchHandler:
             log.warning("batch_key_mismatch", batch_id=outcome.batch_id)  # order per batch relies on the key
         log.info("batch_consumed", batch_id=outcome.batch_id, outcome=outcome.verdict)
         return Accept(outcome.verdict)
-
-
-def batch_consumer(
-    settings: KafkaSettings,
-    intake: BatchIntake,
-    *,
-    dead_letters: DeadLetterPublisher | None = None,
-    **options: Any,
-) -> AtLeastOnceConsumer:
-    """A consumer of the deployment's `payroll.batches` topic that dead-letters to its `payroll.batches.dlq`."""
-    sink = dead_letters or DeadLetterPublisher(
-        producer_config(settings, "dlq"), topic=settings.topic(DLQ_TOPIC), wire=settings.wire
-    )
-    return AtLeastOnceConsumer(
-        consumer_config(settings, "batches"),
-        [settings.topic(BATCHES_TOPIC)],
-        BatchHandler(intake, wire=settings.wire),
-        sink,
-        **options,
-    )

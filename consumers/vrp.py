@@ -1,9 +1,10 @@
 """The `vrp.mandates` and `vrp.payments` consumers: each record is decoded and stored by the VRP engine (never a
 bank call here: the stored mandate or payment is due work that a worker takes); its offset moves after that.
 
-    intake = VrpIntake(vrp)                      # vrp: processor.engine.vrp.VrpEngine
-    consumer = vrp_consumer(settings, intake)
-    consumer.run(stop)
+    handlers = vrp_handlers(settings, VrpIntake(vrp))   # vrp: processor.engine.vrp.VrpEngine
+
+The handlers, by physical topic, go to the processor's consumer loop (`consumers.loop.route`, built in
+processor/cli/service.py beside the batches' handler).
 
 What happens to one message:
 
@@ -30,14 +31,13 @@ import structlog
 from confluent_kafka import Message
 
 import schemas
-from consumers.loop import Accept, AtLeastOnceConsumer, Handler, Reject, Retry, Verdict, consumer_config, route
+from consumers.loop import Accept, Handler, Reject, Retry, Verdict
 from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, Payment
 from processor.engine.vrp import VrpEngine
 from processor.store import StoreError
-from producers.dlq import DeadLetterPublisher
-from producers.kafka import KafkaSettings, producer_config
-from schemas.topics import DLQ_TOPIC, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
+from producers.kafka import KafkaSettings
+from schemas.topics import VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
 
 log = structlog.get_logger("consumers.vrp")
 
@@ -123,18 +123,3 @@ def vrp_handlers(settings: KafkaSettings, intake: VrpIntake) -> dict[str, Handle
         settings.topic(VRP_MANDATES_TOPIC): _RecordHandler(VRP_MANDATES_TOPIC, intake.mandate, settings.wire),
         settings.topic(VRP_PAYMENTS_TOPIC): _RecordHandler(VRP_PAYMENTS_TOPIC, intake.payment, settings.wire),
     }
-
-
-def vrp_consumer(
-    settings: KafkaSettings,
-    intake: VrpIntake,
-    *,
-    dead_letters: DeadLetterPublisher | None = None,
-    **options: Any,
-) -> AtLeastOnceConsumer:
-    """A consumer of the deployment's `vrp.mandates` and `vrp.payments` topics (dead letters to its DLQ)."""
-    sink = dead_letters or DeadLetterPublisher(
-        producer_config(settings, "vrp-dlq"), topic=settings.topic(DLQ_TOPIC), wire=settings.wire
-    )
-    handlers = vrp_handlers(settings, intake)
-    return AtLeastOnceConsumer(consumer_config(settings, "vrp"), list(handlers), route(handlers), sink, **options)

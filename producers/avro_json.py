@@ -1,7 +1,8 @@
 """Turn a JSON document (as the outbox stores it: Decimals as strings, instants as ISO 8601 text) into a record
 that fits an Avro schema, guided by the schema itself. Pure.
 
-    record = to_avro(raw_schema, {"status": "COMPLETED", "control_sum": "1500.75", "occurred_at": "2026-...Z"})
+    record = convert(raw_schema, {"status": "COMPLETED", "control_sum": "1500.75", "occurred_at": "2026-...Z"},
+                     Coercion(), "$")
 
 - decimal logical types: a string or Decimal becomes a Decimal with the schema's scale (`1.500` -> `1.50`; more
   decimals than the scale are refused, never rounded; a float is refused: money never passes a float);
@@ -38,11 +39,6 @@ class Coercion:
     dropped: list[str] = field(default_factory=list)
 
 
-def to_avro(schema: Any, document: Any) -> Any:
-    """The document shaped for `schema` (raw JSON schema as in the .avsc file); `CoercionError` if it cannot be."""
-    return convert(schema, document, Coercion(), "$")
-
-
 def _full_name(schema: Mapping[str, Any], namespace: str | None) -> str:
     name = str(schema["name"])
     if "." in name:
@@ -52,7 +48,8 @@ def _full_name(schema: Mapping[str, Any], namespace: str | None) -> str:
 
 
 def convert(schema: Any, value: Any, ctx: Coercion, path: str, namespace: str | None = None) -> Any:
-    """Convert `value` for `schema` (recursive worker of `to_avro`)."""
+    """Convert `value` for `schema` (the raw JSON schema as in the .avsc file) at `path` (`"$"` for a whole
+    document); `CoercionError` if it cannot be."""
     if isinstance(schema, list):
         return _union(schema, value, ctx, path, namespace)
     if isinstance(schema, str):

@@ -1,4 +1,4 @@
-"""Clocks: the system clock, and a manual one so tests can move time without sleeping."""
+"""Clocks: the protocol, and the system clock (shifted by the admin clock endpoint)."""
 
 from __future__ import annotations
 
@@ -27,21 +27,6 @@ class SystemClock:
     def advance(self, seconds: float) -> None:
         """Move this clock forward."""
         self.offset += timedelta(seconds=seconds)
-
-
-class ManualClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.current = start or datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
-
-    def now(self) -> datetime:
-        """Return the stored time."""
-        return self.current
-
-    def advance(self, seconds: float) -> None:
-        """Move this clock forward."""
-        self.current += timedelta(seconds=seconds)
 
 
 def iso_ms(moment: datetime) -> str:

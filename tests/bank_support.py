@@ -111,9 +111,10 @@ class SandboxRig:
 
 def sandbox_rig(base: str = BASE, *, client_id: str = "dispersion-test", **config: Any) -> SandboxRig:
     """A sandbox bank on a ManualClock with our test client registered."""
+    from manual_clock import ManualClock
+
     from sandbox.app import create_app
     from sandbox.clients import Client, ClientRegistry
-    from sandbox.clock import ManualClock
     from sandbox.config import SandboxConfig
     from sandbox.state import Bank
 

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 import uvicorn
 from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
+from manual_clock import ManualClock
 
 from processor.api.callback import callback_app
 from processor.cli.config import Config, parse_config
@@ -31,10 +32,10 @@ from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.intake import IntakeResult, accept_batch, calendars_of
 from processor.engine.settings import EngineSettings
+from processor.engine.worker import Worker
 from processor.store import Flow, Store
 from sandbox.app import create_app as create_sandbox_app
 from sandbox.clients import Client, ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.faults import FaultPlan
 from sandbox.state import Bank
@@ -43,6 +44,14 @@ from schemas.topics import STATUS_TOPIC
 CLIENT_ID = "dispersion-engine-test"
 CLIENT_SECRET = "engine-test-secret-value"
 CALLBACK_PATH = "/callback"
+
+
+async def worker_round(worker: Worker) -> int:
+    """One round of the worker's loop, run to the end: claim what is due now, run it, wait for all of it (the
+    loop itself goes on until stopped). Returns how many items ran."""
+    started = await worker._claim_round()
+    await worker.drain(grace=3600)
+    return started
 
 
 async def instant_sleep(seconds: float) -> None:
@@ -189,7 +198,7 @@ class Rig:
     async def run_round(self, engine: Engine | None = None) -> int:
         """One worker round of an engine (claims what is due now, runs it to completion)."""
         engine = engine or self.engine
-        return await engine.worker().run_once()
+        return await worker_round(engine.worker())
 
     async def drive(
         self,

@@ -101,7 +101,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def local_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
-    """A started local broker owned by this test (stop/start/restart keep its ports and data)."""
+    """A started local broker owned by this test (stop, then start, keeps its ports and data)."""
     broker = _start_local(tmp_path / "kafka")
     try:
         yield broker

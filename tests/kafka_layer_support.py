@@ -12,8 +12,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka_fixtures import create_topic
 
-from producers.kafka import KafkaSettings
+from consumers.batches import BatchHandler, BatchIntake
+from consumers.loop import AtLeastOnceConsumer, consumer_config
+from producers.dlq import DeadLetterPublisher
+from producers.kafka import KafkaSettings, producer_config
 from schemas import WireSettings
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 
 def unique(prefix: str) -> str:
@@ -131,3 +135,24 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int = 3) -> di
 def settings_for(bootstrap: str, topics: dict[str, str], wire: WireSettings | None = None) -> KafkaSettings:
     """Settings with a fresh consumer group, the given logical -> physical topic names and wire format."""
     return KafkaSettings(bootstrap=bootstrap, group_id=unique("group"), topics=topics, wire=wire or WireSettings())
+
+
+def batch_consumer(
+    settings: KafkaSettings,
+    intake: BatchIntake,
+    *,
+    dead_letters: DeadLetterPublisher | None = None,
+    **options: Any,
+) -> AtLeastOnceConsumer:
+    """A consumer of the deployment's `payroll.batches` topic alone that dead-letters to its `payroll.batches.dlq`
+    (the processor's loop, processor/cli/service.py, reads every input topic with one consumer)."""
+    sink = dead_letters or DeadLetterPublisher(
+        producer_config(settings, "dlq"), topic=settings.topic(DLQ_TOPIC), wire=settings.wire
+    )
+    return AtLeastOnceConsumer(
+        consumer_config(settings, "batches"),
+        [settings.topic(BATCHES_TOPIC)],
+        BatchHandler(intake, wire=settings.wire),
+        sink,
+        **options,
+    )

@@ -1,6 +1,8 @@
 """The processor's bank client: configuration-driven, typed, retried, one exception tree.
 
-- `client.BankClient`: every operation of the spec (E1-E6, refresh, A1-A5, report-file, B1-B3, domestic VRP read)
+- `client.BankClient`: every operation of the spec (E1-E6, refresh, A1-A5, report-file, B1-B3, domestic VRP read);
+  the transport, retries and the client's tokens in `client`, the operations by flow in `file_payments`,
+  `vrp_payments` and `authorization` (over `calls.BankCalls`)
 - `errors`: the exception tree (drawn in its docstring) and the mapping of both error shapes
 - `retry`: the pure retry policy (backoff with jitter, Retry-After, bounds)
 - `auth`: client assertions, PKCE and `state`

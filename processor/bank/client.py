@@ -21,51 +21,29 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import httpx
-import orjson
 import structlog
 
 from processor.bank import errors
-from processor.bank.auth import (
-    ASSERTION_TYPE,
-    ClientAssertions,
-    LocalSigner,
-    Pkce,
-    Signer,
-)
+from processor.bank.auth import ASSERTION_TYPE, ClientAssertions, LocalSigner, Signer
+from processor.bank.authorization import Authorization
+from processor.bank.calls import FORM, JSON, Body, Reply, bare_text
+from processor.bank.file_payments import FilePayments
 from processor.bank.integration import Integration
 from processor.bank.metrics import BANK_CALL_ERRORS, BANK_CALL_SECONDS, status_class
-from processor.bank.models import (
-    Discovery,
-    DomesticVrp,
-    FileConsent,
-    FilePayment,
-    FilePaymentReport,
-    FileUpload,
-    ModelError,
-    ParResponse,
-    TokenResponse,
-    VrpConsent,
-    dumps,
-    loads,
-    loads_echo,
-)
+from processor.bank.models import Discovery, ModelError, TokenResponse, dumps, loads
 from processor.bank.retry import RESEND_MIN_DELAY, RetryDecision, RetryPolicy, run_with_retries
 from processor.bank.transport import bank_transport
+from processor.bank.vrp_payments import VrpPayments
 from processor.domain.time import Clock, SystemClock
 
 T = TypeVar("T")
 INTERACTION = "x-fapi-interaction-id"
 IDEMPOTENCY = "x-idempotency-key"
 IDEMPOTENCY_MAX = 40
-FORM = "application/x-www-form-urlencoded"
-JSON = "application/json"
-PISP = "/open-banking/v3.1/pisp"
 CLIENT_CREDENTIALS_SCOPE = "payments openid"
-SCA = "UK.OBIE.SCA"
-SWEEPING = "UK.OBIE.VRPType.Sweeping"
 
 log = structlog.get_logger("processor.bank")
 
@@ -89,52 +67,17 @@ def check_idempotency_key(key: str) -> str:
     return key
 
 
-@dataclass(frozen=True)
-class Reply:
-    """A successful HTTP exchange: status, headers, body and the interaction id we sent."""
-
-    status: int
-    headers: httpx.Headers
-    body: bytes
-    interaction_id: str
-    sent_at: datetime
-
-    def json(self, operation: str, loader: Callable[[bytes], Any] = loads) -> Any:
-        """The body as JSON (Decimal fractions); ProtocolError when it is not JSON."""
-        try:
-            return loader(self.body)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise errors.ProtocolError(
-                "response body is not valid JSON",
-                status=self.status,
-                operation=operation,
-                interaction_id=self.interaction_id,
-            ) from None
-
-    def json_object(self, operation: str, loader: Callable[[bytes], Any] = loads) -> dict[str, Any]:
-        """The body as a JSON object."""
-        value = self.json(operation, loader)
-        if not isinstance(value, dict):
-            raise errors.ProtocolError(
-                "response body is not a JSON object",
-                status=self.status,
-                operation=operation,
-                interaction_id=self.interaction_id,
-            )
-        return value
-
-
-Body = bytes | Callable[[], Awaitable[bytes]] | None
-
-
 @dataclass
 class _CachedToken:
     token: TokenResponse
     renew_at: datetime
 
 
-class BankClient:
-    """The bank's API for one integration. Use `await BankClient.start(...)`, or call `discover()` yourself."""
+class BankClient(FilePayments, VrpPayments, Authorization):
+    """The bank's API for one integration. Use `await BankClient.start(...)`, or call `discover()` yourself.
+
+    This class holds the transport, the retries, discovery and the client's own tokens; the operations of
+    flow A, flow B and the approver's authorization come from the groups it inherits."""
 
     def __init__(
         self,
@@ -394,7 +337,7 @@ class BankClient:
         reply = await self.request(
             op, "GET", self._rs("/o3/v1.0/message-signature"), headers={"Content-Type": JSON}, body=payload
         )
-        token = _bare_text(reply.body)
+        token = bare_text(reply.body)
         if token.count(".") != 2 or any(not part for part in token.split(".")[:2]):
             raise errors.ProtocolError(
                 "message-signature did not return a compact JWT",
@@ -407,7 +350,7 @@ class BankClient:
     async def _remote_sign(self, header: dict[str, Any], claims: dict[str, Any]) -> str:
         return await self.message_signature(header, claims)
 
-    # -- E3, E6, refresh: tokens ---------------------------------------------------------------------------
+    # -- E3: the client's own tokens -----------------------------------------------------------------------
 
     async def client_credentials_token(self) -> TokenResponse:
         """A client-credentials token from the cache, fetched once (under a lock) when missing or due."""
@@ -437,41 +380,6 @@ class BankClient:
         self.token_fetches += 1
         return self._parse(op, reply, lambda b: TokenResponse.parse(b, reply.sent_at, reply.interaction_id))
 
-    async def exchange_code(
-        self, code: str, code_verifier: str, *, expected_consent_id: str | None = None
-    ) -> TokenResponse:
-        """E6: exchange an authorization code (with its PKCE verifier) for an auth-code token.
-
-        With `expected_consent_id`, a token whose scope names another consent is refused (ProtocolError).
-        """
-        op = "E6 token authorization_code"
-        endpoint = (await self.discovery()).token_endpoint
-        form = {
-            self.integration.grant_parameter: "authorization_code",
-            "scope": "payments",
-            "code": code,
-            "redirect_uri": self.integration.redirect_uri,
-            "code_verifier": code_verifier,
-        }
-        reply = await self._token_request(op, endpoint, form)
-        token = self._parse(op, reply, lambda b: TokenResponse.parse(b, reply.sent_at, reply.interaction_id))
-        if expected_consent_id is not None and token.consent_id != expected_consent_id:
-            raise errors.ProtocolError(
-                f"token scope names consent {token.consent_id!r}, expected {expected_consent_id!r}",
-                status=reply.status,
-                operation=op,
-                interaction_id=reply.interaction_id,
-            )
-        return token
-
-    async def refresh(self, refresh_token: str) -> TokenResponse:
-        """The refresh-token grant: a new auth-code access token (and possibly a new refresh token)."""
-        op = "token refresh_token"
-        endpoint = (await self.discovery()).token_endpoint
-        form = {self.integration.grant_parameter: "refresh_token", "refresh_token": refresh_token}
-        reply = await self._token_request(op, endpoint, form)
-        return self._parse(op, reply, lambda b: TokenResponse.parse(b, reply.sent_at, reply.interaction_id))
-
     async def _token_request(self, op: str, endpoint: str, form: Mapping[str, str]) -> Reply:
         """POST a token form with this integration's client authentication (fresh assertion per attempt)."""
         headers = {"Content-Type": FORM}
@@ -487,219 +395,6 @@ class BankClient:
             return urlencode(fields).encode("ascii")
 
         return await self.request(op, "POST", endpoint, headers=headers, body=build)
-
-    # -- E4, E5: authorization -----------------------------------------------------------------------------
-
-    async def push_authorization_request(self, consent_id: str, pkce: Pkce, state: str) -> ParResponse:
-        """E4: push the authorization request for `consent_id`; the answer's request_uri lives 300 s."""
-        op = "E4 PAR"
-        endpoint = (await self.discovery()).pushed_authorization_request_endpoint
-        headers = {"Content-Type": FORM}
-        if self.integration.token_auth_method == "client_secret_basic":
-            headers["Authorization"] = self._basic()
-        form = {
-            "client_id": self.integration.client_id,
-            "redirect_uri": self.integration.redirect_uri,
-            "scope": f"payments:{consent_id} openid",
-            "response_type": "code",
-            "state": state,
-            "code_challenge": pkce.challenge,
-            "code_challenge_method": pkce.method,
-            "client_assertion_type": ASSERTION_TYPE,
-        }
-
-        async def build() -> bytes:
-            return urlencode({**form, "client_assertion": await self.assertions.new()}).encode("ascii")
-
-        reply = await self.request(op, "POST", endpoint, headers=headers, body=build)
-        return self._parse(op, reply, lambda b: ParResponse.parse(b, reply.sent_at, reply.interaction_id))
-
-    async def authorization_url(self, consent_id: str, request_uri: str) -> str:
-        """E5: the URL to send the approver to."""
-        op = "E5 authorization URL"
-        query = urlencode({"request_uri": request_uri, "response_type": "code", "scope": "payments"})
-        url = self._rs(f"/o3/v1.0/par-auth-code-url/{_seg(consent_id)}") + "?" + query
-        reply = await self.request(op, "GET", url, headers={"Authorization": self._basic()})
-        found = _bare_text(reply.body)
-        parts = urlsplit(found)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise errors.ProtocolError(
-                "authorization URL response is not an absolute http(s) URL",
-                status=reply.status,
-                operation=op,
-                interaction_id=reply.interaction_id,
-            )
-        return found
-
-    # -- flow A --------------------------------------------------------------------------------------------
-
-    async def create_file_consent(
-        self, initiation: Mapping[str, Any] | bytes, *, idempotency_key: str, echo_file: bool = True
-    ) -> FileConsent:
-        """A1: create a file payment consent (`Data.Initiation` as data with Decimal amounts, or as its JSON
-        bytes, e.g. `FilePayload.initiation_json()`, which spares re-serialising a large file).
-
-        `echo_file=False`: the answer's `Initiation.SupplementaryData` (the bank's echo of the whole file) is
-        read without keeping its transfers (each becomes None; see `models.loads_echo`), which spares about
-        135 MiB for 100,000 transfers. The same option exists on A3, A4 and A5."""
-        op = "A1 create file-payment-consent"
-        body = orjson.dumps({"Data": {"Initiation": _json_part(initiation)}})
-        reply = await self._resource(
-            op, "POST", f"{PISP}/file-payment-consents", fapi=False, body=body, idempotency_key=idempotency_key
-        )
-        return self._parse(op, reply, lambda b: FileConsent.parse(b, reply.interaction_id), _loader(echo_file))
-
-    async def upload_file(
-        self, consent_id: str, payload: Mapping[str, Any] | bytes, *, idempotency_key: str
-    ) -> FileUpload:
-        """A2: upload the file (`payload` as JSON-ready data, or its exact bytes) to the consent."""
-        op = "A2 upload file"
-        body = payload if isinstance(payload, bytes) else dumps(payload)
-        reply = await self._resource(
-            op,
-            "POST",
-            f"{PISP}/file-payment-consents/{_seg(consent_id)}/file",
-            fapi=False,
-            body=body,
-            idempotency_key=idempotency_key,
-        )
-        return self._parse(op, reply, lambda b: FileUpload.parse(b, reply.interaction_id))
-
-    async def create_file_payment(
-        self,
-        consent_id: str,
-        initiation: Mapping[str, Any] | bytes,
-        *,
-        access_token: str,
-        idempotency_key: str,
-        customer_ip: str | None = None,
-        echo_file: bool = True,
-    ) -> FilePayment:
-        """A3: create the file payment with the consent's auth-code token; Initiation (data or JSON bytes, as
-        for A1) must equal the consent's."""
-        op = "A3 create file-payment"
-        body = orjson.dumps({"Data": {"ConsentId": consent_id, "Initiation": _json_part(initiation)}})
-        reply = await self._resource(
-            op,
-            "POST",
-            f"{PISP}/file-payments",
-            fapi=True,
-            body=body,
-            idempotency_key=idempotency_key,
-            token=access_token,
-            customer_ip=customer_ip,
-        )
-        return self._parse(op, reply, lambda b: FilePayment.parse(b, reply.interaction_id), _loader(echo_file))
-
-    async def get_file_payment(self, file_payment_id: str, *, echo_file: bool = True) -> FilePayment:
-        """A4: read a file payment (status InitiationPending / InitiationCompleted / InitiationFailed)."""
-        op = "A4 get file-payment"
-        reply = await self._resource(op, "GET", f"{PISP}/file-payments/{_seg(file_payment_id)}", fapi=False)
-        return self._parse(op, reply, lambda b: FilePayment.parse(b, reply.interaction_id), _loader(echo_file))
-
-    async def get_file_consent(
-        self, consent_id: str, *, customer_ip: str | None = None, echo_file: bool = True
-    ) -> FileConsent:
-        """A5: read a file payment consent."""
-        op = "A5 get file-payment-consent"
-        reply = await self._resource(
-            op, "GET", f"{PISP}/file-payment-consents/{_seg(consent_id)}", fapi=True, customer_ip=customer_ip
-        )
-        return self._parse(op, reply, lambda b: FileConsent.parse(b, reply.interaction_id), _loader(echo_file))
-
-    async def get_file_payment_report(self, file_payment_id: str) -> FilePaymentReport:
-        """GET file-payments/{id}/report-file: the per-transaction report (parsed when JSON)."""
-        op = "get file-payment report-file"
-        reply = await self._resource(op, "GET", f"{PISP}/file-payments/{_seg(file_payment_id)}/report-file", fapi=False)
-        content_type = reply.headers.get("content-type", "")
-        try:
-            return FilePaymentReport.parse(file_payment_id, content_type, reply.body, reply.interaction_id)
-        except ModelError as exc:
-            raise errors.ProtocolError(
-                f"unexpected report: {exc}", status=reply.status, operation=op, interaction_id=reply.interaction_id
-            ) from None
-
-    # -- flow B --------------------------------------------------------------------------------------------
-
-    async def create_vrp_consent(
-        self, body: bytes, *, idempotency_key: str, customer_ip: str | None = None
-    ) -> VrpConsent:
-        """B1: create a domestic VRP consent (sweeping mandate) from its exact request bytes (`vrp_consent_body`;
-        a resumed call sends the bytes its first attempt sent)."""
-        op = "B1 create domestic-vrp-consent"
-        reply = await self._resource(
-            op,
-            "POST",
-            f"{PISP}/domestic-vrp-consents",
-            fapi=True,
-            body=body,
-            idempotency_key=idempotency_key,
-            customer_ip=customer_ip,
-        )
-        return self._parse(op, reply, lambda b: VrpConsent.parse(b, reply.interaction_id))
-
-    async def create_domestic_vrp(
-        self, body: bytes, *, access_token: str, idempotency_key: str, customer_ip: str | None = None
-    ) -> DomesticVrp:
-        """B2: create a domestic VRP under an authorised consent, with that consent's auth-code token, from its exact
-        request bytes (`domestic_vrp_body`; a resumed call sends the bytes its first attempt sent)."""
-        op = "B2 create domestic-vrp"
-        reply = await self._resource(
-            op,
-            "POST",
-            f"{PISP}/domestic-vrps",
-            fapi=True,
-            body=body,
-            idempotency_key=idempotency_key,
-            token=access_token,
-            customer_ip=customer_ip,
-        )
-        return self._parse(op, reply, lambda b: DomesticVrp.parse(b, reply.interaction_id))
-
-    async def get_vrp_consent(self, consent_id: str, *, customer_ip: str | None = None) -> VrpConsent:
-        """B3: read a domestic VRP consent."""
-        op = "B3 get domestic-vrp-consent"
-        reply = await self._resource(
-            op, "GET", f"{PISP}/domestic-vrp-consents/{_seg(consent_id)}", fapi=True, customer_ip=customer_ip
-        )
-        return self._parse(op, reply, lambda b: VrpConsent.parse(b, reply.interaction_id))
-
-    async def get_domestic_vrp(self, domestic_vrp_id: str, *, customer_ip: str | None = None) -> DomesticVrp:
-        """GET domestic-vrps/{id}: read a domestic VRP."""
-        op = "get domestic-vrp"
-        reply = await self._resource(
-            op, "GET", f"{PISP}/domestic-vrps/{_seg(domestic_vrp_id)}", fapi=True, customer_ip=customer_ip
-        )
-        return self._parse(op, reply, lambda b: DomesticVrp.parse(b, reply.interaction_id))
-
-    # -- resolving an ambiguous outcome by reading ---------------------------------------------------------
-
-    async def upload_landed(self, consent_id: str) -> bool:
-        """After an ambiguous A2: whether the bank accepted the file (the consent left AwaitingUpload)."""
-        consent = await self.get_file_consent(consent_id, echo_file=False)
-        return consent.status != "AwaitingUpload"
-
-    async def find_file_payment(
-        self,
-        consent_id: str,
-        initiation: Mapping[str, Any] | bytes,
-        *,
-        access_token: str,
-        idempotency_key: str,
-        echo_file: bool = True,
-    ) -> FilePayment | None:
-        """After an ambiguous A3: the payment if the consent shows one was created, else None.
-
-        A consent is `Consumed` once its payment exists; the payment's id is then recovered by repeating A3
-        with the same key and body, which the bank answers with the payment it already created. None means
-        no payment exists yet, so A3 may be sent (with that same key).
-        """
-        consent = await self.get_file_consent(consent_id, echo_file=False)  # only its status is read
-        if consent.status != "Consumed":
-            return None
-        return await self.create_file_payment(
-            consent_id, initiation, access_token=access_token, idempotency_key=idempotency_key, echo_file=echo_file
-        )
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -742,12 +437,6 @@ class BankClient:
                 self.forget_client_credentials_token(cached)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _rs(self, path: str) -> str:
-        return self.integration.resource_server.rstrip("/") + path
-
-    def _basic(self) -> str:
-        return f"Basic {self.integration.basic_credential().reveal()}"
-
 
 class _BodyBuildError(Exception):
     """Carries a BankError raised while building a request body past the retry loop."""
@@ -755,39 +444,6 @@ class _BodyBuildError(Exception):
     def __init__(self, error: errors.BankError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _loader(echo_file: bool) -> Callable[[bytes], Any]:
-    """How to parse a file consent or payment answer: whole, or without the echoed file's transfers."""
-    return loads if echo_file else loads_echo
-
-
-def _json_part(value: Mapping[str, Any] | bytes) -> orjson.Fragment:
-    """A body part given as data (checked and serialised by `dumps`) or as JSON bytes (checked to be one JSON
-    object, then embedded as they are)."""
-    if isinstance(value, bytes):
-        if not value.lstrip().startswith(b"{"):
-            raise TypeError("a JSON body part given as bytes must be a JSON object")
-        return orjson.Fragment(value)
-    return orjson.Fragment(dumps(value))
-
-
-def _seg(value: str) -> str:
-    """A path segment, escaped."""
-    return quote(value, safe="")
-
-
-def _bare_text(body: bytes) -> str:
-    """A text answer that some servers wrap as a JSON string: unwrapped and stripped."""
-    text = body.decode("utf-8", errors="replace").strip()
-    if text.startswith('"'):
-        try:
-            value = loads(text)
-        except ValueError:
-            return text.strip('"')
-        if isinstance(value, str):
-            return value.strip()
-    return text
 
 
 def _transport_error(exc: httpx.RequestError, operation: str, interaction_id: str) -> errors.BankError:
@@ -805,37 +461,3 @@ def _transport_error(exc: httpx.RequestError, operation: str, interaction_id: st
     if isinstance(exc, httpx.DecodingError):
         return errors.ProtocolError(f"response could not be decoded ({kind})", **common)
     return errors.TransportError(f"request failed ({kind}: {exc})", retry_safe=False, **common)
-
-
-def vrp_consent_body(
-    control_parameters: Mapping[str, Any],
-    initiation: Mapping[str, Any],
-    remittance_information: Mapping[str, Any],
-    risk: Mapping[str, Any] | None = None,
-) -> bytes:
-    """The JSON bytes of a B1 request."""
-    data = {
-        "ControlParameters": control_parameters,
-        "Initiation": initiation,
-        "RemittanceInformation": remittance_information,
-    }
-    return dumps({"Data": data, "Risk": dict(risk or {})})
-
-
-def domestic_vrp_body(
-    consent_id: str,
-    initiation: Mapping[str, Any],
-    instruction: Mapping[str, Any],
-    psu_authentication_method: str = SCA,
-    vrp_type: str = SWEEPING,
-    risk: Mapping[str, Any] | None = None,
-) -> bytes:
-    """The JSON bytes of a B2 request."""
-    data = {
-        "ConsentId": consent_id,
-        "Initiation": initiation,
-        "PSUAuthenticationMethod": psu_authentication_method,
-        "VRPType": vrp_type,
-        "Instruction": instruction,
-    }
-    return dumps({"Data": data, "Risk": dict(risk or {})})

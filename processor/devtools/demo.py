@@ -43,18 +43,17 @@ import os
 import secrets
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-import httpx
+from processor.devtools.demo_services import DemoError, Progress, Services
+from processor.devtools.kafka_local import free_port
 
 DEFAULT_DIR: Final = "demo-run"
 DEFAULT_TIMEOUT: Final = 180.0
@@ -86,11 +85,6 @@ DEMO_ENGINE: Final[Mapping[str, float]] = {
     "retry_first": 0.5,
     "retry_max": 5.0,
 }
-SANDBOX_DELAYS: Final = ("--file-payment-delay", "1", "--vrp-delay", "1")
-
-
-class DemoError(Exception):
-    """A step of the demo failed; the message says which and what to look at."""
 
 
 class _Interrupted(BaseException):
@@ -129,13 +123,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 # -- small helpers ------------------------------------------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free on `host` a moment ago."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _toml_value(value: Any) -> str:
@@ -222,73 +209,6 @@ def prepare_directory(directory: Path) -> Path:
     return directory
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    from processor.devtools.kafka_local import _die_with_parent as tie
-
-    return tie()
-
-
-def _log_tail(path: Path, lines: int = 25) -> str:
-    if not path.is_file():
-        return "(no output)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-@dataclass
-class Child:
-    """A child process of the demo, with its output in a log file."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        """Its process id."""
-        return self.process.pid
-
-    @property
-    def alive(self) -> bool:
-        """Still running."""
-        return self.process.poll() is None
-
-    def check(self) -> None:
-        """Raise `DemoError` (with the tail of its log) when it exited."""
-        if not self.alive:
-            raise DemoError(
-                f"the {self.name} exited with status {self.process.returncode}; last lines of {self.log_path}:\n"
-                + _log_tail(self.log_path)
-            )
-
-    def stop(self, timeout: float) -> int:
-        """SIGTERM, wait up to `timeout`, then SIGKILL; the exit status."""
-        if self.alive:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-        return self.process.wait(10)
-
-
-def spawn(name: str, args: list[str], log_path: Path, env: Mapping[str, str], cwd: Path) -> Child:
-    """Start `python -m processor.cli ARGS` in its own session (Ctrl-C reaches only the demo, which stops it)."""
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "processor.cli", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_die_with_parent(),  # SIGTERM if the demo itself is killed
-        )
-    return Child(name, process, log_path)
-
-
 @contextlib.contextmanager
 def _captured() -> Iterator[io.StringIO]:
     buffer = io.StringIO()
@@ -300,107 +220,21 @@ def _captured() -> Iterator[io.StringIO]:
 
 
 @dataclass
-class Demo:
-    """One run of the demo: what it started, so that `close` stops exactly that."""
+class Demo(Progress):
+    """One run of the demo's scenario: configure, submit, follow and approve; its processes are `services`."""
 
-    directory: Path
-    timeout: float
+    bootstrap: InitVar[str | None] = None
+    registry: InitVar[bool] = False  # Confluent wire format
+    registry_url: InitVar[str | None] = None  # a registry to use (else one is started when `registry`)
     approve: bool = True
-    bootstrap: str | None = None
-    out: Any = field(default_factory=lambda: sys.stdout)
-    started: float = field(default_factory=time.monotonic)
-    children: list[Child] = field(default_factory=list)
-    kafka: Any = None  # processor.devtools.kafka_local.LocalKafka when the demo started the broker
-    registry: bool = False  # Confluent wire format
-    registry_url: str | None = None  # a registry to use (else one is started when `registry`)
-    local_registry: Any = None  # processor.devtools.registry_local.LocalRegistry when the demo started it
     approved: bool = False
     keep: bool = False
     ended: bool = False  # the batch reached its final status (a Ctrl-C under --keep is then the normal end)
     console_password: str = field(default_factory=lambda: secrets.token_urlsafe(12), repr=False)
+    services: Services = field(init=False)
 
-    @property
-    def deadline(self) -> float:
-        """When the run's time is up (monotonic clock)."""
-        return self.started + self.timeout
-
-    @property
-    def logs(self) -> Path:
-        """Where the child processes write."""
-        return self.directory / "logs"
-
-    def say(self, text: str) -> None:
-        """One progress line, with the time since the start."""
-        elapsed = time.monotonic() - self.started
-        for i, line in enumerate(text.splitlines() or [""]):
-            prefix = f"[{elapsed:5.1f}s] " if i == 0 else " " * 9
-            print(prefix + line, file=self.out, flush=True)
-
-    def remaining(self, what: str) -> float:
-        """Seconds left; `DemoError` when none."""
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise DemoError(f"timed out after {self.timeout:.0f} s {what} (--timeout); logs in {self.logs}")
-        return left
-
-    def _rel(self, path: Path) -> str:
-        with contextlib.suppress(ValueError):
-            return str(path.relative_to(Path.cwd()))
-        return str(path)
-
-    # -- steps --
-
-    def start_kafka(self) -> str:
-        """The broker's bootstrap address: the given one, or a local broker started now."""
-        if self.bootstrap:
-            self.say(f"Kafka: using the broker at {self.bootstrap} (topics and consumer group of this run only)")
-            return self.bootstrap
-        from processor.devtools.kafka_local import KafkaLocalError, LocalKafka, cache_home, jars_ready, kafka_version
-
-        version = kafka_version()
-        if not jars_ready(cache_home(version)):
-            self.say(f"Kafka: fetching the Apache Kafka {version} jars with Maven (first run only)")
-        self.say("Kafka: starting a local single-node broker (KRaft)")
-        self.kafka = LocalKafka(
-            self.directory / "kafka", startup_timeout=min(120.0, self.remaining("starting Kafka")), say=self.say
-        )
-        try:
-            bootstrap = str(self.kafka.start())
-        except (KafkaLocalError, OSError) as exc:
-            raise DemoError(f"Kafka did not start: {exc}") from exc
-        self.say(f"Kafka: {bootstrap} (pid {self.kafka.pid}, log {self._rel(self.kafka.log_file)})")
-        return bootstrap
-
-    def start_registry(self) -> str | None:
-        """The schema registry's URL with `--registry`: the given one, or a local registry started now."""
-        if not self.registry:
-            return None
-        if self.registry_url:
-            self.say(f"schema registry: using {self.registry_url} (Confluent wire format)")
-            return self.registry_url
-        from processor.devtools.registry_local import (
-            LocalRegistry,
-            RegistryLocalError,
-            cache_home,
-            registry_version,
-            runner_jar,
-        )
-
-        if runner_jar(cache_home()) is None:
-            self.say(f"schema registry: fetching Apicurio Registry {registry_version()} with Maven (first run only)")
-        self.say("schema registry: starting a local Apicurio Registry (in memory)")
-        self.local_registry = LocalRegistry(
-            self.directory / "registry", startup_timeout=min(120.0, self.remaining("starting the registry"))
-        )
-        try:
-            url = str(self.local_registry.start())
-        except (RegistryLocalError, OSError) as exc:
-            raise DemoError(f"the schema registry did not start: {exc}") from exc
-        self.say(
-            f"schema registry: {url} (pid {self.local_registry.pid}, log "
-            f"{self._rel(self.local_registry.console_file)}); Confluent wire format"
-        )
-        return url
+    def __post_init__(self, bootstrap: str | None, registry: bool, registry_url: str | None) -> None:
+        self.services = Services(self, bootstrap=bootstrap, registry=registry, registry_url=registry_url)
 
     def write_config(self, bootstrap: str, api_port: int, sandbox_port: int, registry_url: str | None = None) -> Path:
         """`dispersion sandbox init` on the chosen ports, then the processor configuration rewritten for the demo."""
@@ -426,7 +260,7 @@ class Demo:
         run = secrets.token_hex(3)
         topics: dict[str, str] = {}
         group_id = "dispersion-processor"
-        if self.kafka is None:  # a broker the demo did not start: keep to topics and a group of this run
+        if self.services.kafka is None:  # a broker the demo did not start: keep to topics and a group of this run
             from schemas.topics import ALL_TOPICS
 
             topics = {logical: f"demo.{run}.{logical}" for logical in ALL_TOPICS}
@@ -447,8 +281,8 @@ class Demo:
         )
         config.chmod(0o600)  # it holds the client secret
         self.say(
-            f"config: {self._rel(config)} (bank client registered at the sandbox, callback API {public_url}, "
-            f"store {self._rel(self.directory / 'dispersion.sqlite')})"
+            f"config: {self.rel(config)} (bank client registered at the sandbox, callback API {public_url}, "
+            f"store {self.rel(self.directory / 'dispersion.sqlite')})"
         )
         return config
 
@@ -460,32 +294,6 @@ class Demo:
             "session_key": secrets.token_urlsafe(32),
             "operators": {CONSOLE_OPERATOR: hash_password(self.console_password)},
         }
-
-    def child_env(self) -> dict[str, str]:
-        """The environment of the sandbox and the processor."""
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env["DISPERSION_STORE_ALLOW_DEV_KEY"] = "1"  # a development key for the store's secrets: demo only
-        return env
-
-    def start_sandbox(self, port: int) -> tuple[Child, str]:
-        """The sandbox bank as a child process (not yet waited for)."""
-        clients = self.directory / "sandbox-bank" / "clients.json"
-        args = ["sandbox", "--host", "127.0.0.1", "--port", str(port), "--clients", str(clients), *SANDBOX_DELAYS]
-        child = spawn("sandbox bank", args, self.logs / "sandbox.log", self.child_env(), self.directory)
-        self.children.append(child)
-        return child, f"http://127.0.0.1:{port}"
-
-    def wait_http(self, child: Child, url: str) -> None:
-        """Until `url` answers (any status below 500)."""
-        with httpx.Client(timeout=2.0) as http:
-            while True:
-                child.check()
-                self.remaining(f"waiting for the {child.name} at {url}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if http.get(url).status_code < 500:
-                        return
-                time.sleep(0.2)
 
     def create_topics(self, config: Path) -> None:
         """The project's topics (`dispersion topics`' code), 3 partitions each, and their registry subjects."""
@@ -501,37 +309,6 @@ class Demo:
         if subjects:
             self.say(f"schema registry subjects (BACKWARD compatibility): {', '.join(subjects)}")
 
-    def start_processor(self, config: Path, bootstrap: str, port: int) -> Child:
-        """One `dispersion processor` (role all) as a child process (not yet waited for)."""
-        args = [
-            "processor",
-            "--config",
-            str(config),
-            "--bootstrap",
-            bootstrap,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--instance",
-            "demo-1",
-            "--log-format",
-            "console",
-            "--grace",
-            "5",
-        ]
-        child = spawn("processor", args, self.logs / "processor.log", self.child_env(), self.directory)
-        self.children.append(child)
-        return child
-
-    def wait_ready(self, child: Child) -> str:
-        """Until the processor prints its ready line; that line."""
-        while True:
-            child.check()
-            for line in child.log_path.read_text(errors="replace").splitlines():
-                if line.startswith("processor ready:"):
-                    return line
-            self.remaining("waiting for the processor to start")
-            time.sleep(0.2)
-
     def submit(self, config: Path, batch_id: str) -> Path:
         """Write the sample export and submit it (`dispersion submit`'s code)."""
         from processor.cli.submit import main as submit_main
@@ -540,7 +317,7 @@ class Demo:
         export.write_text(SAMPLE_EXPORT)
         rows = len(SAMPLE_EXPORT.strip().splitlines()) - 1
         self.say(
-            f"export: {self._rel(export)} ({rows} employees; account 2001009902 is closed at the bank, "
+            f"export: {self.rel(export)} ({rows} employees; account 2001009902 is closed at the bank, "
             "so that transfer will fail)"
         )
         argv = [
@@ -594,8 +371,7 @@ class Demo:
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in info.partitions])
             self.say(f"following {topic} for batch {batch_id}")
             while True:
-                for child in self.children:
-                    child.check()
+                self.services.check_children()
                 self.remaining(f"waiting for the status of batch {batch_id}")
                 message = consumer.poll(0.5)
                 if message is None:
@@ -651,21 +427,22 @@ class Demo:
     def run(self) -> int:
         """Every step; the exit status."""
         self.say(f"work directory {self.directory}; logs in {self.logs}")
-        bootstrap = self.start_kafka()
-        registry_url = self.start_registry()
+        services = self.services
+        bootstrap = services.start_kafka()
+        registry_url = services.start_registry()
         api_port, sandbox_port = free_port(), free_port()
         while sandbox_port == api_port:
             sandbox_port = free_port()
         config = self.write_config(bootstrap, api_port, sandbox_port, registry_url)
-        sandbox, sandbox_url = self.start_sandbox(sandbox_port)
+        sandbox, sandbox_url = services.start_sandbox(sandbox_port)
         self.create_topics(config)
-        processor = self.start_processor(config, bootstrap, api_port)
-        self.wait_http(sandbox, f"{sandbox_url}/.well-known/openid-configuration")
-        self.say(f"sandbox bank: {sandbox_url} (pid {sandbox.pid}, log {self._rel(sandbox.log_path)})")
-        ready = self.wait_ready(processor)
+        processor = services.start_processor(config, bootstrap, api_port)
+        services.wait_http(sandbox, f"{sandbox_url}/.well-known/openid-configuration")
+        self.say(f"sandbox bank: {sandbox_url} (pid {sandbox.pid}, log {self.rel(sandbox.log_path)})")
+        ready = services.wait_ready(processor)
         self.say(
             f"processor: {ready.removeprefix('processor ready: ')} (pid {processor.pid}, log "
-            f"{self._rel(processor.log_path)})"
+            f"{self.rel(processor.log_path)})"
         )
         self.say(
             f"console: http://127.0.0.1:{api_port}/console/ (sign in as {CONSOLE_OPERATOR}, password "
@@ -690,37 +467,13 @@ class Demo:
                 f"--keep: everything stays up for the console at http://127.0.0.1:{api_port}/console/; Ctrl-C ends"
             )
             while True:
-                for child in self.children:
-                    child.check()
+                self.services.check_children()
                 time.sleep(0.5)
         return EXIT_OK
 
     def close(self) -> None:
-        """Stop every child (processor first, then the bank, then Kafka), by pid; never raises."""
-        for child in reversed(self.children):
-            if child.alive:
-                code = child.stop(timeout=30.0 if child.name == "processor" else 10.0)
-                how = f"exit status {code}" if code >= 0 else f"ended by signal {-code}"
-                self.say(f"stopped the {child.name} (pid {child.pid}, {how})")
-        if self.local_registry is not None:
-            pid = self.local_registry.pid
-            try:
-                code = self.local_registry.stop()
-            except Exception as exc:  # cleanup must go on; say what happened
-                self.say(f"stopping the schema registry (pid {pid}) failed: {exc}")
-            else:
-                if pid is not None:
-                    self.say(f"stopped the schema registry (pid {pid}, exit status {code})")
-        if self.kafka is not None:
-            pid = self.kafka.pid
-            try:
-                code = self.kafka.stop()
-            except Exception as exc:  # cleanup must go on; say what happened
-                self.say(f"stopping Kafka (pid {pid}) failed: {exc}")
-            else:
-                if pid is not None:
-                    self.say(f"stopped Kafka (pid {pid}, exit status {code})")
-        self.say(f"logs: {self.logs}")
+        """Stop every process the run started (`Services.close`); never raises."""
+        self.services.close()
 
 
 def main(argv: list[str]) -> int:

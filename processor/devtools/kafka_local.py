@@ -528,11 +528,6 @@ class LocalKafka:
             (self.directory / PID_FILE).unlink()
         return code
 
-    def restart(self, timeout: float = 30.0) -> str:
-        """Stop and start again on the same ports and data."""
-        self.stop(timeout)
-        return self.start()
-
     def close(self) -> None:
         """Stop the broker and remove the run directory when this object created it."""
         self.stop()

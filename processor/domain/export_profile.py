@@ -122,22 +122,6 @@ def format_for(profile: ExportProfile, file_name: str) -> Format:
     return "xlsx" if file_name.lower().endswith((".xlsx", ".xlsm")) else "csv"
 
 
-def parse_profiles(exports: object) -> dict[str, ExportProfile]:
-    """Every profile of the `[exports]` table; ProfileError listing the problems of all of them."""
-    if not isinstance(exports, Mapping):
-        raise ProfileError([f"exports: must be a table of [exports.NAME] tables, not {type(exports).__name__}"])
-    profiles: dict[str, ExportProfile] = {}
-    problems: list[str] = []
-    for name, table in exports.items():
-        try:
-            profiles[str(name)] = parse_profile(str(name), table)
-        except ProfileError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise ProfileError(problems)
-    return profiles
-
-
 def parse_profile(name: str, table: object) -> ExportProfile:
     """Validate one `[exports.NAME]` table; ProfileError naming every bad key."""
     return _ProfileReader(name).read(table)

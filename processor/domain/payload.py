@@ -163,10 +163,6 @@ class FilePayload:
             }
         )
 
-    def upload_body(self, consent_id: str) -> dict[str, Any]:
-        """The upload body (A2) as plain data: the payload with every reference set to the consent id."""
-        return self.to_dict(_consent_reference(consent_id))
-
     def upload_json(self, consent_id: str) -> bytes:
         """The upload body (A2) as JSON bytes (canonical form)."""
         return self.render(_consent_reference(consent_id))

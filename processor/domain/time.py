@@ -1,7 +1,7 @@
 """Time: the clock every part reads (the wall clock by default, injectable so tests move time by hand), and
 our timestamp form (UTC, milliseconds).
 
-Any object with a `now()` returning an aware UTC datetime fits (the sandbox's ManualClock does, structurally,
+Any object with a `now()` returning an aware UTC datetime fits (the tests' ManualClock does, structurally,
 without the processor importing it).
 """
 

@@ -143,10 +143,6 @@ class ValidationReport:
                 rows.setdefault(issue.index, set()).add(issue.reason)
         return rows
 
-    def batch_reasons(self) -> set[Reason]:
-        """Reasons that concern the batch as a whole."""
-        return {issue.reason for issue in self.issues if issue.index is None}
-
     def summary(self, limit: int = 10) -> str:
         """A one-line, human-readable account (no account numbers, e-mails or amounts), for events and logs."""
         if self.ok:

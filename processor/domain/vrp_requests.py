@@ -8,8 +8,7 @@
 - `consent_parts` (B1) and `payment_parts` (B2) build the bank's bodies; `limits_of` gives the client-side
   limit check (`processor.domain.vrp_limits`) its view of a mandate.
 - `status_record` builds a `vrp.status` record as stored in the outbox (JSON: amounts as strings, instants as
-  ISO 8601 text with milliseconds); `avro_record` turns that back into what `schemas.encode("vrp.status", ...)`
-  takes.
+  ISO 8601 text with milliseconds); the relay shapes it for the schema (`producers.relay.outbox_record`).
 """
 
 from __future__ import annotations
@@ -483,12 +482,3 @@ def status_record(
         "bank_status": bank_status,
         "reason": reason,
     }
-
-
-def avro_record(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored `vrp.status` record as the Avro writer takes it (`Decimal` amount, `datetime` instant)."""
-    record = dict(stored)
-    record["occurred_at"] = datetime.fromisoformat(str(stored["occurred_at"]).replace("Z", "+00:00"))
-    if stored.get("amount") is not None:
-        record["amount"] = Decimal(str(stored["amount"]))
-    return record

@@ -16,9 +16,9 @@ from typing import Any
 import structlog
 
 from processor.bank import BankError
-from processor.bank.client import vrp_consent_body
 from processor.bank.errors import describe
 from processor.bank.models import VrpConsent
+from processor.bank.vrp_payments import vrp_consent_body
 from processor.domain.kinds import Kind
 from processor.domain.time import iso_ms
 from processor.domain.vrp_requests import CONSENT_CREATED_KEY, consent_parts

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from processor.domain.kinds import Kind
-from processor.domain.vrp_states import Mandate, Payment, mandate_terminal, payment_terminal
+from processor.domain.vrp_states import Mandate, Payment, payment_terminal
 from processor.engine.context import EngineContext
 from processor.engine.mandate_flow import MandateAuthorizationHooks, MandateFlow
 from processor.engine.vrp_payment_flow import VrpPaymentFlow
@@ -114,20 +114,6 @@ class VrpEngine:
         """Take the payment's next steps if it is due (check a parked payment, B2, read its status)."""
         found = await self.payments.advance(payment_id, owner=self.owner)
         return found if found is not None else await self.payment(payment_id)
-
-    async def wait_for_mandate(
-        self, mandate_id: str, *, max_seconds: float | None = None, interval: float = 0.5
-    ) -> VrpMandate:
-        """Wait until the mandate is AUTHORIZED or ended (taking its due steps meanwhile); the mandate then, or
-        as it stands when `max_seconds` (of the engine's clock) have passed."""
-        started = self.now()
-        while True:
-            mandate = await self.advance_mandate(mandate_id)
-            if mandate.state == Mandate.AUTHORIZED or mandate_terminal(mandate.state):
-                return mandate
-            if max_seconds is not None and (self.now() - started).total_seconds() >= max_seconds:
-                return mandate
-            await self._sleep(interval)
 
     async def follow_payment(self, payment_id: str, *, max_seconds: float | None = None) -> VrpPayment:
         """Take the payment's steps as they come due until it ends; the payment then, or as it stands when

@@ -19,8 +19,8 @@ import structlog
 
 from processor.bank import BankError
 from processor.bank import errors as bank_errors
-from processor.bank.client import domestic_vrp_body
 from processor.bank.models import DomesticVrp
+from processor.bank.vrp_payments import domestic_vrp_body
 from processor.domain.kinds import Kind
 from processor.domain.vrp_requests import payment_parts
 from processor.domain.vrp_states import Payment, VrpStatus, payment_state_of_bank_status

@@ -144,12 +144,6 @@ class Worker:
             with contextlib.suppress(Exception):
                 await source.release(key, owner=self.owner)
 
-    async def run_once(self) -> int:
-        """One round: claim what is due now, run it, wait for all of it. Returns how many items ran."""
-        started = await self._claim_round()
-        await self.drain(grace=3600)
-        return started
-
     # -- internals ----------------------------------------------------------------------------------------------
 
     async def _claim_round(self) -> int:

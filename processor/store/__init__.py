@@ -3,21 +3,10 @@
 Start at `Store` (`processor.store.session`); the design is described in docs/store.md.
 """
 
-from processor.store.crypto import Cipher, StoreKeyError, generate_key, load_cipher
+from processor.store.auth_attempts import AuthAttempt, Consumed, ConsumeOutcome
+from processor.store.crypto import Cipher, StoreKeyError, generate_key, load_cipher, new_secret_token
 from processor.store.db import ConstraintError, Database, StoreBusyError, StoreError, Tx, connect
-from processor.store.flows import (
-    AuthAttempt,
-    ConsentTokens,
-    Consumed,
-    ConsumeOutcome,
-    EffectStatus,
-    Flow,
-    Operation,
-    SideEffect,
-    SideEffectMismatchError,
-    new_idempotency_key,
-    new_secret_token,
-)
+from processor.store.flows import Flow
 from processor.store.outbox import (
     Adoption,
     Handover,
@@ -27,6 +16,14 @@ from processor.store.outbox import (
 )
 from processor.store.schema import MIGRATIONS, MigrationError, current_version, migrate
 from processor.store.session import Store, StoreTx
+from processor.store.side_effects import (
+    EffectStatus,
+    Operation,
+    SideEffect,
+    SideEffectMismatchError,
+    new_idempotency_key,
+)
+from processor.store.tokens import ConsentTokens
 from processor.store.vrp import VrpMandate, VrpPayment
 from processor.store.work import Created, NotFoundError, VersionConflictError
 

@@ -79,11 +79,6 @@ class Cipher:
     def __repr__(self) -> str:
         return f"Cipher(primary={self._primary}, keys={len(self._keys)}, dev={self.insecure_dev_key})"
 
-    @property
-    def primary_key_id(self) -> str:
-        """The fingerprint of the key new values are encrypted with."""
-        return self._primary
-
     @classmethod
     def from_text(cls, primary: str, old: Sequence[str] = ()) -> Cipher:
         """Build from key texts: the primary key first, then keys only used to read older values."""
@@ -110,9 +105,17 @@ class Cipher:
         except (InvalidTag, binascii.Error, ValueError):
             raise StoreKeyError("stored secret failed authentication (wrong key, context or tampered)") from None
 
-    def needs_rewrap(self, stored: str) -> bool:
-        """Whether a stored value was encrypted with an older key (re-encrypt it to finish a rotation)."""
-        return stored.split(".", 2)[1:2] != [self._primary]
+
+def new_secret_token() -> str:
+    """An unguessable url-safe token with 256 random bits (approval tokens, OAuth `state`)."""
+    return secrets.token_urlsafe(32)
+
+
+def require_cipher(cipher: Cipher | None) -> Cipher:
+    """The cipher, or a clear error for stores opened without a key."""
+    if cipher is None:
+        raise StoreKeyError("this store was opened without an encryption key; secrets cannot be read or written")
+    return cipher
 
 
 def _aad(context: str) -> bytes:

@@ -398,9 +398,3 @@ class Outbox:
         row = self.tx.fetchone("SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM outbox WHERE published_at IS NULL")
         assert row is not None
         return int(row["n"]), to_datetime(row["oldest"])
-
-    def purge_published(self, *, before: datetime) -> int:
-        """Delete events published before a time (housekeeping); the per-key sequence rows stay."""
-        return self.tx.execute(
-            "DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < ?", (utc_ms(before),)
-        )

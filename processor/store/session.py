@@ -24,14 +24,17 @@ from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
 from processor.store.attempts import DeliveryAttempts
-from processor.store.crypto import Cipher
+from processor.store.auth_attempts import AuthAttempts
+from processor.store.crypto import Cipher, require_cipher
 from processor.store.db import Database, Dialect, StoreBusyError, Tx, connect
-from processor.store.flows import AuthAttempts, FlowRepo, SideEffects, TokenRepo, require_cipher
+from processor.store.flows import FlowRepo
 from processor.store.observe import Observer
 from processor.store.operator import OperatorRepo
 from processor.store.outbox import Outbox
 from processor.store.refresh_claims import RefreshClaims
 from processor.store.schema import migrate
+from processor.store.side_effects import SideEffects
+from processor.store.tokens import TokenRepo
 from processor.store.vrp import MandateRepo, VrpPaymentRepo
 
 T = TypeVar("T")

@@ -9,7 +9,6 @@ concurrent payments from both passing a check that only one of them fits, the en
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,8 +17,8 @@ from typing import Any, ClassVar, TypedDict, Unpack
 
 from processor.domain.time import utc_ms
 from processor.domain.vrp_states import Mandate, Payment
+from processor.store.crypto import new_secret_token
 from processor.store.db import in_clause
-from processor.store.flows import new_secret_token
 from processor.store.outbox import Outbox, StatusEvent
 from processor.store.values import Kind, dump_json, json_text, money, read_money, sha256_hex
 from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
@@ -56,13 +55,6 @@ class VrpMandate:
     def key(self) -> str:
         """The mandate's key."""
         return self.mandate_id
-
-    def valid_at(self, moment: datetime) -> bool:
-        """Whether `moment` lies within the mandate's validity (open ends allowed)."""
-        moment = utc_ms(moment)
-        return (self.valid_from is None or self.valid_from <= moment) and (
-            self.valid_to is None or moment <= self.valid_to
-        )
 
 
 class MandateFields(TypedDict, total=False):
@@ -205,18 +197,6 @@ class MandateRepo(WorkRepo[VrpMandate]):
         if event is not None:
             Outbox(self.tx).emit(event, mandate.mandate_id, now=now)
         return updated
-
-    def get_by_consent(self, consent_id: str) -> VrpMandate | None:
-        """The mandate of a VRP consent, or None."""
-        row = self.tx.fetchone(f"SELECT {self._cols()} FROM vrp_mandates WHERE consent_id = ?", (consent_id,))  # noqa: S608
-        return None if row is None else self._decode(row)
-
-    def check_approval(self, mandate_id: str, token: str) -> VrpMandate | None:
-        """The mandate if `token` is its approval token (constant-time comparison), else None."""
-        mandate = self.get(mandate_id)
-        if mandate is None or not hmac.compare_digest(mandate.approval_token.encode(), token.encode()):
-            return None
-        return mandate
 
 
 @dataclass(frozen=True)
@@ -399,11 +379,3 @@ class VrpPaymentRepo(WorkRepo[VrpPayment]):
             assert amount is not None
             total += amount
         return total
-
-    def get_by_domestic_vrp(self, domestic_vrp_id: str) -> VrpPayment | None:
-        """The payment the bank knows under this DomesticVRPId, or None."""
-        row = self.tx.fetchone(
-            f"SELECT {self._cols()} FROM vrp_payments WHERE domestic_vrp_id = ?",  # noqa: S608
-            (domestic_vrp_id,),
-        )
-        return None if row is None else self._decode(row)

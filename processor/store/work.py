@@ -110,17 +110,6 @@ class WorkRepo(Generic[T]):
             raise NotFoundError(f"{self.table} {key!r} does not exist")
         return item
 
-    def list_by_state(self, states: Collection[str], *, limit: int = 1000) -> list[T]:
-        """Items in any of these states, oldest first."""
-        if not states:
-            return []
-        rows = self.tx.fetchall(
-            f"SELECT {self._cols()} FROM {self.table} WHERE state IN {in_clause(list(states))}"  # noqa: S608
-            f" ORDER BY created_at, {self.key_column} LIMIT ?",
-            (*states, limit),
-        )
-        return [self._decode(r) for r in rows]
-
     def count_by_state(self) -> dict[str, int]:
         """How many items are in each state (for metrics)."""
         rows = self.tx.fetchall(f"SELECT state, COUNT(*) AS n FROM {self.table} GROUP BY state")  # noqa: S608
@@ -198,13 +187,6 @@ class WorkRepo(Generic[T]):
             (key, owner),
         )
         return changed == 1
-
-    def release_all(self, *, owner: str) -> int:
-        """Give back every lease of an owner (on shutdown); returns how many."""
-        return self.tx.execute(
-            f"UPDATE {self.table} SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = ?",  # noqa: S608
-            (owner,),
-        )
 
     # -- compare and set ------------------------------------------------------------------------------------
 

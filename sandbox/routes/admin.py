@@ -27,7 +27,7 @@ MAX_ADVANCE_SECONDS = 10 * 365 * 24 * 3600
 
 @runtime_checkable
 class AdjustableClock(Protocol):
-    """A clock that can be moved forward (SystemClock and ManualClock both can)."""
+    """A clock that can be moved forward (SystemClock can, and so can the tests' ManualClock)."""
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward by `seconds`."""

@@ -31,8 +31,9 @@ from bank_support import (
 
 from processor.bank import errors
 from processor.bank.auth import new_pkce, new_state
-from processor.bank.client import BankClient, domestic_vrp_body, new_idempotency_key, vrp_consent_body
+from processor.bank.client import BankClient, new_idempotency_key
 from processor.bank.models import FileConsent, TokenResponse
+from processor.bank.vrp_payments import domestic_vrp_body, vrp_consent_body
 
 CONSENTS = "/open-banking/v3.1/pisp/file-payment-consents"
 PAYMENTS = "/open-banking/v3.1/pisp/file-payments"

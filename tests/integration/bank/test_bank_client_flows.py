@@ -36,8 +36,9 @@ from bank_support import (
 
 from processor.bank import errors
 from processor.bank.auth import new_pkce, new_state
-from processor.bank.client import BankClient, domestic_vrp_body, new_idempotency_key, vrp_consent_body
+from processor.bank.client import BankClient, new_idempotency_key
 from processor.bank.models import FileConsent, TokenResponse
+from processor.bank.vrp_payments import domestic_vrp_body, vrp_consent_body
 
 
 @dataclass
@@ -274,7 +275,7 @@ async def test_concurrent_callers_share_one_token_fetch(rig: Rig) -> None:
 async def test_token_the_bank_calls_expired_is_renewed_once() -> None:
     """The bank's clock runs a second ahead of ours: it answers 403 token_expired to a token we think fresh."""
     sandbox = sandbox_rig()
-    from sandbox.clock import ManualClock
+    from manual_clock import ManualClock
 
     our_clock = ManualClock(sandbox.clock.now())
     sent = Recording(sandbox.transport())

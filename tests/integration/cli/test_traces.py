@@ -26,7 +26,7 @@ import pytest
 from bank_support import free_port, integration_table
 from confluent_kafka import Message
 from engine_support import Rig, batch, engine_rig
-from kafka_layer_support import new_topic, produce, read_topic, settings_for
+from kafka_layer_support import batch_consumer, new_topic, produce, read_topic, settings_for
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -34,7 +34,7 @@ from otlp_support import Collector, collector_fixture  # noqa: F401  (the fixtur
 from processor_support import write_config
 
 import schemas
-from consumers.batches import BatchHandler, EngineIntake, batch_consumer
+from consumers.batches import BatchHandler, EngineIntake
 from consumers.loop import Accept, AtLeastOnceConsumer
 from processor.cli.telemetry import Telemetry, start_telemetry
 from processor.domain.file_states import FlowState

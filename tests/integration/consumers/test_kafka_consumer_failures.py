@@ -97,7 +97,7 @@ def sink(settings: KafkaSettings, batches: str, dlq: str) -> Iterator[RecordingS
 def loop_consumer(
     settings: KafkaSettings, intake: FlakyIntake, sink: RecordingSink, *, poison_attempts: int
 ) -> AtLeastOnceConsumer:
-    """The loop as `consumers.batches.batch_consumer` builds it, with the recording dead-letter sink."""
+    """The loop as `kafka_layer_support.batch_consumer` builds it, with the recording dead-letter sink."""
     return AtLeastOnceConsumer(
         consumer_config(settings, "batches"),
         [settings.topic(BATCHES_TOPIC)],

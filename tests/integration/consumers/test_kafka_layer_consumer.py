@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from kafka_fixtures import create_topic
-from kafka_layer_support import batch_record, committed, new_topic, produce, read_topic, settings_for
+from kafka_layer_support import batch_consumer, batch_record, committed, new_topic, produce, read_topic, settings_for
 from registry_fixtures import register_subjects
 from store_fixtures import StoreTarget
 
-from consumers.batches import EngineIntake, IntakeOutcome, batch_consumer
+from consumers.batches import EngineIntake, IntakeOutcome
 from consumers.loop import AtLeastOnceConsumer
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
@@ -188,17 +188,20 @@ def test_the_offset_moves_only_after_the_dead_letter_is_acknowledged(
 CONSUMER_SCRIPT = textwrap.dedent(
     """
     import sys, threading
-    from consumers.batches import EngineIntake, batch_consumer
-    from consumers.loop import install_sigterm
+    from consumers.batches import BatchHandler, EngineIntake
+    from consumers.loop import AtLeastOnceConsumer, consumer_config, install_sigterm
     from processor.store import Store
-    from producers.kafka import KafkaSettings
+    from producers.dlq import DeadLetterPublisher
+    from producers.kafka import KafkaSettings, producer_config
     from schemas import Registry, WireSettings
 
     bootstrap, group, batches, dlq, url, schema, wire_format, registry = sys.argv[1:9]
     store = Store.open(url, schema=schema or None)
     wire = WireSettings(wire_format, Registry(registry) if registry else None)
     settings = KafkaSettings(bootstrap, group, {"payroll.batches": batches, "payroll.batches.dlq": dlq}, wire=wire)
-    consumer = batch_consumer(settings, EngineIntake(store))
+    letters = DeadLetterPublisher(producer_config(settings, "dlq"), topic=dlq, wire=wire)
+    handler = BatchHandler(EngineIntake(store), wire=wire)
+    consumer = AtLeastOnceConsumer(consumer_config(settings, "batches"), [batches], handler, letters)
     stop = threading.Event()
     install_sigterm(stop)
     original = consumer.poll_once

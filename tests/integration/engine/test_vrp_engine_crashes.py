@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine_support import worker_round
 from paths import child_pythonpath
 from sandbox_process import SandboxProcess
 from store_fixtures import StoreTarget
@@ -63,7 +64,7 @@ async def test_commit_then_fail_on_consent_creation_leaves_one_consent(
 
         # Later, a worker of the assembled engine (any instance) repeats B1 with the same key.
         await rig.advance(rig.settings.retry_max + 1)
-        assert await rig.engine.worker().run_once() >= 1
+        assert await worker_round(rig.engine.worker()) >= 1
         mandate = rig.mandate(mandate_id)
         assert mandate.state == "AWAITING_AUTHORIZATION" and mandate.consent_id is not None
         done = _effect(store, mandate_id, Operation.CREATE_VRP_CONSENT)
@@ -120,7 +121,7 @@ async def test_a_configuration_change_between_attempts_still_creates_one_consent
         # A deploy renames the TPP: the body the configuration builds now differs from the one first sent.
         engine, _ = rig.new_engine(tpp_name="Renamed Payments Ltd")
         await rig.advance(rig.settings.retry_max + 1)
-        assert await engine.worker().run_once() >= 1
+        assert await worker_round(engine.worker()) >= 1
         mandate = rig.mandate(mandate_id)
         assert mandate.state == "AWAITING_AUTHORIZATION", mandate.last_error
         assert _effect(store, mandate_id, Operation.CREATE_VRP_CONSENT).resource_id == mandate.consent_id
@@ -244,7 +245,7 @@ async def test_a_lost_code_exchange_gets_the_mandate_a_new_consent(
         retired = _effect(store, f"{mandate_id}/replaced/{first_consent}", Operation.CREATE_VRP_CONSENT)
         assert retired.resource_id == first_consent
 
-        assert await rig.engine.worker().run_once() >= 1  # B1 again, with a new idempotency key
+        assert await worker_round(rig.engine.worker()) >= 1  # B1 again, with a new idempotency key
         renewed = rig.mandate(mandate_id)
         assert renewed.state == "AWAITING_AUTHORIZATION" and renewed.consent_id not in (None, first_consent)
         assert _effect(store, mandate_id, Operation.CREATE_VRP_CONSENT).idempotency_key != retired.idempotency_key
@@ -285,7 +286,7 @@ async def test_a_crash_around_payment_creation_resumes_without_a_second_vrp(
         engine, other = rig.new_engine()
         assert not (await other.submit_payment(instruction)).created  # a redelivered instruction: no-op
         await rig.advance(rig.settings.lease_seconds + 1)
-        assert await engine.worker().run_once() >= 1  # another instance's worker takes the payment over
+        assert await worker_round(engine.worker()) >= 1  # another instance's worker takes the payment over
         done = await other.follow_payment(payment_id, max_seconds=120)
         assert done.state == "COMPLETED" and done.idempotency_key == key
         assert (await rig.counts())["domestic_vrp"] - before["domestic_vrp"] == 1

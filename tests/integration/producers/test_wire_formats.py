@@ -23,12 +23,12 @@ import fastavro
 import httpx
 import pytest
 from cli_support import EXPORT, ORIGIN, write_config
-from kafka_layer_support import batch_record, new_topic, produce, read_topic, settings_for
+from kafka_layer_support import batch_consumer, batch_record, new_topic, produce, read_topic, settings_for
 from registry_fixtures import register_subjects
 from store_fixtures import StoreTarget
 
 import schemas
-from consumers.batches import EngineIntake, batch_consumer
+from consumers.batches import EngineIntake
 from consumers.loop import AtLeastOnceConsumer
 from processor.cli import status as statuscli
 from processor.cli import submit

@@ -24,6 +24,7 @@ import pytest
 import uvicorn
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from manual_clock import ManualClock
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -32,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandbox.app import create_app
 from sandbox.clients import Client, ClientRegistry
-from sandbox.clock import ManualClock, iso_ms
+from sandbox.clock import iso_ms
 from sandbox.config import SandboxConfig
 from sandbox.consents import FILE_KIND, VRP_KIND
 from sandbox.state import Bank

@@ -27,6 +27,7 @@ import schemathesis
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import HealthCheck, settings
+from manual_clock import ManualClock
 from sandbox_process import file_consent_example, vrp_consent_example
 from schemathesis.checks import (
     content_type_conformance,
@@ -37,7 +38,6 @@ from schemathesis.checks import (
 
 from sandbox.app import create_app
 from sandbox.clients import Client, ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.consents import FILE_KIND, VRP_KIND, set_status
 from sandbox.jsonutil import dumps, loads

@@ -104,16 +104,6 @@ def test_a_leased_key_is_not_handed_to_another_relay_until_the_lease_runs_out(st
         assert len(tx.outbox.claim(owner="r3", now=at(37), limit=10, lease_seconds=30)) == 3
 
 
-def test_purging_published_events_keeps_the_status_guard(store: Store) -> None:
-    with store.transaction() as tx:
-        event = tx.outbox.append_status(TOPIC, "b-1", "INVALID", {}, now=T0)
-        tx.outbox.mark_published([event.id], now=at(1))
-        assert tx.outbox.purge_published(before=at(2)) == 1
-        assert tx.outbox.events(TOPIC, "b-1") == []
-    with pytest.raises(StatusConflictError), store.transaction() as tx:
-        tx.outbox.append_status(TOPIC, "b-1", "INVALID", {}, now=at(3))
-
-
 def _run_threads(targets: list[threading.Thread]) -> None:
     for t in targets:
         t.start()

@@ -116,7 +116,9 @@ def test_records_are_per_flow_and_operation(store: Store) -> None:
         b = tx.side_effects.begin("b-1", Operation.UPLOAD, now=at(1))
         c = tx.side_effects.begin("b-2", Operation.CREATE_CONSENT, now=at(2))
         assert len({a.idempotency_key, b.idempotency_key, c.idempotency_key}) == 3
-        assert [e.operation for e in tx.side_effects.for_scope("b-1")] == ["create_consent", "upload"]
+        found = {op: tx.side_effects.get("b-1", op) for op in Operation}
+        assert [op.value for op, e in found.items() if e is not None] == ["create_consent", "upload"]
+        assert tx.side_effects.get("b-2", Operation.CREATE_CONSENT) == c
         with pytest.raises(SideEffectMismatchError):
             tx.side_effects.complete("b-3", Operation.CREATE_CONSENT, "x", now=at(3))
         with pytest.raises(ValueError, match="make_coffee"):
@@ -148,10 +150,13 @@ def test_retired_records_move_aside_and_the_calls_begin_afresh(store: Store) -> 
         into = tx.side_effects.retire("b-1", (Operation.CREATE_CONSENT, Operation.UPLOAD), resource_id="pay-fi-1")
     assert into == "b-1/replaced/pay-fi-1"
     with store.transaction() as tx:
-        kept = {e.operation: e for e in tx.side_effects.for_scope(into)}
-        assert kept["create_consent"].resource_id == "pay-fi-1"
-        assert kept["create_consent"].idempotency_key == consent.idempotency_key
-        assert kept["upload"].idempotency_key == upload.idempotency_key
+        kept_consent = tx.side_effects.get(into, Operation.CREATE_CONSENT)
+        kept_upload = tx.side_effects.get(into, Operation.UPLOAD)
+        assert kept_consent is not None and kept_upload is not None
+        assert kept_consent.resource_id == "pay-fi-1"
+        assert kept_consent.idempotency_key == consent.idempotency_key
+        assert kept_upload.idempotency_key == upload.idempotency_key
+        assert tx.side_effects.get(into, Operation.CREATE_PAYMENT) is None
         again = tx.side_effects.begin("b-1", Operation.CREATE_CONSENT, now=at(4))
         assert again.previous_status is None and again.idempotency_key != consent.idempotency_key
         left = tx.side_effects.get("b-1", Operation.CREATE_PAYMENT)  # not retired

@@ -152,9 +152,9 @@ def test_initiation_json_is_the_same_object_with_exact_numbers() -> None:
     assert file_hash(canonicalize(parsed["SupplementaryData"])) == payload.file_hash
 
 
-def test_upload_body_fills_every_reference_with_the_consent_id() -> None:
+def test_upload_json_fills_every_reference_with_the_consent_id() -> None:
     payload = prepare_file_payload(sample_batch())
-    body = payload.upload_body(CONSENT_ID)
+    body = payload.to_dict(CONSENT_ID)
     assert [r["transferInfo"]["reference"] for r in body["data"]["transaction"]] == [CONSENT_ID] * 3
     raw = payload.upload_json(CONSENT_ID)
     assert raw == canonicalize(body)
@@ -176,7 +176,7 @@ def test_the_upload_is_the_canonical_file_with_its_references_filled_even_when_a
     payload = prepare_file_payload(sample_batch(transactions=transfers))
     fast = payload.upload_json('pay-fi-"q"\\1')
     slow = _render(payload.source, payload.origin, payload.settings, payload.concept_texts, 'pay-fi-"q"\\1')
-    assert fast == slow == rfc8785.dumps(_floats(payload.upload_body('pay-fi-"q"\\1')))
+    assert fast == slow == rfc8785.dumps(_floats(payload.to_dict('pay-fi-"q"\\1')))
     assert [row["transferInfo"]["concept"] for row in json.loads(fast)["data"]["transaction"]] == concepts
 
 
@@ -197,7 +197,7 @@ def test_concepts_needing_escapes_and_non_ascii_match_the_oracle() -> None:
     )
     payload = prepare_file_payload(sample_batch(transactions=transfers))
     assert payload.canonical == rfc8785.dumps(_floats(payload.to_dict()))
-    assert payload.upload_json(CONSENT_ID) == rfc8785.dumps(_floats(payload.upload_body(CONSENT_ID)))
+    assert payload.upload_json(CONSENT_ID) == rfc8785.dumps(_floats(payload.to_dict(CONSENT_ID)))
     assert json.loads(payload.canonical)["data"]["transaction"][1]["transferInfo"]["concept"] == 'quote"d'
     controls = {"c": "tab\there ctl\x01\x1f del\x7f"}
     assert canonicalize_pure(controls) == rfc8785.dumps(controls)
@@ -259,7 +259,7 @@ def test_large_batches_across_render_slices(count: int) -> None:
     )
     payload = prepare_file_payload(sample_batch(transactions=transfers))
     assert payload.canonical == canonicalize(payload.to_dict())
-    assert payload.upload_json(CONSENT_ID) == canonicalize(payload.upload_body(CONSENT_ID))
+    assert payload.upload_json(CONSENT_ID) == canonicalize(payload.to_dict(CONSENT_ID))
     rows = json.loads(payload.canonical)["data"]["transaction"]
     assert len(rows) == count and rows[-1]["destinationAccount"]["accountNumber"] == f"A{count - 1}"
     assert payload.control_sum == Decimal(count * (count + 1) // 2) / 100

@@ -320,7 +320,7 @@ def test_every_bad_row_is_reported_in_order_with_batch_issues_first() -> None:
     data[9] = row(2)
     data[11] = row(11, concept="y" * 200, amount=Decimal("1.234"))
     report = validate(batch(data, file_reference=""))
-    assert report.batch_reasons() == {Reason.INVALID_FILE_REFERENCE}
+    assert [issue.reason for issue in report.issues if issue.index is None] == [Reason.INVALID_FILE_REFERENCE]
     assert report.bad_rows() == {
         1: {Reason.NON_POSITIVE_AMOUNT},
         3: {Reason.CURRENCY_MISMATCH, Reason.MALFORMED_EMAIL},

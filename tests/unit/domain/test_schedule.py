@@ -10,7 +10,7 @@ import pytest
 
 from processor.domain.batch import batch_from_dict, iso_day
 from processor.domain.schedule import Calendar
-from producers.avro_json import CoercionError, to_avro
+from producers.avro_json import Coercion, CoercionError, convert
 
 GUATEMALA = Calendar(ZoneInfo("America/Guatemala"))  # UTC-6, no daylight saving
 MADRID = Calendar(ZoneInfo("Europe/Madrid"))
@@ -82,7 +82,7 @@ def test_the_relay_writes_an_outbox_date_as_an_avro_date() -> None:
         "name": "R",
         "fields": [{"name": "d", "type": ["null", {"type": "int", "logicalType": "date"}]}],
     }
-    assert to_avro(schema, {"d": "2026-11-03"}) == {"d": date(2026, 11, 3)}
-    assert to_avro(schema, {"d": None}) == {"d": None}
+    assert convert(schema, {"d": "2026-11-03"}, Coercion(), "$") == {"d": date(2026, 11, 3)}
+    assert convert(schema, {"d": None}, Coercion(), "$") == {"d": None}
     with pytest.raises(CoercionError, match="not an ISO 8601 date"):
-        to_avro(schema, {"d": "2026-13-03"})
+        convert(schema, {"d": "2026-13-03"}, Coercion(), "$")

@@ -13,7 +13,6 @@ from processor.domain.vrp_limits import check_payment
 from processor.domain.vrp_requests import (
     CONSENT_CREATED_KEY,
     InvalidRequestError,
-    avro_record,
     consent_parts,
     limits_of,
     parse_mandate,
@@ -21,8 +20,17 @@ from processor.domain.vrp_requests import (
     payment_parts,
     status_record,
 )
+from processor.store import OutboxEvent
+from processor.store.values import dump_json
+from producers.relay import outbox_record
 
 NOW = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+
+
+def published(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored `vrp.status` record as the relay publishes it (`outbox_record` over its outbox event), decoded."""
+    event = OutboxEvent(1, str(record["event_id"]), "vrp.status", "M-1", 1, None, dump_json(record), None, NOW, None)
+    return schemas.decode("vrp.status", schemas.encode("vrp.status", outbox_record(event)))
 
 
 def mandate_doc(**overrides: Any) -> dict[str, Any]:
@@ -212,8 +220,8 @@ def test_status_records_are_valid_vrp_status_events() -> None:
         bank_status="AcceptedSettlementCompleted",
     )
     assert record["occurred_at"] == "2026-11-02T09:00:00.123Z" and record["amount"] == "12.50"
-    decoded = schemas.decode("vrp.status", schemas.encode("vrp.status", avro_record(record)))
+    decoded = published(record)
     assert decoded["amount"] == Decimal("12.50") and decoded["event_id"] == record["event_id"]
     assert decoded["occurred_at"] == NOW + timedelta(milliseconds=123)
     mandate_event = status_record(mandate_id="M-1", status="AUTHORIZATION_REQUIRED", occurred_at=NOW)
-    assert schemas.decode("vrp.status", schemas.encode("vrp.status", avro_record(mandate_event)))["amount"] is None
+    assert published(mandate_event)["amount"] is None

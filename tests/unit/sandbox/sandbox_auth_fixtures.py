@@ -21,10 +21,11 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from manual_clock import ManualClock
 
 from sandbox.app import create_app
 from sandbox.clients import Client, ClientRegistry
-from sandbox.clock import ManualClock, iso_ms
+from sandbox.clock import iso_ms
 from sandbox.config import SandboxConfig
 from sandbox.consents import FILE_KIND, VRP_KIND
 from sandbox.state import Bank

@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 import rfc8785
+from manual_clock import ManualClock
 
 from sandbox.app import create_app
 from sandbox.clients import Client, ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.consents import FILE_KIND, set_status
 from sandbox.jsonutil import dumps, loads

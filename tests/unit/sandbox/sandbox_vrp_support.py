@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from manual_clock import ManualClock
 
 from sandbox.app import create_app
 from sandbox.clients import Client, ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.consents import VRP_KIND, set_status
 from sandbox.jsonutil import dumps

@@ -14,6 +14,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from manual_clock import ManualClock
 from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     ASSERTION_TYPE,
     ISSUER,
@@ -29,7 +30,6 @@ from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
 )
 
 from sandbox.app import create_app
-from sandbox.clock import ManualClock
 from sandbox.errors import OAuthError
 from sandbox.oauth.assertions import (
     JTI_KIND,

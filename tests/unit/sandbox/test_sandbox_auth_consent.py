@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
+from manual_clock import ManualClock
 from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     ISSUER,
     REDIRECT_URI,
@@ -28,7 +29,6 @@ from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     vrp_consent,
 )
 
-from sandbox.clock import ManualClock
 from sandbox.consents import VRP_KIND
 from sandbox.oauth.par import redirect_location
 from sandbox.pages import format_amount

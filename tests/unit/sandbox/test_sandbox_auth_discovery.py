@@ -173,7 +173,7 @@ async def test_message_signature_returns_a_ps256_jwt(http: httpx.AsyncClient, tp
 async def test_message_signature_output_is_accepted_as_a_client_assertion(
     http: httpx.AsyncClient, tpp: Tpp, clock: object
 ) -> None:
-    from sandbox.clock import ManualClock
+    from manual_clock import ManualClock
 
     assert isinstance(clock, ManualClock)
     now = int(clock.now().timestamp())

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from manual_clock import ManualClock
 from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     ISSUER,
     Harness,
@@ -28,7 +29,6 @@ from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     vrp_consent,
 )
 
-from sandbox.clock import ManualClock
 from sandbox.state import Bank
 
 PARAMETERS = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from manual_clock import ManualClock
 from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     ASSERTION_TYPE,
     REDIRECT_URI,
@@ -23,7 +24,6 @@ from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     vrp_consent,
 )
 
-from sandbox.clock import ManualClock
 from sandbox.consents import FILE_KIND, set_status
 from sandbox.oauth.tokens import TOKEN_KIND
 from sandbox.state import Bank

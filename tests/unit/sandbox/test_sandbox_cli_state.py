@@ -13,13 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
+from manual_clock import ManualClock
 from sandbox_auth_fixtures import ISSUER, REDIRECT_URI, Harness, Tpp, make_tpp, query_of
 from sandbox_files_support import CONSENTS, PAYMENTS, initiation, with_references
 
 from sandbox.app import create_app
 from sandbox.cli import build_parser, config_from_args
 from sandbox.clients import ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.consents import FILE_KIND
 from sandbox.jsonutil import dumps

@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+from manual_clock import ManualClock
 from paths import ROOT
 from sandbox_process import file_consent_example, vrp_consent_example
 from starlette.routing import Route
 
 from sandbox.app import create_app
 from sandbox.clients import Client, ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.jsonutil import dumps
 from sandbox.oauth.tokens import issue_access_token

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from manual_clock import ManualClock
 from sandbox_process import file_consent_example, running_sandbox
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,7 +29,6 @@ from starlette.routing import Route
 
 from sandbox.app import _wrapped_routes, create_app
 from sandbox.clients import ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.faults import FaultPlan
 from sandbox.jsonutil import dumps

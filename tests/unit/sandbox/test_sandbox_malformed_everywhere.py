@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from manual_clock import ManualClock
 from sandbox_auth_fixtures import ISSUER, file_initiation, insert_consent, make_bank, make_tpp, vrp_data
 
 from sandbox.app import create_app
-from sandbox.clock import ManualClock
 from sandbox.consents import FILE_KIND, VRP_KIND
 from sandbox.oauth.par import PAR_KIND
 from sandbox.oauth.tokens import TOKEN_KIND, issue_access_token

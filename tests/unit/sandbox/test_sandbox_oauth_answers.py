@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from manual_clock import ManualClock
 from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     REDIRECT_URI,
     Tpp,
@@ -18,7 +19,6 @@ from sandbox_auth_fixtures import (  # noqa: F401 (fixtures)
     tpp,
 )
 
-from sandbox.clock import ManualClock
 from sandbox.oauth.answer import NO_STORE, TEXT
 from sandbox.oauth.discovery import discovery
 from sandbox.oauth.grants import token_endpoint

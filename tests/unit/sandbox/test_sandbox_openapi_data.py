@@ -7,11 +7,11 @@ from decimal import Decimal
 
 import httpx
 import pytest
+from manual_clock import ManualClock
 from paths import ROOT
 
 from sandbox.app import create_app
 from sandbox.clients import ClientRegistry
-from sandbox.clock import ManualClock
 from sandbox.config import SandboxConfig
 from sandbox.filecheck import payload_hash
 from sandbox.jsonutil import dumps, loads

@@ -53,8 +53,10 @@ def test_rotation_reads_old_values_and_writes_with_the_new_key() -> None:
     before = Cipher.from_text(old_key).encrypt("refresh", "ctx")
     rotated = Cipher.from_text(new_key, [old_key])
     assert rotated.decrypt(before, "ctx") == "refresh"
-    assert rotated.needs_rewrap(before)
-    assert not rotated.needs_rewrap(rotated.encrypt("refresh", "ctx"))
+    after = rotated.encrypt("refresh", "ctx")
+    assert Cipher.from_text(new_key).decrypt(after, "ctx") == "refresh"  # written with the new key
+    with pytest.raises(StoreKeyError, match="not configured"):
+        Cipher.from_text(old_key).decrypt(after, "ctx")
 
 
 def test_keys_must_be_32_bytes_of_urlsafe_base64() -> None:
@@ -81,9 +83,10 @@ def test_configured_key_wins_and_old_keys_are_loaded() -> None:
     sealed_old = Cipher.from_text(old).encrypt("v", "c")
     cipher = load_cipher({ENV_KEY: new, ENV_OLD_KEYS: f" {old} ,", ENV_ALLOW_DEV_KEY: "1"})
     assert not cipher.insecure_dev_key
-    assert cipher.primary_key_id == Cipher.from_text(new).primary_key_id
+    assert Cipher.from_text(new).decrypt(cipher.encrypt("w", "c"), "c") == "w"  # written with the configured key
     assert cipher.decrypt(sealed_old, "c") == "v"
-    assert Cipher.from_text(DEV_KEY_TEXT).primary_key_id != cipher.primary_key_id
+    with pytest.raises(StoreKeyError, match="not configured"):
+        Cipher.from_text(DEV_KEY_TEXT).decrypt(cipher.encrypt("w", "c"), "c")
 
 
 def test_repr_shows_no_key_material() -> None:

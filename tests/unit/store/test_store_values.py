@@ -10,9 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.domain.time import iso_ms, utc_ms
+from processor.store.crypto import new_secret_token
 from processor.store.db import ConfigurationError, parse_url, qmark_to_pyformat, redact_url, to_datetime, to_decimal
-from processor.store.flows import MAX_IDEMPOTENCY_KEY, Operation, new_idempotency_key, new_secret_token
 from processor.store.schema import MIGRATIONS, TYPES
+from processor.store.side_effects import MAX_IDEMPOTENCY_KEY, Operation, new_idempotency_key
 from processor.store.values import dump_json, json_text, load_json, money, read_money
 
 

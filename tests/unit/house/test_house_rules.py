@@ -1,0 +1,38 @@
+"""House rules the linters do not check, kept true by a test: no class over 400 lines (developers' guide)."""
+
+from __future__ import annotations
+
+import ast
+
+# The repository: the nearest folder above this test holding pyproject.toml (the test may sit at any depth).
+from paths import ROOT
+
+PACKAGES = ("processor", "sandbox", "consumers", "producers", "schemas")
+MAX_CLASS_LINES = 400
+
+
+def class_lengths(source: str) -> list[tuple[str, int, int]]:
+    """(name, first line, length in lines) of every class in `source`, nested ones included."""
+    return [
+        (node.name, node.lineno, (node.end_lineno or node.lineno) - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+    ]
+
+
+def test_class_lengths_are_measured_from_the_class_line_to_its_last() -> None:
+    source = "class A:\n    x = 1\n\n    def f(self) -> None:\n        pass\n\n\n"
+    source += "class B:\n    class C:\n        y = 2\n"
+    assert class_lengths(source) == [("A", 1, 5), ("B", 8, 3), ("C", 9, 2)]
+
+
+def test_no_class_is_over_400_lines() -> None:
+    files = sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py"))
+    assert files, f"no Python files found under {ROOT}"
+    too_long = [
+        f"{path.relative_to(ROOT)}:{line} class {name} has {length} lines"
+        for path in files
+        for name, line, length in class_lengths(path.read_text())
+        if length > MAX_CLASS_LINES
+    ]
+    assert not too_long, f"classes over {MAX_CLASS_LINES} lines (split them by concern):\n" + "\n".join(too_long)
