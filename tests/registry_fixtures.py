@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from kafka_fixtures import REQUIRE_KAFKA_ENV
 
-from processor.devtools.kafka_local import _die_with_parent
+from processor.devtools.jvm_service import die_with_parent
 from producers.kafka import KafkaSettings
 from producers.topics import SubjectResult, ensure_subjects
 from schemas import CONFLUENT, SINGLE_OBJECT, Registry, WireSettings
@@ -73,7 +73,7 @@ def schema_registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
         text=True,
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=_die_with_parent(),  # the registry goes if the test session is killed
+        preexec_fn=die_with_parent(),  # the registry goes if the test session is killed
     )
     try:
         url = _first_line(process, f"{REGISTRY_URL_ENV}=", timeout=900)  # the first run downloads it

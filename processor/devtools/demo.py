@@ -53,7 +53,7 @@ from types import FrameType
 from typing import Any, Final
 
 from processor.devtools.demo_services import DemoError, Progress, Services
-from processor.devtools.kafka_local import free_port
+from processor.devtools.jvm_service import free_port
 
 DEFAULT_DIR: Final = "demo-run"
 DEFAULT_TIMEOUT: Final = 180.0

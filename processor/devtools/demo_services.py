@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from processor.devtools.kafka_local import _die_with_parent
+from processor.devtools.jvm_service import die_with_parent
 
 SANDBOX_DELAYS = ("--file-payment-delay", "1", "--vrp-delay", "1")
 
@@ -84,7 +84,7 @@ def spawn(name: str, args: list[str], log_path: Path, env: Mapping[str, str], cw
             env=dict(env),
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with_parent(),  # SIGTERM if the demo itself is killed
+            preexec_fn=die_with_parent(),  # SIGTERM if the demo itself is killed
         )
     return Child(name, process, log_path)
 

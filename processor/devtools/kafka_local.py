@@ -16,26 +16,31 @@ Only processes started here are ever signalled, and only by their pid.
 from __future__ import annotations
 
 import base64
-import contextlib
-import ctypes
-import fcntl
 import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
-import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from processor.devtools import jvm_service
+from processor.devtools.jvm_service import (
+    JvmService,
+    JvmServiceError,
+    fetch_once,
+    find_java,
+    find_maven,
+    free_port,
+    install_staged,
+    run_maven,
+    stop_by_pid_file,
+)
 
 DEFAULT_KAFKA_VERSION = "4.3.1"
 LOG4J_VERSION = "2.24.3"
@@ -47,7 +52,7 @@ PID_FILE = "kafka.pid"
 _log = logging.getLogger(__name__)
 
 
-class KafkaLocalError(RuntimeError):
+class KafkaLocalError(JvmServiceError):
     """The local broker could not be fetched, formatted, started or stopped."""
 
 
@@ -58,11 +63,7 @@ def kafka_version() -> str:
 
 def cache_home(version: str | None = None) -> Path:
     """Where the jars of one Kafka version are cached (`$DISPERSION_KAFKA_HOME` overrides the default)."""
-    override = os.environ.get("DISPERSION_KAFKA_HOME")
-    if override:
-        return Path(override).expanduser()
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "dispersion" / f"kafka-{version or kafka_version()}"
+    return jvm_service.cache_home("DISPERSION_KAFKA_HOME", f"kafka-{version or kafka_version()}")
 
 
 def pom_xml(version: str) -> str:
@@ -110,18 +111,6 @@ def pom_xml(version: str) -> str:
 """
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock so two processes (say two test sessions) never download into the same cache at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def jars_ready(home: Path) -> bool:
     """Whether `home/libs` holds a complete download (the marker is written last)."""
     return (home / "libs" / ".complete").is_file()
@@ -141,51 +130,32 @@ def fetch_jars(
     interrupted download leaves nothing behind that looks complete.
     """
     version = version or kafka_version()
-    home = home or cache_home(version)
-    libs = home / "libs"
-    if jars_ready(home):
-        return libs
-    with _file_lock(home / ".lock"):
-        if jars_ready(home):  # another process finished while we waited for the lock
-            return libs
-        mvn_path = mvn or shutil.which("mvn")
-        if not mvn_path:
-            raise KafkaLocalError(
-                "Maven (`mvn`) is needed once to fetch the Kafka jars; install it (apt-get install maven)"
-            )
-        (home / "pom.xml").write_text(pom_xml(version))
-        staging = home / "libs.partial"
+    cache = home or cache_home(version)
+    libs = cache / "libs"
+
+    def download() -> None:
+        mvn_path = find_maven(mvn, "the Kafka jars", KafkaLocalError)
+        (cache / "pom.xml").write_text(pom_xml(version))
+        staging = cache / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
         if say:
             say(f"fetching Apache Kafka {version} jars with Maven into {libs} (first run only)")
-        log_path = home / "maven.log"
+        log_path = cache / "maven.log"
         command = [
             mvn_path,
             "-B",
             "-f",
-            str(home / "pom.xml"),
+            str(cache / "pom.xml"),
             "dependency:copy-dependencies",
             f"-DoutputDirectory={staging}",
             "-DincludeScope=runtime",
         ]
-        with log_path.open("wb") as log:
-            try:
-                result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
-            except subprocess.TimeoutExpired as exc:
-                raise KafkaLocalError(f"Maven did not finish within {timeout:.0f} s; see {log_path}") from exc
-        if result.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
-            raise KafkaLocalError(f"Maven could not fetch Kafka {version} (exit {result.returncode}); see {log_path}")
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        (libs / ".complete").write_text(version + "\n")
-    return libs
+        code = run_maven(command, log_path, timeout, KafkaLocalError)
+        if code != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+            raise KafkaLocalError(f"Maven could not fetch Kafka {version} (exit {code}); see {log_path}")
+        install_staged(staging, libs, version)
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free on `host` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return fetch_once(cache, lambda: libs if jars_ready(cache) else None, download)
 
 
 def new_cluster_id() -> str:
@@ -253,26 +223,6 @@ def log4j2_properties(log_file: Path) -> str:
     )
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the broker receive SIGTERM if the process that started it dies (Linux only).
-
-    Without it a test session killed with SIGKILL would leave a JVM running in its own session.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-    term = int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, term, 0, 0, 0)
-
-    return preexec
-
-
 @dataclass
 class _State:
     """What must stay the same across restarts of one broker (kept in `broker.json` in the run directory)."""
@@ -283,13 +233,18 @@ class _State:
     version: str
 
 
-class LocalKafka:
+class LocalKafka(JvmService):
     """One local Kafka broker+controller in a run directory.
 
     `start()` fetches the jars if needed, formats the storage on first use and waits until the broker answers;
     `stop()` sends SIGTERM to the pid it started (SIGKILL after a timeout); `restart()` does both and keeps the
     ports and the data. Without a directory a temporary one is used and removed by `close()`.
     """
+
+    error = KafkaLocalError
+    name = "kafka"
+    title = "Kafka"
+    pid_file = PID_FILE
 
     def __init__(
         self,
@@ -305,19 +260,19 @@ class LocalKafka:
         startup_timeout: float = 120.0,
         say: Callable[[str], None] | None = None,
     ) -> None:
-        self._owns_directory = directory is None
-        self.directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="dispersion-kafka-"))
-        self.directory = self.directory.resolve()
-        self.version = version or kafka_version()
-        self.home = home or cache_home(self.version)
-        self.heap = heap
-        self.host = host
-        self.startup_timeout = startup_timeout
-        self._java = java
-        self._say = say
-        self._requested_port = port
+        version = version or kafka_version()
+        super().__init__(
+            directory,
+            port=port,
+            version=version,
+            home=home or cache_home(version),
+            heap=heap,
+            java=java,
+            host=host,
+            startup_timeout=startup_timeout,
+            say=say,
+        )
         self._requested_controller_port = controller_port
-        self._process: subprocess.Popen[bytes] | None = None
         self._state: _State | None = None
 
     # -- paths and state -------------------------------------------------------------------------------------
@@ -333,11 +288,6 @@ class LocalKafka:
         return self.directory / "logs" / "server.log"
 
     @property
-    def console_file(self) -> Path:
-        """What the JVM printed on stdout/stderr (start-up failures land here)."""
-        return self.directory / "logs" / "console.log"
-
-    @property
     def port(self) -> int:
         """The client (PLAINTEXT) port; fixed once the broker has been started."""
         return self._ensure_state().port
@@ -351,16 +301,6 @@ class LocalKafka:
     def bootstrap(self) -> str:
         """`host:port` for `bootstrap.servers`."""
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """The JVM's pid while it runs."""
-        return self._process.pid if self._process and self._process.poll() is None else None
-
-    @property
-    def running(self) -> bool:
-        """Whether the JVM this object started is alive."""
-        return self.pid is not None
 
     def _ensure_state(self) -> _State:
         if self._state is not None:
@@ -400,7 +340,7 @@ class LocalKafka:
     def _jvm(self, main_class: str, *args: str, heap: str) -> list[str]:
         libs = fetch_jars(self.version, self.home, say=self._say)
         return [
-            find_java(self._java, "Kafka"),
+            find_java(self._java, "Kafka", KafkaLocalError),
             f"-Xmx{heap}",
             "-Xms64m",
             # Serial GC: no background GC threads competing for the few cores of a dev machine or CI.
@@ -474,26 +414,7 @@ class LocalKafka:
         config = self._write_config()
         self._format_if_needed(config)
         self._save_state()
-        command = self._jvm("kafka.Kafka", str(config), heap=self.heap)
-        # PR_SET_PDEATHSIG fires when the *thread* that started the child ends, so only tie the broker to the
-        # main thread (a broker started from a worker thread would otherwise die with that thread).
-        tie = not detach and threading.current_thread() is threading.main_thread()
-        with self.console_file.open("ab") as console:
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                start_new_session=True,  # its own process group: a Ctrl-C in our terminal does not reach it
-                preexec_fn=_die_with_parent() if tie else None,  # only calls prctl
-            )
-        (self.directory / PID_FILE).write_text(f"{self._process.pid}\n")
-        try:
-            self.wait_until_ready(self.startup_timeout)
-        except BaseException:
-            self.stop()
-            raise
+        self._launch(self._jvm("kafka.Kafka", str(config), heap=self.heap), detach=detach)
         return self.bootstrap
 
     def wait_until_ready(self, timeout: float) -> None:
@@ -511,29 +432,6 @@ class LocalKafka:
                 return
             time.sleep(0.2)
 
-    def _check_alive(self) -> None:
-        if self._process is not None and self._process.poll() is not None:
-            code = self._process.returncode
-            self._process = None
-            raise KafkaLocalError(f"Kafka exited with code {code} during start-up:\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM the broker this object started, SIGKILL it after `timeout`; return its exit code."""
-        process = self._process
-        if process is None:
-            return None
-        code = terminate(process, timeout, "kafka")
-        self._process = None
-        with contextlib.suppress(FileNotFoundError):
-            (self.directory / PID_FILE).unlink()
-        return code
-
-    def close(self) -> None:
-        """Stop the broker and remove the run directory when this object created it."""
-        self.stop()
-        if self._owns_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
     def log_tail(self, lines: int = 40) -> str:
         """The last lines the broker wrote (console first, then its log file)."""
         parts = []
@@ -542,15 +440,6 @@ class LocalKafka:
                 text = path.read_text(errors="replace").splitlines()[-lines:]
                 parts.append(f"--- {path}\n" + "\n".join(text))
         return "\n".join(parts) or "(no output)"
-
-    def __enter__(self) -> LocalKafka:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -592,64 +481,3 @@ def stop_detached(directory: Path, timeout: float = 30.0) -> bool:
     """
     config = str(directory.resolve() / "server.properties")
     return stop_by_pid_file(directory.resolve() / PID_FILE, ("kafka.Kafka", config), timeout)
-
-
-def stop_by_pid_file(pid_path: Path, needles: tuple[str, ...], timeout: float = 30.0) -> bool:
-    """SIGTERM (SIGKILL after `timeout`) the process named by `pid_path` when its command line holds every one of
-    `needles` (so a stale pid never hits an unrelated process); False when no such process runs."""
-    try:
-        pid = int(pid_path.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return False
-    if not process_matches(pid, needles):
-        pid_path.unlink(missing_ok=True)
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while process_matches(pid, needles):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-        time.sleep(0.2)
-    pid_path.unlink(missing_ok=True)
-    return True
-
-
-def process_matches(pid: int, needles: tuple[str, ...]) -> bool:
-    """Whether `pid` is a live process whose command line has every one of `needles` as an argument."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    if "State:\tZ" in status:  # exited, waiting to be reaped
-        return False
-    return all(needle.encode() in cmdline for needle in needles)
-
-
-def find_java(explicit: str | None = None, what: str = "Kafka") -> str:
-    """The `java` to run: `explicit`, else `$JAVA_HOME/bin/java`, else the one on the PATH."""
-    if explicit:
-        return explicit
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise KafkaLocalError(f"a Java runtime (17 or later) is needed to run {what}; install openjdk-17-jre")
-    return found
-
-
-def terminate(process: subprocess.Popen[bytes], timeout: float, name: str) -> int | None:
-    """SIGTERM a child this module started, SIGKILL it after `timeout`; its exit code."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _log.warning("%s pid %s ignored SIGTERM for %.0f s; killing it", name, process.pid, timeout)
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            process.wait(10)
-    return process.returncode

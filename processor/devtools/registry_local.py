@@ -17,24 +17,24 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tarfile
-import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 
-from processor.devtools.kafka_local import (
-    _die_with_parent,
-    _file_lock,
+from processor.devtools import jvm_service
+from processor.devtools.jvm_service import (
+    JvmService,
+    JvmServiceError,
+    fetch_once,
     find_java,
+    find_maven,
     free_port,
+    install_staged,
+    run_maven,
     stop_by_pid_file,
-    terminate,
 )
 
 DEFAULT_REGISTRY_VERSION = "3.0.9"  # 3.3.x needs Java 21
@@ -50,7 +50,7 @@ URL_FILE = "registry.url"
 DIR_PROPERTY = "dispersion.registry.dir"
 
 
-class RegistryLocalError(RuntimeError):
+class RegistryLocalError(JvmServiceError):
     """The local registry could not be fetched, started or stopped."""
 
 
@@ -61,11 +61,7 @@ def registry_version() -> str:
 
 def cache_home(version: str | None = None) -> Path:
     """Where one registry version is cached (`$DISPERSION_REGISTRY_HOME` overrides the default)."""
-    override = os.environ.get("DISPERSION_REGISTRY_HOME")
-    if override:
-        return Path(override).expanduser()
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "dispersion" / f"apicurio-registry-{version or registry_version()}"
+    return jvm_service.cache_home("DISPERSION_REGISTRY_HOME", f"apicurio-registry-{version or registry_version()}")
 
 
 def runner_jar(home: Path) -> Path | None:
@@ -91,24 +87,15 @@ def fetch_registry(
     nothing behind that looks complete.
     """
     version = version or registry_version()
-    home = home or cache_home(version)
-    jar = runner_jar(home)
-    if jar is not None:
-        return jar
-    with _file_lock(home / ".lock"):
-        jar = runner_jar(home)
-        if jar is not None:  # another process finished while we waited for the lock
-            return jar
-        mvn_path = mvn or shutil.which("mvn")
-        if not mvn_path:
-            raise RegistryLocalError(
-                "Maven (`mvn`) is needed once to fetch Apicurio Registry; install it (apt-get install maven)"
-            )
-        download = home / "download"
+    cache = home or cache_home(version)
+
+    def download() -> None:
+        mvn_path = find_maven(mvn, "Apicurio Registry", RegistryLocalError)
+        download = cache / "download"
         shutil.rmtree(download, ignore_errors=True)
         if say:
-            say(f"fetching Apicurio Registry {version} with Maven into {home} (first run only)")
-        log_path = home / "maven.log"
+            say(f"fetching Apicurio Registry {version} with Maven into {cache} (first run only)")
+        log_path = cache / "maven.log"
         command = [
             mvn_path,
             "-B",
@@ -116,40 +103,34 @@ def fetch_registry(
             f"-Dartifact={ARTIFACT}:{version}:tar.gz:all",
             f"-DoutputDirectory={download}",
         ]
-        with log_path.open("wb") as log:
-            try:
-                result = subprocess.run(
-                    command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False, cwd=home
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise RegistryLocalError(f"Maven did not finish within {timeout:.0f} s; see {log_path}") from exc
+        code = run_maven(command, log_path, timeout, RegistryLocalError, cwd=cache)
         archives = sorted(download.glob("*.tar.gz"))
-        if result.returncode != 0 or not archives:
-            raise RegistryLocalError(
-                f"Maven could not fetch {ARTIFACT}:{version} (exit {result.returncode}); see {log_path}"
-            )
-        staging = home / "app.partial"
+        if code != 0 or not archives:
+            raise RegistryLocalError(f"Maven could not fetch {ARTIFACT}:{version} (exit {code}); see {log_path}")
+        staging = cache / "app.partial"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         with tarfile.open(archives[0]) as archive:
             archive.extractall(staging, filter="data")  # no absolute paths, links or devices out of the archive
         if not any(staging.rglob("*-runner.jar")):
             raise RegistryLocalError(f"{archives[0]} holds no *-runner.jar")
-        shutil.rmtree(home / "app", ignore_errors=True)
-        staging.rename(home / "app")
-        (home / "app" / ".complete").write_text(version + "\n")
+        install_staged(staging, cache / "app", version)
         shutil.rmtree(download, ignore_errors=True)  # the unpacked tree is what runs
-    jar = runner_jar(home)
-    assert jar is not None
-    return jar
+
+    return fetch_once(cache, lambda: runner_jar(cache), download)
 
 
-class LocalRegistry:
+class LocalRegistry(JvmService):
     """One local Apicurio Registry in a run directory (logs, pid); its data lives in memory only.
 
     `start()` fetches it if needed and waits until it answers; `stop()` sends SIGTERM to the pid it started
     (SIGKILL after a timeout). Without a directory a temporary one is used and removed by `close()`.
     """
+
+    error = RegistryLocalError
+    name = "registry"
+    title = "the registry"
+    pid_file = PID_FILE
 
     def __init__(
         self,
@@ -164,19 +145,19 @@ class LocalRegistry:
         startup_timeout: float = 120.0,
         say: Callable[[str], None] | None = None,
     ) -> None:
-        self._owns_directory = directory is None
-        chosen = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="dispersion-registry-"))
-        self.directory = chosen.resolve()
-        self.version = version or registry_version()
-        self.home = home or cache_home(self.version)
-        self.heap = heap
-        self.host = host
-        self.startup_timeout = startup_timeout
-        self._java = java
-        self._say = say
-        self._requested_port = port
+        version = version or registry_version()
+        super().__init__(
+            directory,
+            port=port,
+            version=version,
+            home=home or cache_home(version),
+            heap=heap,
+            java=java,
+            host=host,
+            startup_timeout=startup_timeout,
+            say=say,
+        )
         self.port: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def console_file(self) -> Path:
@@ -195,16 +176,6 @@ class LocalRegistry:
         """The Confluent-compatible API, for `[kafka] schema_registry_url`."""
         return self.base_url + CCOMPAT_PATH
 
-    @property
-    def pid(self) -> int | None:
-        """The JVM's pid while it runs."""
-        return self._process.pid if self._process and self._process.poll() is None else None
-
-    @property
-    def running(self) -> bool:
-        """Whether the JVM this object started is alive."""
-        return self.pid is not None
-
     def fetch(self) -> Path:
         """Fetch the registry now (normally done by `start`)."""
         return fetch_registry(self.version, self.home, say=self._say)
@@ -212,7 +183,7 @@ class LocalRegistry:
     def command(self, jar: Path, port: int) -> list[str]:
         """The JVM command line: in-memory storage, loopback only, a small heap and few threads."""
         return [
-            find_java(self._java, "Apicurio Registry"),
+            find_java(self._java, "Apicurio Registry", RegistryLocalError),
             f"-Xmx{self.heap}",
             "-Xms64m",
             # Serial GC and a quick JIT: no background threads competing for the few cores of a dev machine or CI.
@@ -243,7 +214,9 @@ class LocalRegistry:
         for attempt in range(3):
             port = self._requested_port or free_port(self.host)
             try:
-                return self._start_once(jar, port, detach=detach)
+                self.port = port
+                self._launch(self.command(jar, port), detach=detach)
+                return self.url
             except RegistryLocalError as exc:
                 # A port picked free a moment ago may be taken by now (another session starting something).
                 taken = "Port already bound" in str(exc) or "Address already in use" in str(exc)
@@ -251,29 +224,8 @@ class LocalRegistry:
                     raise
         raise AssertionError("unreachable")
 
-    def _start_once(self, jar: Path, port: int, *, detach: bool) -> str:
-        self.console_file.parent.mkdir(parents=True, exist_ok=True)
-        self.port = port
-        # PR_SET_PDEATHSIG fires when the *thread* that started the child ends: tie only to the main thread.
-        tie = not detach and threading.current_thread() is threading.main_thread()
-        with self.console_file.open("ab") as console:
-            self._process = subprocess.Popen(
-                self.command(jar, port),
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                start_new_session=True,  # its own process group: a Ctrl-C in our terminal does not reach it
-                preexec_fn=_die_with_parent() if tie else None,  # only calls prctl
-            )
-        (self.directory / PID_FILE).write_text(f"{self._process.pid}\n")
+    def _launched(self) -> None:
         (self.directory / URL_FILE).write_text(self.url + "\n")
-        try:
-            self.wait_until_ready(self.startup_timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self.url
 
     def wait_until_ready(self, timeout: float) -> None:
         """Wait until the readiness check is UP and the Confluent-compatible API answers."""
@@ -294,43 +246,6 @@ class LocalRegistry:
                 except httpx.HTTPError:
                     pass  # not listening yet
                 time.sleep(0.25)
-
-    def _check_alive(self) -> None:
-        if self._process is not None and self._process.poll() is not None:
-            code = self._process.returncode
-            self._process = None
-            raise RegistryLocalError(f"the registry exited with code {code} during start-up:\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM the registry this object started, SIGKILL it after `timeout`; return its exit code."""
-        process = self._process
-        if process is None:
-            return None
-        code = terminate(process, timeout, "registry")
-        self._process = None
-        (self.directory / PID_FILE).unlink(missing_ok=True)
-        return code
-
-    def close(self) -> None:
-        """Stop the registry and remove the run directory when this object created it."""
-        self.stop()
-        if self._owns_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines the registry printed."""
-        if not self.console_file.is_file():
-            return "(no output)"
-        return "\n".join(self.console_file.read_text(errors="replace").splitlines()[-lines:])
-
-    def __enter__(self) -> LocalRegistry:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def stop_detached(directory: Path, timeout: float = 30.0) -> bool:

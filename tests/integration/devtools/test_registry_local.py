@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from processor.devtools.kafka_local import process_matches
+from processor.devtools.jvm_service import process_matches
 from processor.devtools.registry_local import PID_FILE, cache_home, runner_jar
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]

@@ -34,7 +34,7 @@ from processor.cli import status as statuscli
 from processor.cli import submit
 from processor.cli.config import settings_from_config
 from processor.cli.topics import main as topics_main
-from processor.devtools.kafka_local import free_port
+from processor.devtools.jvm_service import free_port
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import producer_config
