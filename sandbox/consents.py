@@ -38,3 +38,21 @@ def set_status(bank: Bank, kind: str, consent_id: str, status: str) -> Doc:
     doc["updated"] = iso_ms(bank.now())
     bank.store.put(kind, consent_id, doc)
     return doc
+
+
+def new_consent(
+    bank: Bank, kind: str, consent_id: str, client_id: str, status: str, data: Doc, risk: Doc, **extra: object
+) -> Doc:
+    """Store a new consent of `kind` in `status` (created = updated = now) in the shape above; returns it."""
+    now = iso_ms(bank.now())
+    doc: Doc = {
+        "client_id": client_id,
+        "status": status,
+        "created": now,
+        "updated": now,
+        "data": data,
+        "risk": risk,
+        **extra,
+    }
+    bank.store.put(kind, consent_id, doc)
+    return doc

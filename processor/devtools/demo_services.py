@@ -273,22 +273,15 @@ class Services:
                 code = child.stop(timeout=30.0 if child.name == "processor" else 10.0)
                 how = f"exit status {code}" if code >= 0 else f"ended by signal {-code}"
                 self.progress.say(f"stopped the {child.name} (pid {child.pid}, {how})")
-        if self.local_registry is not None:
-            pid = self.local_registry.pid
+        for label, service in (("the schema registry", self.local_registry), ("Kafka", self.kafka)):
+            if service is None:
+                continue
+            pid = service.pid
             try:
-                code = self.local_registry.stop()
+                code = service.stop()
             except Exception as exc:  # cleanup must go on; say what happened
-                self.progress.say(f"stopping the schema registry (pid {pid}) failed: {exc}")
+                self.progress.say(f"stopping {label} (pid {pid}) failed: {exc}")
             else:
                 if pid is not None:
-                    self.progress.say(f"stopped the schema registry (pid {pid}, exit status {code})")
-        if self.kafka is not None:
-            pid = self.kafka.pid
-            try:
-                code = self.kafka.stop()
-            except Exception as exc:  # cleanup must go on; say what happened
-                self.progress.say(f"stopping Kafka (pid {pid}) failed: {exc}")
-            else:
-                if pid is not None:
-                    self.progress.say(f"stopped Kafka (pid {pid}, exit status {code})")
+                    self.progress.say(f"stopped {label} (pid {pid}, exit status {code})")
         self.progress.say(f"logs: {self.progress.logs}")

@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 
 from sandbox import filecheck, settlement
 from sandbox.clock import iso_ms
-from sandbox.consents import FILE_KIND
+from sandbox.consents import FILE_KIND, new_consent
 from sandbox.errors import (
     field_invalid,
     header_invalid,
@@ -117,6 +117,18 @@ def _status_now(bank: Bank, payment: Doc) -> tuple[str, str]:
     return status, iso_ms(moment)
 
 
+def _payment_now(bank: Bank, request: Request) -> tuple[str, Doc, Doc, str, str]:
+    """The caller's payment named in the path, its consent, and its status as of now with when it was reached."""
+    payment_id = request.path_params["file_payment_id"]
+    token = _client_token(bank, request)
+    payment = _own_payment(bank, token, payment_id)
+    consent = bank.store.get(FILE_KIND, payment["consent_id"])
+    if consent is None:  # pragma: no cover - consents are never deleted
+        raise not_found(f"no file payment {payment_id}", "FilePaymentId")
+    status, updated = _status_now(bank, payment)
+    return payment_id, payment, consent, status, updated
+
+
 def routes(bank: Bank) -> list[BaseRoute]:
     """The flow A routes, named for fault injection."""
 
@@ -134,16 +146,9 @@ def routes(bank: Bank) -> list[BaseRoute]:
             except filecheck.CheckError as exc:
                 raise invalid_format(str(exc), exc.path) from None
             consent_id = f"pay-fi-{bank.new_uuid()}"
-            now = iso_ms(bank.now())
-            doc: Doc = {
-                "client_id": token.client_id,
-                "status": AWAITING_UPLOAD,
-                "created": now,
-                "updated": now,
-                "data": {"Initiation": data["Initiation"]},
-                "risk": {},
-            }
-            bank.store.put(FILE_KIND, consent_id, doc)
+            doc = new_consent(
+                bank, FILE_KIND, consent_id, token.client_id, AWAITING_UPLOAD, {"Initiation": data["Initiation"]}, {}
+            )
             return json_response(_consent_body(bank, consent_id, doc), 201, request)
 
         return await idempotent(
@@ -260,13 +265,7 @@ def routes(bank: Bank) -> list[BaseRoute]:
 
     async def get_payment(request: Request) -> Response:
         """A4: the payment with its status as of now."""
-        payment_id = request.path_params["file_payment_id"]
-        token = _client_token(bank, request)
-        payment = _own_payment(bank, token, payment_id)
-        consent = bank.store.get(FILE_KIND, payment["consent_id"])
-        if consent is None:  # pragma: no cover - consents are never deleted
-            raise not_found(f"no file payment {payment_id}", "FilePaymentId")
-        status, updated = _status_now(bank, payment)
+        payment_id, payment, consent, status, updated = _payment_now(bank, request)
         return json_response(
             {
                 "Data": {
@@ -286,13 +285,7 @@ def routes(bank: Bank) -> list[BaseRoute]:
 
     async def get_report(request: Request) -> Response:
         """The per-transaction report of a payment (Open Banking v3.1 report-file)."""
-        payment_id = request.path_params["file_payment_id"]
-        token = _client_token(bank, request)
-        payment = _own_payment(bank, token, payment_id)
-        consent = bank.store.get(FILE_KIND, payment["consent_id"])
-        if consent is None:  # pragma: no cover - consents are never deleted
-            raise not_found(f"no file payment {payment_id}", "FilePaymentId")
-        status, updated = _status_now(bank, payment)
+        payment_id, payment, consent, status, updated = _payment_now(bank, request)
         initiation = consent["data"]["Initiation"]
         lines = settlement.report(
             initiation["SupplementaryData"]["data"]["transaction"],

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from sandbox.clock import iso_ms
-from sandbox.consents import VRP_KIND
+from sandbox.consents import VRP_KIND, new_consent
 from sandbox.errors import fails_control_parameters, invalid_consent_status, invalid_format, not_found
 from sandbox.idempotency import HEADER as IDEMPOTENCY_HEADER
 from sandbox.idempotency import canonical_body, check_key, idempotent
@@ -130,17 +130,9 @@ def routes(bank: Bank) -> list[BaseRoute]:
             except InvalidFieldError as exc:
                 raise invalid_format(str(exc), exc.path) from None
             consent_id = f"vrp-{bank.new_uuid()}"
-            now = iso_ms(bank.now())
-            doc: Doc = {
-                "client_id": token.client_id,
-                "status": AWAITING,
-                "created": now,
-                "updated": now,
-                "data": valid.data,
-                "risk": valid.risk,
-                "payments": [],
-            }
-            bank.store.put(VRP_KIND, consent_id, doc)
+            doc = new_consent(
+                bank, VRP_KIND, consent_id, token.client_id, AWAITING, valid.data, valid.risk, payments=[]
+            )
             return json_response(_consent_resource(bank, consent_id, doc), 201, request)
 
         operation = "domestic-vrp-consents.create"
