@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Self, TypeVar
+from typing import ClassVar, Self, TypedDict, TypeVar
 
 _log = logging.getLogger(__name__)
 
@@ -195,6 +195,19 @@ def stop_by_pid_file(pid_path: Path, needles: tuple[str, ...], timeout: float = 
     return True
 
 
+class JvmOptions(TypedDict, total=False):
+    """The keyword arguments every `JvmService` takes (a subclass adds its own in front)."""
+
+    port: int | None
+    version: str | None
+    home: Path | None
+    heap: str | None
+    java: str | None
+    host: str
+    startup_timeout: float
+    say: Callable[[str], None] | None
+
+
 class JvmService:
     """One local JVM service in a run directory: the child process, its pid file and its life cycle.
 
@@ -206,26 +219,37 @@ class JvmService:
     name: ClassVar[str] = "jvm"  # in log records and temporary folder names
     title: ClassVar[str] = "the service"  # in messages: "<title> exited with code ..."
     pid_file: ClassVar[str] = "service.pid"
+    default_heap: ClassVar[str] = "256m"
+
+    @staticmethod
+    def default_version() -> str:
+        """The version to run when none is given."""
+        raise NotImplementedError
+
+    @staticmethod
+    def default_home(version: str) -> Path:
+        """Where `version` is cached when no home is given."""
+        raise NotImplementedError
 
     def __init__(
         self,
-        directory: Path | str | None,
+        directory: Path | str | None = None,
         *,
-        port: int | None,
-        version: str,
-        home: Path,
-        heap: str,
-        java: str | None,
-        host: str,
-        startup_timeout: float,
-        say: Callable[[str], None] | None,
+        port: int | None = None,
+        version: str | None = None,
+        home: Path | None = None,
+        heap: str | None = None,
+        java: str | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 120.0,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         self._owns_directory = directory is None
         chosen = Path(directory) if directory else Path(tempfile.mkdtemp(prefix=f"dispersion-{self.name}-"))
         self.directory = chosen.resolve()
-        self.version = version
-        self.home = home
-        self.heap = heap
+        self.version = version or self.default_version()
+        self.home = home or self.default_home(self.version)
+        self.heap = heap or self.default_heap
         self.host = host
         self.startup_timeout = startup_timeout
         self._java = java

@@ -27,10 +27,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from processor.devtools import jvm_service
 from processor.devtools.jvm_service import (
+    JvmOptions,
     JvmService,
     JvmServiceError,
     fetch_once,
@@ -246,32 +247,22 @@ class LocalKafka(JvmService):
     title = "Kafka"
     pid_file = PID_FILE
 
+    default_heap = DEFAULT_HEAP
+
+    @staticmethod
+    def default_version() -> str:
+        """`kafka_version()`."""
+        return kafka_version()
+
+    @staticmethod
+    def default_home(version: str) -> Path:
+        """`cache_home(version)`."""
+        return cache_home(version)
+
     def __init__(
-        self,
-        directory: Path | str | None = None,
-        *,
-        port: int | None = None,
-        controller_port: int | None = None,
-        version: str | None = None,
-        home: Path | None = None,
-        heap: str = DEFAULT_HEAP,
-        java: str | None = None,
-        host: str = "127.0.0.1",
-        startup_timeout: float = 120.0,
-        say: Callable[[str], None] | None = None,
+        self, directory: Path | str | None = None, *, controller_port: int | None = None, **options: Unpack[JvmOptions]
     ) -> None:
-        version = version or kafka_version()
-        super().__init__(
-            directory,
-            port=port,
-            version=version,
-            home=home or cache_home(version),
-            heap=heap,
-            java=java,
-            host=host,
-            startup_timeout=startup_timeout,
-            say=say,
-        )
+        super().__init__(directory, **options)
         self._requested_controller_port = controller_port
         self._state: _State | None = None
 

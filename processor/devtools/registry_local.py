@@ -132,32 +132,18 @@ class LocalRegistry(JvmService):
     title = "the registry"
     pid_file = PID_FILE
 
-    def __init__(
-        self,
-        directory: Path | str | None = None,
-        *,
-        port: int | None = None,
-        version: str | None = None,
-        home: Path | None = None,
-        heap: str = DEFAULT_HEAP,
-        java: str | None = None,
-        host: str = "127.0.0.1",
-        startup_timeout: float = 120.0,
-        say: Callable[[str], None] | None = None,
-    ) -> None:
-        version = version or registry_version()
-        super().__init__(
-            directory,
-            port=port,
-            version=version,
-            home=home or cache_home(version),
-            heap=heap,
-            java=java,
-            host=host,
-            startup_timeout=startup_timeout,
-            say=say,
-        )
-        self.port: int | None = None
+    default_heap = DEFAULT_HEAP
+    port: int | None = None  # chosen by `start()`
+
+    @staticmethod
+    def default_version() -> str:
+        """`registry_version()`."""
+        return registry_version()
+
+    @staticmethod
+    def default_home(version: str) -> Path:
+        """`cache_home(version)`."""
+        return cache_home(version)
 
     @property
     def console_file(self) -> Path:
