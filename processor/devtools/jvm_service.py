@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self, TypedDict, TypeVar
@@ -38,13 +39,26 @@ class JvmServiceError(RuntimeError):
     """A local JVM service could not be fetched, started or stopped."""
 
 
-def cache_home(env_var: str, folder: str) -> Path:
-    """Where one service version is cached: `$<env_var>` when set, else `~/.cache/dispersion/<folder>`."""
-    override = os.environ.get(env_var)
-    if override:
-        return Path(override).expanduser()
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "dispersion" / folder
+@dataclass(frozen=True)
+class Artifact:
+    """Which version of a service runs and where it is cached; the environment can override both."""
+
+    version_env: str  # names the version to run instead of the pinned one
+    pinned: str
+    home_env: str  # names the cache folder instead of the default one
+    folder: str  # the default cache folder's name before `-<version>`
+
+    def version(self) -> str:
+        """The version to run: `$<version_env>` or the project's pinned one."""
+        return os.environ.get(self.version_env) or self.pinned
+
+    def home(self, version: str | None = None) -> Path:
+        """Where `version` is cached: `$<home_env>` when set, else `~/.cache/dispersion/<folder>-<version>`."""
+        override = os.environ.get(self.home_env)
+        if override:
+            return Path(override).expanduser()
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return base / "dispersion" / f"{self.folder}-{version or self.version()}"
 
 
 @contextlib.contextmanager
@@ -219,17 +233,8 @@ class JvmService:
     name: ClassVar[str] = "jvm"  # in log records and temporary folder names
     title: ClassVar[str] = "the service"  # in messages: "<title> exited with code ..."
     pid_file: ClassVar[str] = "service.pid"
+    artifact: ClassVar[Artifact]  # its version and cache folder
     default_heap: ClassVar[str] = "256m"
-
-    @staticmethod
-    def default_version() -> str:
-        """The version to run when none is given."""
-        raise NotImplementedError
-
-    @staticmethod
-    def default_home(version: str) -> Path:
-        """Where `version` is cached when no home is given."""
-        raise NotImplementedError
 
     def __init__(
         self,
@@ -247,8 +252,8 @@ class JvmService:
         self._owns_directory = directory is None
         chosen = Path(directory) if directory else Path(tempfile.mkdtemp(prefix=f"dispersion-{self.name}-"))
         self.directory = chosen.resolve()
-        self.version = version or self.default_version()
-        self.home = home or self.default_home(self.version)
+        self.version = version or self.artifact.version()
+        self.home = home or self.artifact.home(self.version)
         self.heap = heap or self.default_heap
         self.host = host
         self.startup_timeout = startup_timeout

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import shutil
 import socket
 import subprocess
@@ -29,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack
 
-from processor.devtools import jvm_service
 from processor.devtools.jvm_service import (
+    Artifact,
     JvmOptions,
     JvmService,
     JvmServiceError,
@@ -57,14 +56,9 @@ class KafkaLocalError(JvmServiceError):
     """The local broker could not be fetched, formatted, started or stopped."""
 
 
-def kafka_version() -> str:
-    """The Kafka version to run: `$DISPERSION_KAFKA_VERSION` or the project's pinned one."""
-    return os.environ.get("DISPERSION_KAFKA_VERSION") or DEFAULT_KAFKA_VERSION
-
-
-def cache_home(version: str | None = None) -> Path:
-    """Where the jars of one Kafka version are cached (`$DISPERSION_KAFKA_HOME` overrides the default)."""
-    return jvm_service.cache_home("DISPERSION_KAFKA_HOME", f"kafka-{version or kafka_version()}")
+KAFKA = Artifact("DISPERSION_KAFKA_VERSION", DEFAULT_KAFKA_VERSION, "DISPERSION_KAFKA_HOME", "kafka")
+kafka_version = KAFKA.version  # the version to run: $DISPERSION_KAFKA_VERSION or the pinned one
+cache_home = KAFKA.home  # where a version is cached ($DISPERSION_KAFKA_HOME overrides it)
 
 
 def pom_xml(version: str) -> str:
@@ -249,15 +243,7 @@ class LocalKafka(JvmService):
 
     default_heap = DEFAULT_HEAP
 
-    @staticmethod
-    def default_version() -> str:
-        """`kafka_version()`."""
-        return kafka_version()
-
-    @staticmethod
-    def default_home(version: str) -> Path:
-        """`cache_home(version)`."""
-        return cache_home(version)
+    artifact = KAFKA
 
     def __init__(
         self, directory: Path | str | None = None, *, controller_port: int | None = None, **options: Unpack[JvmOptions]

@@ -15,7 +15,6 @@ Only processes started here are ever signalled, and only by their pid.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tarfile
 import time
@@ -24,8 +23,8 @@ from pathlib import Path
 
 import httpx
 
-from processor.devtools import jvm_service
 from processor.devtools.jvm_service import (
+    Artifact,
     JvmService,
     JvmServiceError,
     fetch_once,
@@ -54,14 +53,11 @@ class RegistryLocalError(JvmServiceError):
     """The local registry could not be fetched, started or stopped."""
 
 
-def registry_version() -> str:
-    """The Apicurio Registry version to run: `$DISPERSION_REGISTRY_VERSION` or the project's pinned one."""
-    return os.environ.get("DISPERSION_REGISTRY_VERSION") or DEFAULT_REGISTRY_VERSION
-
-
-def cache_home(version: str | None = None) -> Path:
-    """Where one registry version is cached (`$DISPERSION_REGISTRY_HOME` overrides the default)."""
-    return jvm_service.cache_home("DISPERSION_REGISTRY_HOME", f"apicurio-registry-{version or registry_version()}")
+REGISTRY = Artifact(
+    "DISPERSION_REGISTRY_VERSION", DEFAULT_REGISTRY_VERSION, "DISPERSION_REGISTRY_HOME", "apicurio-registry"
+)
+registry_version = REGISTRY.version  # the version to run: $DISPERSION_REGISTRY_VERSION or the pinned one
+cache_home = REGISTRY.home  # where a version is cached ($DISPERSION_REGISTRY_HOME overrides it)
 
 
 def runner_jar(home: Path) -> Path | None:
@@ -135,15 +131,7 @@ class LocalRegistry(JvmService):
     default_heap = DEFAULT_HEAP
     port: int | None = None  # chosen by `start()`
 
-    @staticmethod
-    def default_version() -> str:
-        """`registry_version()`."""
-        return registry_version()
-
-    @staticmethod
-    def default_home(version: str) -> Path:
-        """`cache_home(version)`."""
-        return cache_home(version)
+    artifact = REGISTRY
 
     @property
     def console_file(self) -> Path:
