@@ -23,7 +23,7 @@ by this script so it can be restarted), the sandbox bank (`dispersion sandbox --
    - misreported outcomes: FAILED/REJECTED/EXPIRED while the bank holds a payment for the batch; COMPLETED
      without a payment at the bank, naming another payment, or with the sum the bank settles (its failure rule,
      sandbox/settlement.py) different from the batch's control sum; a status published twice (two event ids) or
-     after one of higher rank (`processor.domain.file_states.STATUS_RANK`).
+     after one of higher rank (`processor.domain.file_states.STATUS_RANKS`).
 
    Both must be 0; the exit status is 1 otherwise (each case is listed). Figures go to standard output, progress
    to standard error. Everything started (processes, broker, database, files) is stopped by pid and removed at
@@ -63,7 +63,6 @@ import psycopg
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from month_end import (
     DEFAULT_PG_URL,
-    TERMINAL,
     Bench,
     Child,
     StatusWatcher,
@@ -87,7 +86,7 @@ from month_end import (
 import schemas
 from processor.devtools.approver import BROWSER_HEADERS, ApprovalError, decide
 from processor.devtools.kafka_local import KafkaLocalError, LocalKafka
-from processor.domain.file_states import STATUS_RANK
+from processor.domain.file_states import STATUS_RANKS
 from producers.kafka import KafkaSettings, librdkafka_logger
 from schemas.topics import BATCHES_TOPIC, STATUS_TOPIC
 
@@ -104,7 +103,8 @@ CHAOS_ENGINE: dict[str, float | int] = {
     "exchange_recovery_after": 3,
     "concurrency": 16,
 }
-RANKS = {str(status): rank for status, rank in STATUS_RANK.items()}
+RANKS = {str(status): rank for status, rank in STATUS_RANKS.items()}
+TERMINAL = frozenset(status for status, rank in RANKS.items() if rank == max(RANKS.values()))
 NO_BROKER_EXIT = 3  # the local broker could not be started (no Java or Maven): nothing was run
 
 

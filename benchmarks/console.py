@@ -34,7 +34,7 @@ from processor.api.console.app import console_app
 from processor.api.console.auth import console_auth, hash_password
 from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.time import iso_ms
-from processor.engine.file_flow import status_payload
+from processor.engine.file_events import status_payload
 from processor.engine.intake import prepare_batch, store_batch
 from processor.store import Cipher, Store, generate_key
 from schemas.topics import STATUS_TOPIC
