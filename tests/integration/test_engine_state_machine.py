@@ -20,7 +20,9 @@ After every step the bank itself is read (`rig.bank.store`) and these must hold:
   rise, nothing follows an end, and an ended flow stays ended.
 
 Each example ends by clearing the faults and driving every flow to its end (approving what waits), then checks the
-same, plus that everything ended. The run is derandomised (same examples on every run, no example database).
+same, plus that everything ended and that per mandate the bank paid exactly what the COMPLETED payments instructed.
+The run uses a fixed seed and no example database, so CI runs the same examples every time (`--hypothesis-seed`
+explores others).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from typing import Any, TypeVar
 from urllib.parse import urljoin
 
 import httpx
+import hypothesis.core
+import pytest
 from bank_support import _Forms
 from engine_support import Rig, batch, engine_rig, instant_sleep
 from hypothesis import HealthCheck, note, settings
@@ -67,6 +71,10 @@ from sandbox.faults import FaultPlan
 from schemas.topics import VRP_STATUS_TOPIC
 
 R = TypeVar("R")
+
+SEED = 20261125
+EXAMPLES = 40
+STEPS = 25
 
 SETTINGS = EngineSettings(
     authorization_deadline=3600,
@@ -123,6 +131,15 @@ CRASH_AT: dict[str, str] = {
     f"sm-m:{Mandate.RECEIVED}": Operation.CREATE_VRP_CONSENT.value,
     f"sm-p:{Payment.SUBMITTED}": Operation.CREATE_VRP.value,
 }
+# The sandbox's name of each creating call (docs/sandbox-faults.md).
+BANK_OPERATION = {
+    Operation.CREATE_CONSENT.value: "file-payment-consents.create",
+    Operation.UPLOAD.value: "file-payment-consents.upload",
+    Operation.CREATE_PAYMENT.value: "file-payments.create",
+    Operation.CREATE_VRP_CONSENT.value: "domestic-vrp-consents.create",
+    Operation.CREATE_VRP.value: "domestic-vrps.create",
+}
+RETRY_BUDGET = 3  # the rig's `retry.max_attempts`: every attempt of one call
 MAX_BATCHES, MAX_MANDATES, MAX_PAYMENTS = 3, 2, 5
 # Integration values an ordinary deploy may change between attempts (the VRP bodies name the TPP).
 CHANGES: list[tuple[str, str]] = [
@@ -323,7 +340,8 @@ class World:
         }
 
     def now(self) -> datetime:
-        return self.rig.clock.now()
+        now: datetime = self.rig.clock.now()
+        return now
 
     # -- the approver -------------------------------------------------------------------------------------------
 
@@ -390,23 +408,6 @@ class EngineMachine(RuleBasedStateMachine):
             stuck = [f"{key}: {state}" for key, state in self._states() if f"{key[:4]}:{state}" not in SETTLED]
             assert not stuck, f"not ended after the faults cleared: {stuck}"
             self.check_sums()
-            import json  # STATS (temporary)
-
-            with open("/tmp/sm/stats.jsonl", "a") as out:
-                out.write(
-                    json.dumps(
-                        {
-                            "ended": self.model.ended,
-                            "notes": getattr(self, "_notes", []),
-                            "steps": getattr(self, "_steps", []),
-                            "consents": self.world.rig.count("file_consent"),
-                            "vrpc": self.world.rig.count("vrp_consent"),
-                            "fp": self.world.rig.count("file_payment"),
-                            "dv": self.world.rig.count("domestic_vrp"),
-                        }
-                    )
-                    + "\n"
-                )
         finally:
             self.world.close()
 
@@ -428,7 +429,15 @@ class EngineMachine(RuleBasedStateMachine):
 
     @initialize(target=mandates)
     def first_mandate(self) -> str:
-        return self._submit_mandate()
+        """A mandate authorised at the start, so payments reach the bank early in an example."""
+        w = self.world
+        key = self._submit_mandate()
+        w.run(lambda: w.vrp_engine.mandates.advance(key, owner="setup"))
+        link = w.approval_link(key)
+        assert link is not None
+        said = w.run(lambda: w.decide(link, "approve"))
+        assert w.mandate(key).state == Mandate.AUTHORIZED, said
+        return key
 
     @precondition(lambda self: len(self.model.batches) < MAX_BATCHES)
     @rule(
@@ -461,10 +470,16 @@ class EngineMachine(RuleBasedStateMachine):
         return str(request["mandate_id"])
 
     @precondition(lambda self: len(self.model.payments) < MAX_PAYMENTS)
-    @rule(target=payments, mandate_id=mandates, amount=st.sampled_from(VRP_AMOUNTS))
-    def submit_payment(self, mandate_id: str, amount: str) -> str:
+    @rule(
+        target=payments,
+        mandate_id=mandates,
+        amount=st.sampled_from(VRP_AMOUNTS),
+        remittance=st.sampled_from([None, "Sweep to savings"]),
+    )
+    def submit_payment(self, mandate_id: str, amount: str, remittance: str | None) -> str:
+        """Without a remittance text of its own, the payment's body names the TPP (`tpp_name`)."""
         n = len(self.model.payments) + 1
-        request = payment_request(mandate_id, amount, f"sm-p{n}")
+        request = payment_request(mandate_id, amount, f"sm-p{n}", remittance=remittance)
         self.model.payments[request["payment_id"]] = request
         outcome = self.world.run(lambda: self.world.vrp_engine.submit_payment(request, advance=False))
         assert outcome.created and outcome.payment is not None, outcome
@@ -500,7 +515,6 @@ class EngineMachine(RuleBasedStateMachine):
         assert link is not None, f"{key} awaits authorization without a published link"
         said = self.world.run(lambda: self.world.decide(link, decision))
         note(f"{key}: {decision}: {said}")
-        self.__dict__.setdefault("_notes", []).append(f"{decision} {said}")  # STATS
 
     # -- the engine ----------------------------------------------------------------------------------------------
 
@@ -508,15 +522,15 @@ class EngineMachine(RuleBasedStateMachine):
     def engine_works(self, rounds: int) -> None:
         """Worker rounds of the current instance; when nothing was due, time moves to the next thing due (never
         to an authorization deadline: at most `exchange_recovery_after` + 1 while something awaits the approver)."""
-        self.__dict__.setdefault("_steps", []).append("w")  # STATS
         w = self.world
         for _ in range(rounds):
             if w.run(lambda: w.engine.worker().run_once()) == 0:
                 w.rig.clock.advance(self._next_step(self._pending()))
 
-    @rule(seconds=st.sampled_from([2.0, 31.0, 700.0, 4000.0]))
+    @rule(seconds=st.sampled_from([2.0, 31.0, 700.0, 4000.0, 432_001.0]))
     def time_passes(self, seconds: float) -> None:
-        """Leases, retry waits and client-credentials tokens (600 s) run out; past 3600 s, deadlines."""
+        """Leases, retry waits and client-credentials tokens (600 s) run out; past 3600 s, deadlines; past five
+        days, the authorization-code tokens (refreshed with the refresh token)."""
         self.world.rig.clock.advance(seconds)
 
     @rule(when=st.sampled_from(["before", "after"]), pick=st.integers(0, MAX_BATCHES + MAX_MANDATES + MAX_PAYMENTS))
@@ -542,8 +556,7 @@ class EngineMachine(RuleBasedStateMachine):
 
         async def go() -> str:
             try:
-                source = {"sm-b": engine.file_flow, "sm-m": vrp.mandates, "sm-p": vrp.payments}[key[:4]]
-                await source.advance(key, owner=owner)
+                await self._source(engine, vrp, key).advance(key, owner=owner)
             except Crash as exc:
                 return f"crashed at {exc}"
             finally:
@@ -553,21 +566,48 @@ class EngineMachine(RuleBasedStateMachine):
         w.rig.clock.advance(self._next_step([key]))  # make it due (a retry wait, a dead owner's lease)
         said = w.run(go)
         note(f"{key}: engine {owner}: {said}")
-        self.__dict__.setdefault("_notes", []).append(f"{point} {said}")  # STATS
+
+    @rule(
+        pick=st.integers(0, MAX_BATCHES + MAX_MANDATES + MAX_PAYMENTS),
+        fault=st.sampled_from(["commit_then_fail", "commit_then_drop"]),
+        change=st.sampled_from(CHANGES),
+    )
+    def answer_lost_then_deploy(self, pick: int, fault: str, change: tuple[str, str]) -> None:
+        """The audit's reproduction (issue 10): an item's next creating call commits at the bank and every
+        answer of the client's retry budget is lost; the bank recovers, and a deploy changes the configuration
+        before the next attempt."""
+        w = self.world
+        items = [(k, CRASH_AT[f"{k[:4]}:{state}"]) for k, state in self._states() if f"{k[:4]}:{state}" in CRASH_AT]
+        if not items:
+            note("nothing is about to make a creating call")
+            return
+        key, operation = items[pick % len(items)]
+        w.rig.faults([{"operation": BANK_OPERATION[operation], "fault": fault, "times": RETRY_BUDGET}])
+        w.rig.clock.advance(self._next_step([key]))
+        w.run(lambda: self._source(w.engine, w.vrp_engine, key).advance(key, owner="lost-answers"))
+        fired = w.rig.bank.faults.rules[0].fired
+        note(f"{key} {operation} {fault}: fired {fired} times, then {change}")
+        w.rig.bank.faults = FaultPlan()
+        self.deploy(change)
+
+    @staticmethod
+    def _source(engine: Engine, vrp: VrpEngine, key: str) -> Any:
+        """The leased flow an item runs on."""
+        return {"sm-b": engine.file_flow, "sm-m": vrp.mandates, "sm-p": vrp.payments}[key[:4]]
 
     @rule(change=st.sampled_from(CHANGES))
     def deploy(self, change: tuple[str, str]) -> None:
         """A new configuration between attempts: a new instance with the integration changed takes over."""
         name, value = change
         config = self.world.config
-        integration = replace(config.integration("sandbox"), **{name: value})
+        changes: dict[str, Any] = {name: value}
+        integration = replace(config.integration("sandbox"), **changes)
         self.world.switch(replace(config, integrations={"sandbox": integration}))
 
     # -- the bank misbehaving -------------------------------------------------------------------------------------
 
     @rule(operation=st.sampled_from(OPERATIONS), fault=st.sampled_from(sorted(FAULTS)), times=st.integers(1, 5))
     def bank_fault(self, operation: str, fault: str, times: int) -> None:
-        self.__dict__.setdefault("_steps", []).append(f"{operation} {fault}")  # STATS
         self.world.rig.faults([{"operation": operation, "times": times, **FAULTS[fault]}])
 
     @rule()
@@ -584,8 +624,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def bank_agrees(self) -> None:
-        if hasattr(self, "world"):
-            self.check_bank()
+        self.check_bank()
 
     def check_bank(self) -> None:
         self._check_files()
@@ -775,15 +814,19 @@ class EngineMachine(RuleBasedStateMachine):
                 w.rig.clock.advance(self._next_step(pending))
 
 
-def test_the_bank_never_pays_twice_and_every_end_agrees_with_it() -> None:
+@pytest.mark.timeout(1200)  # a failure's shrinking replays many examples
+def test_the_bank_never_pays_twice_and_every_end_agrees_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fixed seed and no example database: CI runs the same examples every time. (`derandomize` would too, but
+    # its examples here barely differ from one another; `--hypothesis-seed` still wins.)
+    if hypothesis.core.global_force_seed is None:
+        monkeypatch.setattr(hypothesis.core, "global_force_seed", SEED)
     runner = LoopThread()
     try:
         run_state_machine_as_test(
-            lambda: EngineMachine(runner),
+            lambda: EngineMachine(runner),  # type: ignore[arg-type]  # a factory is accepted too
             settings=settings(
-                max_examples=40,
-                stateful_step_count=25,
-                derandomize=True,
+                max_examples=EXAMPLES,
+                stateful_step_count=STEPS,
                 database=None,
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
