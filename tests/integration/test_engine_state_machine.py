@@ -389,6 +389,158 @@ class World:
         return None
 
 
+class Judge:
+    """The invariants, read at the bank (`rig.bank.store`) and in our store after every step."""
+
+    def __init__(self, world: World, model: Model) -> None:
+        self.world = world
+        self.model = model
+
+    def check_bank(self) -> None:
+        self._check_files()
+        self._check_mandates()
+        self._check_payments()
+
+    def _ended(self, key: str, state: str, ends: set[Any]) -> None:
+        first = self.model.ended.get(key)
+        if first is not None:
+            assert state == first, f"{key} ended {first}, later {state}"
+        elif state in ends:
+            self.model.ended[key] = state
+
+    def _seen(self, key: str, statuses: list[str]) -> None:
+        extends(key, self.model.seen.get(key, []), statuses)
+        self.model.seen[key] = statuses
+
+    def _check_files(self) -> None:
+        w = self.world
+        for batch_id, document in self.model.batches.items():
+            flow = w.flow(batch_id)
+            self._ended(batch_id, flow.state, FILE_ENDS)
+            statuses = w.rig.statuses(batch_id)
+            self._seen(batch_id, statuses)
+            rising(batch_id, statuses, STATUS_RANKS)
+            consents = w.file_consents(document["file_reference"])
+            strays = {
+                cid
+                for cid in consents
+                if cid != flow.consent_id and not w.replaced(batch_id, cid, Operation.CREATE_CONSENT)
+            }
+            # A consent created by a call whose answer was lost, not yet found again by the same key.
+            allowed = 1 if flow.consent_id is None and w.unresolved(batch_id, Operation.CREATE_CONSENT) else 0
+            assert len(strays) <= allowed, f"{batch_id}: consents at the bank {sorted(consents)}, ours {flow}"
+            paid = w.file_payments(set(consents))
+            assert len(paid) <= 1, f"{batch_id}: {len(paid)} file payments at the bank"
+            if flow.state in (FlowState.REJECTED, FlowState.EXPIRED):
+                assert not paid, f"{batch_id} {flow.state} but the bank holds a file payment {sorted(paid)}"
+            if flow.state in (FlowState.COMPLETED, FlowState.FAILED) and flow.file_payment_id is not None:
+                assert set(paid) == {flow.file_payment_id}, f"{batch_id}: {flow.file_payment_id}, bank {sorted(paid)}"
+            if flow.state == FlowState.FAILED and paid:
+                doc = next(iter(paid.values()))
+                status, _ = settlement.payment_status(
+                    datetime.fromisoformat(doc["created"]),
+                    w.now(),
+                    w.rig.bank.config.file_payment_delay,
+                    doc["settled"],
+                )
+                assert status == settlement.INITIATION_FAILED, f"{batch_id} FAILED, the bank says {status}"
+            if flow.state == FlowState.COMPLETED:
+                assert paid, f"{batch_id} COMPLETED without a file payment at the bank"
+                self._check_file_sum(batch_id, consents[next(iter(paid.values()))["consent_id"]])
+
+    def _check_file_sum(self, batch_id: str, consent: dict[str, Any]) -> None:
+        """The bank's settled sum equals what the COMPLETED event reports paid, and what the batch instructed to
+        accounts the bank pays."""
+        transactions = consent["data"]["Initiation"]["SupplementaryData"]["data"]["transaction"]
+        outcomes = settlement.outcomes(transactions)
+        at_bank = sum(
+            (
+                Decimal(str(tx["transferInfo"]["transactionAmount"]))
+                for tx, outcome in zip(transactions, outcomes, strict=True)
+                if outcome.status == settlement.SETTLED
+            ),
+            Decimal(0),
+        )
+        completed = [e.payload for e in self.world.rig.events(batch_id) if e.payload["status"] == "COMPLETED"]
+        assert len(completed) == 1
+        results = completed[0]["transaction_results"]
+        reported = sum((Decimal(str(r["amount"])) for r in results if r["status"] == "COMPLETED"), Decimal(0))
+        instructed = sum(
+            (
+                Decimal(str(t["amount"]))
+                for t in self.model.batches[batch_id]["transactions"]
+                if not t["destination_account"]["account_number"].endswith(("9901", "9902", "9903"))
+            ),
+            Decimal(0),
+        )
+        assert at_bank == reported == instructed, f"{batch_id}: bank {at_bank}, reported {reported}, sent {instructed}"
+
+    def _check_mandates(self) -> None:
+        w = self.world
+        for mandate_id, request in self.model.mandates.items():
+            mandate = w.mandate(mandate_id)
+            self._ended(mandate_id, mandate.state, MANDATE_ENDS)
+            events = w.vrp_events(mandate_id)
+            own = [e["status"] for e in events if e.get("payment_id") is None]
+            self._seen(mandate_id, own)
+            rising(mandate_id, own, MANDATE_STATUS_RANKS)
+            consents = w.vrp_consents(request["reference"])
+            strays = {
+                cid
+                for cid in consents
+                if cid != mandate.consent_id and not w.replaced(mandate_id, cid, Operation.CREATE_VRP_CONSENT)
+            }
+            allowed = 1 if mandate.consent_id is None and w.unresolved(mandate_id, Operation.CREATE_VRP_CONSENT) else 0
+            assert len(strays) <= allowed, f"{mandate_id}: consents at the bank {sorted(consents)}, ours {mandate}"
+            if mandate.state == Mandate.INVALID:
+                assert not consents, f"{mandate_id} INVALID but the bank holds {sorted(consents)}"
+            if mandate.state in (Mandate.REJECTED, Mandate.EXPIRED):
+                paid = [p for doc in consents.values() for p in doc.get("payments", [])]
+                assert not paid, f"{mandate_id} {mandate.state} but the bank paid {paid} under it"
+
+    def _check_payments(self) -> None:
+        w = self.world
+        for payment_id, request in self.model.payments.items():
+            payment = w.payment(payment_id)
+            self._ended(payment_id, payment.state, {s for s in Payment if payment_terminal(s)})
+            statuses = [e["status"] for e in w.vrp_events(request["mandate_id"]) if e.get("payment_id") == payment_id]
+            self._seen(payment_id, statuses)
+            ends = [s for s in statuses if s in PAYMENT_END_STATUSES]
+            assert len(ends) <= 1 and (not ends or statuses[-1] == ends[0]), f"{payment_id}: {statuses}"
+            assert statuses.count(VrpStatus.PAYMENT_PENDING) <= 1, f"{payment_id}: {statuses}"
+            vrps = w.domestic_vrps(request["end_to_end_id"])
+            assert len(vrps) <= 1, f"{payment_id}: {len(vrps)} domestic VRPs at the bank"
+            if payment.state in (Payment.REFUSED, Payment.REJECTED, Payment.FAILED, Payment.INVALID):
+                assert not vrps, f"{payment_id} {payment.state} ({statuses}) but the bank holds {sorted(vrps)}"
+            if payment.state == Payment.COMPLETED:
+                assert set(vrps) == {payment.domestic_vrp_id}, f"{payment_id}: ours {payment}, bank {sorted(vrps)}"
+                amount = Decimal(next(iter(vrps.values()))["data"]["Instruction"]["InstructedAmount"]["Amount"])
+                assert amount == Decimal(request["amount"]), f"{payment_id}: paid {amount}, instructed {request}"
+
+    def check_sums(self) -> None:
+        """Once everything ended: per mandate, what the bank paid is exactly what the COMPLETED payments
+        instructed."""
+        w = self.world
+        for mandate_id, request in self.model.mandates.items():
+            at_bank = sum(
+                (
+                    Decimal(p["amount"])
+                    for doc in w.vrp_consents(request["reference"]).values()
+                    for p in doc["payments"]
+                ),
+                Decimal(0),
+            )
+            instructed = sum(
+                (
+                    Decimal(p["amount"])
+                    for pid, p in self.model.payments.items()
+                    if p["mandate_id"] == mandate_id and w.payment(pid).state == Payment.COMPLETED
+                ),
+                Decimal(0),
+            )
+            assert at_bank == instructed, f"{mandate_id}: the bank paid {at_bank}, COMPLETED instructed {instructed}"
+
+
 class EngineMachine(RuleBasedStateMachine):
     """Flows A and B against a faulty bank, crashing engines, deploys and duplicates; the bank as the judge."""
 
@@ -400,14 +552,15 @@ class EngineMachine(RuleBasedStateMachine):
         super().__init__()
         self.world = World(runner)
         self.model = Model()
+        self.judge = Judge(self.world, self.model)
 
     def teardown(self) -> None:
         try:
             self.world.run(self._drain)
-            self.check_bank()
+            self.judge.check_bank()
             stuck = [f"{key}: {state}" for key, state in self._states() if f"{key[:4]}:{state}" not in SETTLED]
             assert not stuck, f"not ended after the faults cleared: {stuck}"
-            self.check_sums()
+            self.judge.check_sums()
         finally:
             self.world.close()
 
@@ -624,151 +777,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def bank_agrees(self) -> None:
-        self.check_bank()
-
-    def check_bank(self) -> None:
-        self._check_files()
-        self._check_mandates()
-        self._check_payments()
-
-    def _ended(self, key: str, state: str, ends: set[Any]) -> None:
-        first = self.model.ended.get(key)
-        if first is not None:
-            assert state == first, f"{key} ended {first}, later {state}"
-        elif state in ends:
-            self.model.ended[key] = state
-
-    def _seen(self, key: str, statuses: list[str]) -> None:
-        extends(key, self.model.seen.get(key, []), statuses)
-        self.model.seen[key] = statuses
-
-    def _check_files(self) -> None:
-        w = self.world
-        for batch_id, document in self.model.batches.items():
-            flow = w.flow(batch_id)
-            self._ended(batch_id, flow.state, FILE_ENDS)
-            statuses = w.rig.statuses(batch_id)
-            self._seen(batch_id, statuses)
-            rising(batch_id, statuses, STATUS_RANKS)
-            consents = w.file_consents(document["file_reference"])
-            strays = {
-                cid
-                for cid in consents
-                if cid != flow.consent_id and not w.replaced(batch_id, cid, Operation.CREATE_CONSENT)
-            }
-            # A consent created by a call whose answer was lost, not yet found again by the same key.
-            allowed = 1 if flow.consent_id is None and w.unresolved(batch_id, Operation.CREATE_CONSENT) else 0
-            assert len(strays) <= allowed, f"{batch_id}: consents at the bank {sorted(consents)}, ours {flow}"
-            paid = w.file_payments(set(consents))
-            assert len(paid) <= 1, f"{batch_id}: {len(paid)} file payments at the bank"
-            if flow.state in (FlowState.REJECTED, FlowState.EXPIRED):
-                assert not paid, f"{batch_id} {flow.state} but the bank holds a file payment {sorted(paid)}"
-            if flow.state in (FlowState.COMPLETED, FlowState.FAILED) and flow.file_payment_id is not None:
-                assert set(paid) == {flow.file_payment_id}, f"{batch_id}: {flow.file_payment_id}, bank {sorted(paid)}"
-            if flow.state == FlowState.FAILED and paid:
-                doc = next(iter(paid.values()))
-                status, _ = settlement.payment_status(
-                    datetime.fromisoformat(doc["created"]),
-                    w.now(),
-                    w.rig.bank.config.file_payment_delay,
-                    doc["settled"],
-                )
-                assert status == settlement.INITIATION_FAILED, f"{batch_id} FAILED, the bank says {status}"
-            if flow.state == FlowState.COMPLETED:
-                assert paid, f"{batch_id} COMPLETED without a file payment at the bank"
-                self._check_file_sum(batch_id, consents[next(iter(paid.values()))["consent_id"]])
-
-    def _check_file_sum(self, batch_id: str, consent: dict[str, Any]) -> None:
-        """The bank's settled sum equals what the COMPLETED event reports paid, and what the batch instructed to
-        accounts the bank pays."""
-        transactions = consent["data"]["Initiation"]["SupplementaryData"]["data"]["transaction"]
-        outcomes = settlement.outcomes(transactions)
-        at_bank = sum(
-            (
-                Decimal(str(tx["transferInfo"]["transactionAmount"]))
-                for tx, outcome in zip(transactions, outcomes, strict=True)
-                if outcome.status == settlement.SETTLED
-            ),
-            Decimal(0),
-        )
-        completed = [e.payload for e in self.world.rig.events(batch_id) if e.payload["status"] == "COMPLETED"]
-        assert len(completed) == 1
-        results = completed[0]["transaction_results"]
-        reported = sum((Decimal(str(r["amount"])) for r in results if r["status"] == "COMPLETED"), Decimal(0))
-        instructed = sum(
-            (
-                Decimal(str(t["amount"]))
-                for t in self.model.batches[batch_id]["transactions"]
-                if not t["destination_account"]["account_number"].endswith(("9901", "9902", "9903"))
-            ),
-            Decimal(0),
-        )
-        assert at_bank == reported == instructed, f"{batch_id}: bank {at_bank}, reported {reported}, sent {instructed}"
-
-    def _check_mandates(self) -> None:
-        w = self.world
-        for mandate_id, request in self.model.mandates.items():
-            mandate = w.mandate(mandate_id)
-            self._ended(mandate_id, mandate.state, MANDATE_ENDS)
-            events = w.vrp_events(mandate_id)
-            own = [e["status"] for e in events if e.get("payment_id") is None]
-            self._seen(mandate_id, own)
-            rising(mandate_id, own, MANDATE_STATUS_RANKS)
-            consents = w.vrp_consents(request["reference"])
-            strays = {
-                cid
-                for cid in consents
-                if cid != mandate.consent_id and not w.replaced(mandate_id, cid, Operation.CREATE_VRP_CONSENT)
-            }
-            allowed = 1 if mandate.consent_id is None and w.unresolved(mandate_id, Operation.CREATE_VRP_CONSENT) else 0
-            assert len(strays) <= allowed, f"{mandate_id}: consents at the bank {sorted(consents)}, ours {mandate}"
-            if mandate.state == Mandate.INVALID:
-                assert not consents, f"{mandate_id} INVALID but the bank holds {sorted(consents)}"
-            if mandate.state in (Mandate.REJECTED, Mandate.EXPIRED):
-                paid = [p for doc in consents.values() for p in doc.get("payments", [])]
-                assert not paid, f"{mandate_id} {mandate.state} but the bank paid {paid} under it"
-
-    def _check_payments(self) -> None:
-        w = self.world
-        for payment_id, request in self.model.payments.items():
-            payment = w.payment(payment_id)
-            self._ended(payment_id, payment.state, {s for s in Payment if payment_terminal(s)})
-            statuses = [e["status"] for e in w.vrp_events(request["mandate_id"]) if e.get("payment_id") == payment_id]
-            self._seen(payment_id, statuses)
-            ends = [s for s in statuses if s in PAYMENT_END_STATUSES]
-            assert len(ends) <= 1 and (not ends or statuses[-1] == ends[0]), f"{payment_id}: {statuses}"
-            assert statuses.count(VrpStatus.PAYMENT_PENDING) <= 1, f"{payment_id}: {statuses}"
-            vrps = w.domestic_vrps(request["end_to_end_id"])
-            assert len(vrps) <= 1, f"{payment_id}: {len(vrps)} domestic VRPs at the bank"
-            if payment.state in (Payment.REFUSED, Payment.REJECTED, Payment.FAILED, Payment.INVALID):
-                assert not vrps, f"{payment_id} {payment.state} ({statuses}) but the bank holds {sorted(vrps)}"
-            if payment.state == Payment.COMPLETED:
-                assert set(vrps) == {payment.domestic_vrp_id}, f"{payment_id}: ours {payment}, bank {sorted(vrps)}"
-                amount = Decimal(next(iter(vrps.values()))["data"]["Instruction"]["InstructedAmount"]["Amount"])
-                assert amount == Decimal(request["amount"]), f"{payment_id}: paid {amount}, instructed {request}"
-
-    def check_sums(self) -> None:
-        """Once everything ended: per mandate, what the bank paid is exactly what the COMPLETED payments
-        instructed."""
-        w = self.world
-        for mandate_id, request in self.model.mandates.items():
-            at_bank = sum(
-                (
-                    Decimal(p["amount"])
-                    for doc in w.vrp_consents(request["reference"]).values()
-                    for p in doc["payments"]
-                ),
-                Decimal(0),
-            )
-            instructed = sum(
-                (
-                    Decimal(p["amount"])
-                    for pid, p in self.model.payments.items()
-                    if p["mandate_id"] == mandate_id and w.payment(pid).state == Payment.COMPLETED
-                ),
-                Decimal(0),
-            )
-            assert at_bank == instructed, f"{mandate_id}: the bank paid {at_bank}, COMPLETED instructed {instructed}"
+        self.judge.check_bank()
 
     # -- the end of an example -------------------------------------------------------------------------------------
 
