@@ -44,7 +44,7 @@ import httpx
 import hypothesis.core
 import pytest
 from bank_support import _Forms
-from engine_support import Rig, batch, engine_rig, instant_sleep
+from engine_support import Rig, batch, engine_rig, instant_sleep, worker_round
 from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -677,7 +677,7 @@ class EngineMachine(RuleBasedStateMachine):
         to an authorization deadline: at most `exchange_recovery_after` + 1 while something awaits the approver)."""
         w = self.world
         for _ in range(rounds):
-            if w.run(lambda: w.engine.worker().run_once()) == 0:
+            if w.run(lambda: worker_round(w.engine.worker())) == 0:
                 w.rig.clock.advance(self._next_step(self._pending()))
 
     @rule(seconds=st.sampled_from([2.0, 31.0, 700.0, 4000.0, 432_001.0]))
@@ -812,7 +812,7 @@ class EngineMachine(RuleBasedStateMachine):
             pending = self._pending()
             if not pending:
                 return
-            ran = await w.engine.worker().run_once()
+            ran = await worker_round(w.engine.worker())
             tried = approved = False
             for key in pending:
                 link = w.approval_link(key) if key[:4] != "sm-p" else None
