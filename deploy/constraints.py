@@ -4,6 +4,12 @@ as `pip freeze` prints them. The image build installs with them (`pip install -c
 container runs the versions the tests ran with.
 
     python deploy/constraints.py > constraints.txt      # after changing or upgrading a dependency
+    python deploy/constraints.py --check                # exit 1 when what is installed differs from the pins
+
+`.ci/setup` installs with `-c constraints.txt` and reinstalls when `--check` fails, so the tests run the pinned set
+whatever the package index released that day. Upgrading the pins is one command (docs/operations.md):
+
+    pip install -U -e '.[dev]' && python deploy/constraints.py > constraints.txt
 """
 
 from __future__ import annotations
@@ -49,8 +55,34 @@ def closure(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]:
     return pinned
 
 
-def main() -> int:
-    """Print the constraints file."""
+def pinned(path: Path = ROOT / "constraints.txt") -> dict[str, str]:
+    """The pins of a constraints file, by canonical name."""
+    pins: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def drift() -> list[str]:
+    """One line per distribution whose installed version (or presence) differs from constraints.txt."""
+    pins = pinned()
+    found: dict[str, str] = {}
+    for name in pins:
+        try:
+            found[name] = f"{distribution(name).version} installed"
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return [f"{name}: {found[name]}, {pins[name]} pinned" for name in sorted(pins) if found[name] != f"{pins[name]} installed"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the constraints file, or with --check report what differs from it (exit 1)."""
+    if (argv if argv is not None else sys.argv[1:]) == ["--check"]:
+        lines = drift()
+        sys.stderr.write("".join(line + "\n" for line in lines))
+        return 1 if lines else 0
     sys.stdout.write(HEADER + "".join(f"{name}=={v}\n" for name, v in sorted(closure().items())))
     return 0
 
