@@ -648,10 +648,11 @@ def main(argv: list[str]) -> int:
 def _produce(
     args: argparse.Namespace, context: _Context, batch: PayrollBatch, summary: str, progress: Progress, started: float
 ) -> int:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import KafkaError, Message
 
     import schemas
     from consumers.records import batch_record
+    from producers.clients import new_producer
     from producers.kafka import KafkaSetupError, producer_config, settings_from
     from schemas.topics import BATCHES_TOPIC
 
@@ -671,7 +672,7 @@ def _produce(
         print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
         return EXIT_KAFKA
     progress.update(f"producing {len(value):,} bytes to {topic}", force=True)
-    producer = Producer(
+    producer = new_producer(
         producer_config(
             settings,
             "submit",
