@@ -55,6 +55,7 @@ from processor.domain.export_profile import (
     sniff_delimiter,
 )
 from processor.domain.money import money_text
+from processor.domain.outcomes import batch_id_problem
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
@@ -380,6 +381,9 @@ def check(
     With `now`, an `execute_on` is checked as the processor will check it (the integration's calendar, else UTC)."""
     problems: list[Problem] = list(export.problems)
     batch = export.batch
+    unfit = batch_id_problem(batch.batch_id)
+    if unfit is not None:
+        problems.append(Problem(None, "batch_id", unfit))
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(Problem(None, "integration", f"{batch.integration!r} is not configured (configured: {known})"))
