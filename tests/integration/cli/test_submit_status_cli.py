@@ -362,7 +362,7 @@ def test_progress_goes_to_stderr_and_the_result_to_stdout(
     assert loud.code == 0, loud.err
     (line,) = loud.out.splitlines()
     match = re.fullmatch(
-        rf"submitted batch (big-export-[0-9a-f]{{16}}): 3,000 transactions, control sum "
+        rf"submitted batch (payroll-[0-9a-f]{{16}}): 3,000 transactions, control sum "
         rf"{expected_sum} GTQ -> {re.escape(kafka_topic)} partition \d offset \d",
         line,
     )
