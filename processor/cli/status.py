@@ -33,6 +33,7 @@ from typing import IO, Any, Final
 
 from processor.domain.money import money_text
 from processor.domain.outcomes import EXIT_NOT_TERMINAL, exit_code
+from processor.domain.text import printable
 from processor.domain.time import iso_ms
 
 VRP_TERMINAL: Final = {"AUTHORIZED": 0, "REJECTED": 1, "EXPIRED": 1, "INVALID": 1}
@@ -98,7 +99,7 @@ def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
                 reference = item.get("employee_reference") or "-"
                 why = f"  {item['reason']}" if item.get("reason") else ""
                 lines.append(f"    #{item['index']} {reference} {item['amount']} {item['status']}{why}")
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))  # a control character in a stored text cannot forge a line
 
 
 class _Stop(BaseException):

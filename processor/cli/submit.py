@@ -8,6 +8,8 @@
 `--profile NAME` reads the ERP's own export (CSV in any encoding and number format, or `.xlsx`) through the
 configuration's `[exports.NAME]` profile (`processor.cli.submit_profile`; docs/submit.md, "Bring your ERP's export");
 `--explain` prints how its first rows were read (ERP column -> our field -> value) before the result line.
+An ISO 20022 `pain.001` (`FILE.xml`) becomes one batch per payment information block (`processor.cli.submit_iso`;
+docs/submit.md, "From an ERP that speaks ISO 20022").
 
 The export is read and checked completely before anything is sent: every unreadable or invalid row is reported
 (with its line in the file) and, if there is any, nothing is produced (exit 1). A valid batch is encoded as Avro
@@ -56,6 +58,7 @@ from processor.domain.export_profile import (
 )
 from processor.domain.identity import payroll_id
 from processor.domain.money import money_text
+from processor.domain.outcomes import batch_id_problem
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
@@ -392,6 +395,9 @@ def check(
     With `now`, an `execute_on` is checked as the processor will check it (the integration's calendar, else UTC)."""
     problems: list[Problem] = list(export.problems)
     batch = export.batch
+    unfit = batch_id_problem(batch.batch_id)
+    if unfit is not None:
+        problems.append(Problem(None, "batch_id", unfit))
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(Problem(None, "integration", f"{batch.integration!r} is not configured (configured: {known})"))
@@ -461,22 +467,26 @@ def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion submit`."""
     p = argparse.ArgumentParser(
         prog="dispersion submit",
-        description="Turn an ERP payroll export (CSV or JSON) into a payroll.batches event; validated first.",
+        description="Turn an ERP payroll export (CSV, JSON or pain.001) into payroll.batches events; validated first.",
         epilog="CSV layout: docs/submit.md. Nothing is produced when any row is invalid.",
     )
-    p.add_argument("export", type=Path, help="the export file (.csv, .json or .xlsx)")
+    p.add_argument("export", type=Path, help="the export file (.csv, .json, .xlsx, or a pain.001 .xml)")
     p.add_argument("--config", help="configuration file (default: $DISPERSION_CONFIG, or ./dispersion.toml if present)")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic", help="topic to produce to (default: payroll.batches, or its [kafka.topics] name)")
     p.add_argument(
-        "--format", choices=("csv", "json", "xlsx"), help="default: from the extension (.json, .xlsx/.xlsm, else csv)"
+        "--format",
+        choices=("csv", "json", "xlsx", "xml"),
+        help="default: from the extension (.json, .xlsx/.xlsm, .xml: pain.001, else csv)",
     )
     p.add_argument(
         "--delimiter", type=_delimiter, help="CSV delimiter (default: detected from the header: ',', ';' or tab)"
     )
     p.add_argument("--encoding", type=_encoding, help="CSV text encoding (default utf-8-sig: UTF-8, BOM allowed)")
     p.add_argument("--profile", help="read the export through the configuration's [exports.NAME] profile")
-    p.add_argument("--explain", action="store_true", help="with --profile: show how the first rows were read")
+    p.add_argument(
+        "--explain", action="store_true", help="with --profile or a pain.001: show how the first rows were read"
+    )
     p.add_argument(
         "--batch-id", help="default: the batch_id column, else payroll-<SHA-256 prefix of the origin and transfers>"
     )
@@ -592,6 +602,14 @@ def main(argv: list[str]) -> int:
 
     try:
         context = _context(args)
+    except ConfigError as exc:
+        print(f"dispersion submit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from processor.cli.submit_iso import is_pain001, submit_pain001
+
+    if is_pain001(args):
+        return submit_pain001(args, context, progress)
+    try:
         profile = None
         if args.profile is not None or args.explain:
             from processor.cli.submit_profile import profile_for_submit
@@ -646,7 +664,14 @@ def main(argv: list[str]) -> int:
 
 
 def _produce(
-    args: argparse.Namespace, context: _Context, batch: PayrollBatch, summary: str, progress: Progress, started: float
+    args: argparse.Namespace,
+    context: _Context,
+    batch: PayrollBatch,
+    summary: str,
+    progress: Progress,
+    started: float,
+    *,
+    note: bool = True,
 ) -> int:
     from confluent_kafka import KafkaError, Message
 
@@ -696,7 +721,7 @@ def _produce(
     message = outcome[0][1]
     progress.done(f"done in {time.monotonic() - started:.1f} s")
     print(f"submitted {summary} -> {topic} partition {message.partition()} offset {message.offset()}")
-    if not args.quiet:
+    if note and not args.quiet:
         print(
             f"note: batch {batch.batch_id} is identified by its content (not by when it was sent): submitting the same "
             "export again is recognised as the same batch and paid at most once; the same batch id with other "
