@@ -7,6 +7,9 @@ configured: 401. The token never reaches a log or an answer.
 
     GET  /admin/batches?status=COMPLETED,FAILED&since=T&until=T&limit=N&cursor=C   batches, oldest first
     GET  /admin/batches/{batch_id}                           one batch, every transfer's result, its retries
+    POST /admin/batches/{batch_id}/withdraw                  {"reason": "...", "withdrawn_by": "ana"} (admin_lifecycle)
+    POST /admin/batches/{batch_id}/confirm-duplicate         {"confirmed_by": "ana"}: a held batch goes on
+    GET  /admin/intake?topic=T&partition=P&offset=O          the processor's verdict on one message (submit)
     POST /admin/batches/{batch_id}/retry                     {"corrections": [{"index": 2, "account_number": "..."}],
                                                               "requested_by": "ana"}  -> the retry batch
     GET  /admin/dead-letters?since=T&batch_id=B&after=ID&limit=N                   recorded dead letters
@@ -37,11 +40,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from processor.api.admin_lifecycle import lifecycle_routes
 from processor.domain.file_states import FlowState
 from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, iso_ms, within_range
 from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.retries import Correction, RetryError, retry_failed
+from processor.engine.withdrawal import WithdrawError, lifecycle_detail
 from processor.store import Store, StoreError, StoreTx
 from processor.store.operator import DeadLetterRow
 from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
@@ -195,7 +200,7 @@ def admin_app(
                 return await handler(request)
             except BadRequestError as exc:
                 return _error(400, str(exc))
-            except (RetryError, ReplayError) as exc:
+            except (RetryError, ReplayError, WithdrawError) as exc:
                 return _error(exc.status, str(exc))
             except StoreError as exc:
                 log.warning("admin_store_unavailable", error=str(exc)[:200])
@@ -220,7 +225,9 @@ def admin_app(
     async def batch(request: Request) -> Response:
         batch_id = _path_id(request, "batch_id")
         found = await store.arun(lambda tx: batch_detail(tx, batch_id), write=False)
-        return _error(404, f"batch {batch_id} is unknown") if found is None else _ok(found)
+        if found is None:
+            return _error(404, f"batch {batch_id} is unknown")
+        return _ok({**found, **await store.arun(lambda tx: lifecycle_detail(tx, batch_id), write=False)})
 
     async def retry(request: Request) -> Response:
         batch_id = _path_id(request, "batch_id")
@@ -324,6 +331,7 @@ def admin_app(
         return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
 
     routes = [
+        *lifecycle_routes(store, guarded=guarded, time=time, body_of=_body, text=_text, ok=_ok, bad=BadRequestError),
         Route("/batches", guarded(batches), methods=["GET"]),
         Route("/batches/{batch_id:path}/retry", guarded(retry), methods=["POST"]),
         Route("/batches/{batch_id:path}", guarded(batch), methods=["GET"]),

@@ -32,6 +32,8 @@ commands:
   vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
   console     operator console helpers: `console hash-password NAME` (docs/console.md)
   retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
+  withdraw    withdraw a batch not yet initiated at the bank: `withdraw --batch ID --reason TEXT` (admin API)
+  confirm-duplicate  let a batch held as a possible duplicate payroll go to the bank (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
   report      per-transfer reconciliation report: `report --since T --until T [--format csv|json]`
   config      `config check`: load a configuration and report its problems; `config schema`: its JSON Schema
@@ -53,6 +55,8 @@ MODULES: dict[str, str] = {
     "vrp": "processor.cli.vrp",
     "console": "processor.cli.console",
     "retry-failed": "processor.cli.retry_failed",
+    "withdraw": "processor.cli.withdraw",
+    "confirm-duplicate": "processor.cli.confirm_duplicate",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
     "config": "processor.cli.config_command",
@@ -84,6 +88,8 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "topics": ("processor.cli.topics", "parser"),
     "vrp": ("processor.cli.vrp", "build_parser"),
     "config": ("processor.cli.config_command", "parser"),
+    "withdraw": ("processor.cli.withdraw", "withdraw_parser"),
+    "confirm-duplicate": ("processor.cli.confirm_duplicate", "parser"),
 }
 _NESTED: dict[str, tuple[str, str, str]] = {
     "dev": ("kafka", "processor.devtools.dev", "kafka_parser"),

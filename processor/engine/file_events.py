@@ -32,7 +32,7 @@ def status_payload(
     currency: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v2.avsc, minus `event_id`,
+    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v3.avsc, minus `event_id`,
     which the outbox assigns). Values come from the flow row; `overrides` replace them (e.g. the new ids). The
     outcome fields (transfers and amounts completed / failed) follow from `transaction_results`."""
     payload: dict[str, Any] = {
@@ -50,6 +50,10 @@ def status_payload(
         "transaction_results": None,
         "retry_of": retry_of(flow.batch_id),
         "execute_on": flow.execute_on,  # a scheduled batch's day, on every event of it
+        "attempt": flow.attempt,  # v3: a batch id submitted again after it ended counts its attempts
+        "withdrawn_by": flow.withdrawn_by,
+        "duplicate_of": flow.duplicate_of,  # v3: held as a possible duplicate payroll of that batch
+        "duplicate_confirmed_by": flow.duplicate_confirmed_by,
     }
     payload.update(overrides)
     payload.update(outcome_totals(payload["transaction_results"]))

@@ -26,7 +26,7 @@ import structlog
 from processor.bank import BankClient, BankError
 from processor.bank import errors as bank_errors
 from processor.bank.models import FilePayment
-from processor.domain.file_states import FlowState, move, outcome_of_bank_status
+from processor.domain.file_states import BatchStatus, FlowState, move, outcome_of_bank_status
 from processor.domain.kinds import Kind
 from processor.domain.time import iso_ms
 from processor.engine.authorization import AuthorizationHooks, PendingAuthorization, approval_link
@@ -43,7 +43,9 @@ from processor.engine.file_schedule import hold, payment_due_at
 from processor.engine.leased import LeasedFlow
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
+from processor.engine.withdrawal import earlier_links, refusal_of
 from processor.store import EffectStatus, Flow, Operation, StoreTx
+from schemas.topics import STATUS_TOPIC
 
 log = structlog.get_logger("processor.engine.file")
 
@@ -170,8 +172,14 @@ class FileFlow(LeasedFlow[Flow]):
         assert flow.consent_id is not None
         consent_id = flow.consent_id
         now = self.now()
-        # A replacement consent (the first one's tokens were lost) keeps the deadline and the published link.
+        # A replacement consent (the first one's tokens were lost) keeps the deadline and the published link; a
+        # batch held as a possible duplicate published its link (AUTHORIZATION_REQUIRED) when it was held.
         replacing = flow.authorization_deadline is not None
+        if not replacing and flow.duplicate_of is not None:
+            published = await self.ctx.store.arun(
+                lambda tx: tx.outbox.statuses(STATUS_TOPIC, flow.batch_id), write=False
+            )
+            replacing = BatchStatus.AUTHORIZATION_REQUIRED.value in published
         deadline = flow.authorization_deadline or now + timedelta(seconds=self.ctx.settings.authorization_deadline)
         link = approval_link(self.ctx.public_url, self.kind, flow.batch_id, flow.approval_token)
         event = status_event(
@@ -474,6 +482,8 @@ class FileAuthorizationHooks(AuthorizationHooks):
             awaiting=flow.state == FlowState.AWAITING_AUTHORIZATION,
             state=flow.state,
             traceparent=flow.traceparent,
+            refusal=refusal_of(flow),
+            earlier=earlier_links(tx.lifecycle.earlier(flow_id)) if flow.attempt > 1 else (),
         )
 
     def _awaiting(self, tx: StoreTx, flow_id: str, consent_id: str | None) -> Flow:

@@ -23,10 +23,11 @@ from processor.domain.time import iso_ms
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.file_events import results_of
 from processor.engine.intake import prepare_batch, store_batch
+from processor.engine.withdrawal import resubmit_hint
 from processor.store import ConstraintError, Store, StoreTx
 
 SOURCE = "dispersion-retry-failed"
-_NOT_ATTEMPTED = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID)
+_NOT_ATTEMPTED = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID, FlowState.WITHDRAWN)
 
 
 class RetryError(Exception):
@@ -142,7 +143,8 @@ def plan_and_create(
         return RetryOutcome(
             batch_id,
             None,
-            message=f"batch {batch_id} ended {flow.state}: nothing was paid or attempted; submit it again instead",
+            message=f"batch {batch_id} ended {flow.state}: nothing was paid; submit it again as a new attempt: "
+            f"{resubmit_hint(batch_id)}",
         )
     failed = _failed_indexes(tx, batch_id, flow.state, len(transfers))
     last, paid, in_flight = _retry_history(tx, batch_id)

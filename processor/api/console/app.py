@@ -3,6 +3,8 @@
     GET  /console/                       Batches (filters, counts per status, newest first, pages)
     GET  /console/batches/{batch_id}     Batch (timeline, approval link while it waits, transfers, retries)
     POST /console/retry                  retry the failed transfers of a batch (optional corrections)
+    POST /console/withdraw               withdraw a batch not yet initiated at the bank (a reason is required)
+    POST /console/confirm-duplicate      let a batch held as a possible duplicate payroll go to the bank
     GET  /console/dead-letters           Dead letters;  GET /console/dead-letters/{id}: one, decoded or as hex
     POST /console/dead-letters/{id}/replay   replay it (a reason is required)
     GET  /console/overview?day=D         Month-end overview (SVG chart, oldest batches awaiting approval)
@@ -48,6 +50,7 @@ from processor.api.console.views import (
 from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, within_range
 from processor.engine.retries import Correction, RetryError, retry_failed
+from processor.engine.withdrawal import WithdrawError, confirm_duplicate, lifecycle_detail, withdraw_batch
 from processor.store import Store, StoreError
 from processor.store.console import BatchFilter
 from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
@@ -280,11 +283,13 @@ def console_app(
         )
         if data is None:
             return render(request, "error.html", 404, operator=operator, message=f"Batch {batch_id} is unknown.")
+        life = await store.arun(lambda tx: lifecycle_detail(tx, batch_id), write=False)
         return render(
             request,
             "batch.html",
             operator=operator,
             data=data,
+            life=life,
             sort=sort,
             descending=descending,
             only_failed=only_failed,
@@ -320,6 +325,26 @@ def console_app(
         return RedirectResponse(
             f"{base}/batches/{quote(target, safe='')}?notice={quote(outcome.message, safe='')}", status_code=303
         )
+
+    async def act(request: Request, operator: Operator) -> Response:
+        """Withdraw a batch, or confirm a held one (the batch page's buttons); back to the batch page."""
+        form = await request.form()
+        batch_id = _field(form.get("batch_id"), "batch id", required=True, limit=200)
+        assert batch_id is not None
+        page = f"{request.scope.get('root_path', '')}/batches/{quote(batch_id, safe='')}"
+        try:
+            if request.url.path.endswith("/withdraw"):
+                reason = _field(form.get("reason"), "reason", required=True, limit=500)
+                assert reason is not None
+                await asyncio.to_thread(
+                    withdraw_batch, store, batch_id, by=operator.name, reason=reason, now=time.now()
+                )
+            else:
+                await asyncio.to_thread(confirm_duplicate, store, batch_id, by=operator.name, now=time.now())
+        except WithdrawError as exc:
+            return render(request, "error.html", exc.status, operator=operator, message=str(exc), back=page)
+        log.info("console_batch_act", batch_id=batch_id, path=request.url.path, operator=operator.name)
+        return RedirectResponse(page, status_code=303)
 
     async def dead_letters(request: Request, operator: Operator) -> Response:
         after_text = request.query_params.get("after") or "0"
@@ -404,6 +429,8 @@ def console_app(
         Route("/", signed_in(batches), methods=["GET"]),
         Route("/batches/{batch_id:path}", signed_in(batch), methods=["GET"]),
         Route("/retry", signed_in(retry), methods=["POST"]),
+        Route("/withdraw", signed_in(act), methods=["POST"]),
+        Route("/confirm-duplicate", signed_in(act), methods=["POST"]),
         Route("/dead-letters", signed_in(dead_letters), methods=["GET"]),
         Route("/dead-letters/{letter_id}", signed_in(dead_letter), methods=["GET"]),
         Route("/dead-letters/{letter_id}/replay", signed_in(replay), methods=["POST"]),

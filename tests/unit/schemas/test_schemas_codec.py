@@ -87,6 +87,11 @@ def _status() -> dict[str, Any]:
         "amount_failed": Decimal("0.01"),
         "retry_of": "ERP-2026-01-0000",
         "execute_on": date(2026, 1, 30),
+        # v3: the attempt, a withdrawal, a duplicate-payroll hold and who confirmed it
+        "attempt": 2,
+        "withdrawn_by": None,
+        "duplicate_of": "ERP-2025-12-0001",
+        "duplicate_confirmed_by": "ana",
     }
 
 
