@@ -172,14 +172,7 @@ class FileFlow(LeasedFlow[Flow]):
         assert flow.consent_id is not None
         consent_id = flow.consent_id
         now = self.now()
-        # A replacement consent (the first one's tokens were lost) keeps the deadline and the published link; a
-        # batch held as a possible duplicate published its link (AUTHORIZATION_REQUIRED) when it was held.
-        replacing = flow.authorization_deadline is not None
-        if not replacing and flow.duplicate_of is not None:
-            published = await self.ctx.store.arun(
-                lambda tx: tx.outbox.statuses(STATUS_TOPIC, flow.batch_id), write=False
-            )
-            replacing = BatchStatus.AUTHORIZATION_REQUIRED.value in published
+        replacing = await link_published(self.ctx, flow)
         deadline = flow.authorization_deadline or now + timedelta(seconds=self.ctx.settings.authorization_deadline)
         link = approval_link(self.ctx.public_url, self.kind, flow.batch_id, flow.approval_token)
         event = status_event(
@@ -458,6 +451,18 @@ class FileFlow(LeasedFlow[Flow]):
         updated = await self.ctx.store.arun(work)
         log.warning("flow failed", batch_id=flow.batch_id, reason=reason)
         return updated
+
+
+async def link_published(ctx: EngineContext, flow: Flow) -> bool:
+    """Whether the flow's approval link went out already: a replacement consent (the first one's tokens were lost)
+    keeps the deadline and the published link; a batch held as a possible duplicate payroll published its link
+    (AUTHORIZATION_REQUIRED) when it was held (one confirmed up front did not)."""
+    if flow.authorization_deadline is not None:
+        return True
+    if flow.duplicate_of is None:
+        return False
+    published = await ctx.store.arun(lambda tx: tx.outbox.statuses(STATUS_TOPIC, flow.batch_id), write=False)
+    return BatchStatus.AUTHORIZATION_REQUIRED.value in published
 
 
 # -- the authorization hooks of the file kind -------------------------------------------------------------------
