@@ -13,6 +13,7 @@ configured: 401. The token never reaches a log or an answer.
     GET  /admin/dead-letters/{id}                            one, with its replays and the chain
     POST /admin/dead-letters/{id}/replay                     {"reason": "...", "replayed_by": "ana", "force": false}
     GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report)
+    GET  /admin/batches/{batch_id}/pain002, /admin/camt054   ISO 20022 documents (`processor.api.admin_iso`)
 
 Times are ISO 8601 with an offset (`2026-11-30T00:00:00Z`). Bad input is a 400 naming the problem; an unknown
 batch or dead letter 404; a refused action (not final yet, already replayed, in flight) 409; the store
@@ -115,6 +116,16 @@ def _text(value: object, name: str, *, limit: int = MAX_ID, required: bool = Tru
     if bad is not None:
         raise BadRequestError(f"{name} holds a control or bidi character ({bad})")
     return value
+
+
+def window(request: Request) -> tuple[datetime, datetime]:
+    """The required `since` and `until` of a report, `since` earlier."""
+    since, until = _instant(request, "since"), _instant(request, "until")
+    if since is None or until is None:
+        raise BadRequestError("since and until are required")
+    if until <= since:
+        raise BadRequestError("until must be later than since")
+    return since, until
 
 
 def _path_id(request: Request, name: str) -> str:
@@ -313,14 +324,13 @@ def admin_app(
         )
 
     async def reconciliation(request: Request) -> Response:
-        since, until = _instant(request, "since"), _instant(request, "until")
-        if since is None or until is None:
-            raise BadRequestError("since and until are required")
-        if until <= since:
-            raise BadRequestError("until must be later than since")
+        since, until = window(request)
         return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
 
+    from processor.api.admin_iso import iso_routes
+
     routes = [
+        *iso_routes(store, time, guarded),
         Route("/batches", guarded(batches), methods=["GET"]),
         Route("/batches/{batch_id:path}/retry", guarded(retry), methods=["POST"]),
         Route("/batches/{batch_id:path}", guarded(batch), methods=["GET"]),
