@@ -58,6 +58,7 @@ from processor.domain.export_profile import (
 )
 from processor.domain.identity import payroll_id
 from processor.domain.money import money_text
+from processor.domain.outcomes import batch_id_problem
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
@@ -394,6 +395,9 @@ def check(
     With `now`, an `execute_on` is checked as the processor will check it (the integration's calendar, else UTC)."""
     problems: list[Problem] = list(export.problems)
     batch = export.batch
+    unfit = batch_id_problem(batch.batch_id)
+    if unfit is not None:
+        problems.append(Problem(None, "batch_id", unfit))
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(Problem(None, "integration", f"{batch.integration!r} is not configured (configured: {known})"))
@@ -670,10 +674,11 @@ def _produce(
     note: bool = True,
     source: str = SOURCE,
 ) -> int:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import KafkaError, Message
 
     import schemas
     from consumers.records import batch_record
+    from producers.clients import new_producer
     from producers.kafka import KafkaSetupError, producer_config, settings_from
     from schemas.topics import BATCHES_TOPIC
 
@@ -693,7 +698,7 @@ def _produce(
         print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
         return EXIT_KAFKA
     progress.update(f"producing {len(value):,} bytes to {topic}", force=True)
-    producer = Producer(
+    producer = new_producer(
         producer_config(
             settings,
             "submit",

@@ -166,9 +166,14 @@ def plan_and_create(
             )
         return RetryOutcome(batch_id, None, message=f"batch {batch_id} has no failed transfer: nothing created")
     number = last + 1
+    while tx.flows.get(retry_batch_id(batch_id, number)) is not None:
+        number += 1  # a batch stored with that id before intake reserved the suffix: not a retry, skip its number
     retry_id = retry_batch_id(batch_id, number)
     prepared = prepare_batch(
-        _document(document, retry_id, eligible, corrections, number, now), integrations=integrations, limits=limits
+        _document(document, retry_id, eligible, corrections, number, now),
+        integrations=integrations,
+        limits=limits,
+        retry=True,
     )
     if prepared.reason is not None:
         raise RetryError(400, f"the retry batch would be invalid, nothing created: {prepared.reason}")
