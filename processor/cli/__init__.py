@@ -34,6 +34,8 @@ commands:
   retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
   report      per-transfer reconciliation report: `report --since T --until T [--format csv|json]`
+  requests    requests for a second person: `requests list`, `requests approve ID`, `requests decline ID`
+  audit       the audit trail of operator actions: `audit --since T` (admin API)
   config      `config check`: load a configuration and report its problems; `config schema`: its JSON Schema
 """
 
@@ -55,6 +57,8 @@ MODULES: dict[str, str] = {
     "retry-failed": "processor.cli.retry_failed",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
+    "requests": "processor.cli.requests",
+    "audit": "processor.cli.audit",
     "config": "processor.cli.config_command",
 }
 

@@ -20,10 +20,10 @@ from typing import Any
 from processor.domain.file_states import FlowState
 from processor.domain.outcomes import retry_batch_id, retry_of
 from processor.domain.time import iso_ms
-from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
+from processor.domain.validation import ValidationLimits
 from processor.engine.file_events import results_of
-from processor.engine.intake import prepare_batch, store_batch
-from processor.store import ConstraintError, Store, StoreTx
+from processor.engine.intake import PreparedBatch, prepare_batch, store_batch
+from processor.store import StoreTx
 
 SOURCE = "dispersion-retry-failed"
 _NOT_ATTEMPTED = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID)
@@ -115,17 +115,31 @@ def _document(
     }
 
 
-def plan_and_create(
+@dataclass(frozen=True)
+class RetryPlan:
+    """A retry decided but not stored yet: which transfers, under which id, as which prepared batch."""
+
+    batch_id: str
+    retry_id: str
+    number: int
+    eligible: tuple[int, ...]
+    corrected: tuple[int, ...]
+    waiting: Mapping[int, str]
+    prepared: PreparedBatch
+    document: Mapping[str, Any]  # the original batch (for what a correction replaces)
+
+
+def plan_retry(
     tx: StoreTx,
     batch_id: str,
     corrections: Mapping[int, Correction],
     *,
-    by: str,
     now: datetime,
     integrations: Collection[str] | None,
     limits: ValidationLimits,
-) -> RetryOutcome:
-    """The retry of `batch_id`'s failed transfers, decided and stored in `tx` (see the module docstring)."""
+) -> RetryPlan | RetryOutcome:
+    """The retry of `batch_id`'s failed transfers, decided in `tx` but not stored (a `RetryOutcome` when there is
+    nothing to retry); `RetryError` when refused (see the module docstring)."""
     flow = tx.flows.get(batch_id)
     if flow is None:
         raise RetryError(404, f"batch {batch_id} is unknown")
@@ -177,29 +191,19 @@ def plan_and_create(
     )
     if prepared.reason is not None:
         raise RetryError(400, f"the retry batch would be invalid, nothing created: {prepared.reason}")
-    tx.operator.record_retry(retry_id, batch_id, number, eligible, by=by, now=now)
-    stored = store_batch(tx, prepared, now=now)
+    return RetryPlan(
+        batch_id, retry_id, number, tuple(eligible), tuple(sorted(corrections)), waiting, prepared, document
+    )
+
+
+def create_retry(tx: StoreTx, plan: RetryPlan, *, by: str, now: datetime) -> RetryOutcome:
+    """Store a planned retry (the retry record and its batch) in `tx`."""
+    tx.operator.record_retry(plan.retry_id, plan.batch_id, plan.number, list(plan.eligible), by=by, now=now)
+    stored = store_batch(tx, plan.prepared, now=now)
     if not stored.created:
-        raise RetryError(409, f"a batch {retry_id} exists already (not made by retry-failed): nothing created")
-    message = f"created {retry_id} with {len(eligible)} failed transfer(s) of {batch_id}; it needs its own approval"
-    return RetryOutcome(batch_id, retry_id, tuple(eligible), tuple(sorted(corrections)), waiting, message)
-
-
-async def retry_failed(
-    store: Store,
-    batch_id: str,
-    corrections: Mapping[int, Correction] | None = None,
-    *,
-    by: str,
-    now: datetime,
-    integrations: Collection[str] | None = None,
-    limits: ValidationLimits = DEFAULT_LIMITS,
-) -> RetryOutcome:
-    """Create the retry batch of `batch_id`'s failed transfers (or say why none); `RetryError` when refused."""
-    fixes = dict(corrections or {})
-    try:
-        return await store.arun(
-            lambda tx: plan_and_create(tx, batch_id, fixes, by=by, now=now, integrations=integrations, limits=limits)
-        )
-    except ConstraintError:
-        raise RetryError(409, f"another retry of {batch_id} was created at the same moment: look again") from None
+        raise RetryError(409, f"a batch {plan.retry_id} exists already (not made by retry-failed): nothing created")
+    message = (
+        f"created {plan.retry_id} with {len(plan.eligible)} failed transfer(s) of {plan.batch_id};"
+        " it needs its own approval"
+    )
+    return RetryOutcome(plan.batch_id, plan.retry_id, plan.eligible, plan.corrected, plan.waiting, message)
