@@ -13,6 +13,9 @@ configured: 401. The token never reaches a log or an answer.
     GET  /admin/dead-letters/{id}                            one, with its replays and the chain
     POST /admin/dead-letters/{id}/replay                     {"reason": "...", "replayed_by": "ana", "force": false}
     GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report)
+    GET  /admin/find?employee=E&account=1234&amount=A        an employee's transfers and their final outcome
+    GET  /admin/totals?day=D | month=M | since=T&until=T     money counted once: paid, failed, outstanding, in
+                                                             progress, scheduled, not paid, per currency
 
 Times are ISO 8601 with an offset (`2026-11-30T00:00:00Z`). Bad input is a 400 naming the problem; an unknown
 batch or dead letter 404; a refused action (not final yet, already replayed, in flight) 409; the store
@@ -29,6 +32,7 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import structlog
@@ -38,8 +42,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from processor.domain.file_states import FlowState
+from processor.domain.ledger import day_window, month_window
 from processor.domain.text import unsafe_character
 from processor.domain.time import Clock, SystemClock, iso_ms
+from processor.engine.finding import Wanted, find_transfers
+from processor.engine.ledger import totals_between
 from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.retries import Correction, RetryError, retry_failed
 from processor.store import Store, StoreError, StoreTx
@@ -86,13 +93,60 @@ def _instant(request: Request, name: str) -> datetime | None:
     text = _single(request, name)
     if text is None:
         return None
+    if len(text) == 10:  # a bare day (2026-11-01) is that day's midnight UTC
+        try:
+            return day_window(text)[0]
+        except ValueError:
+            pass
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise BadRequestError(f"{name} must be an ISO 8601 time such as 2026-11-30T00:00:00Z") from None
+        raise BadRequestError(
+            f"{name} must be a day such as 2026-11-30 or an ISO 8601 time such as 2026-11-30T00:00:00Z"
+        ) from None
     if value.tzinfo is None or value.utcoffset() is None:
         raise BadRequestError(f"{name} must carry an offset (Z or +00:00)")
     return value
+
+
+def _window(request: Request, now: datetime) -> tuple[datetime, datetime]:
+    """`day=2026-11-30`, `month=2026-11` or `since`/`until` (until: now by default)."""
+    day, month = _single(request, "day"), _single(request, "month")
+    try:
+        if day is not None:
+            return day_window(day)
+        if month is not None:
+            return month_window(month)
+    except ValueError:
+        raise BadRequestError("day must be like 2026-11-30, month like 2026-11") from None
+    since, until = _instant(request, "since"), _instant(request, "until") or now
+    if since is None:
+        raise BadRequestError("give day, month or since (and until)")
+    if until <= since:
+        raise BadRequestError("until must be later than since")
+    return since, until
+
+
+def _wanted(request: Request) -> Wanted:
+    """`employee`, `account` (its last digits, at least 4) and/or `amount`: what `/admin/find` looks for."""
+    employee = _single(request, "employee")
+    account = _single(request, "account")
+    amount_text = _single(request, "amount")
+    if employee is not None:
+        _text(employee, "employee", limit=100)
+    if account is not None and not (account.isdigit() and 4 <= len(account) <= 34):
+        raise BadRequestError("account must be the last digits of an account number (at least 4)")
+    amount = None
+    if amount_text is not None:
+        try:
+            amount = Decimal(amount_text)
+        except ArithmeticError:
+            raise BadRequestError("amount must be a number such as 1500.50") from None
+        if not amount.is_finite() or amount <= 0:
+            raise BadRequestError("amount must be a positive number such as 1500.50")
+    if employee is None and account is None and amount is None:
+        raise BadRequestError("give employee, account (last digits) or amount")
+    return Wanted(employee=employee, account_last=account, amount=amount)
 
 
 def _limit(request: Request) -> int:
@@ -313,14 +367,26 @@ def admin_app(
         )
 
     async def reconciliation(request: Request) -> Response:
-        since, until = _instant(request, "since"), _instant(request, "until")
-        if since is None or until is None:
-            raise BadRequestError("since and until are required")
+        since, until = _instant(request, "since"), _instant(request, "until") or time.now()
+        if since is None:
+            raise BadRequestError("since is required")
         if until <= since:
             raise BadRequestError("until must be later than since")
         return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
 
+    async def money(request: Request) -> Response:
+        since, until = _window(request, time.now())
+        totals = await store.arun(lambda tx: totals_between(tx, since, until), write=False)
+        return _ok({"since": iso_ms(since), "until": iso_ms(until), "totals": [t.as_dict() for t in totals]})
+
+    async def find(request: Request) -> Response:
+        wanted = _wanted(request)
+        found = await store.arun(lambda tx: find_transfers(tx, wanted, limit=_limit(request)), write=False)
+        return _ok({"transfers": found})
+
     routes = [
+        Route("/find", guarded(find), methods=["GET"]),
+        Route("/totals", guarded(money), methods=["GET"]),
         Route("/batches", guarded(batches), methods=["GET"]),
         Route("/batches/{batch_id:path}/retry", guarded(retry), methods=["POST"]),
         Route("/batches/{batch_id:path}", guarded(batch), methods=["GET"]),

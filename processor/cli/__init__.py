@@ -33,7 +33,8 @@ commands:
   console     operator console helpers: `console hash-password NAME` (docs/console.md)
   retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
-  report      per-transfer reconciliation report: `report --since T --until T [--format csv|json]`
+  report      reconciliation report and money totals: `report --since DAY [--until DAY] [--format csv|json]`
+  find        an employee's transfers and their outcome: `find --employee REF | --account LAST4 | --amount A`
   config      `config check`: load a configuration and report its problems; `config schema`: its JSON Schema
 """
 
@@ -55,6 +56,7 @@ MODULES: dict[str, str] = {
     "retry-failed": "processor.cli.retry_failed",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
+    "find": "processor.cli.find",
     "config": "processor.cli.config_command",
 }
 
