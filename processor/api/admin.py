@@ -43,8 +43,8 @@ from starlette.routing import Route
 
 from processor.domain.file_states import FlowState
 from processor.domain.ledger import day_window, month_window
-from processor.domain.text import unsafe_character
-from processor.domain.time import Clock, SystemClock, iso_ms
+from processor.domain.text import text_problem
+from processor.domain.time import Clock, SystemClock, iso_ms, within_range
 from processor.engine.finding import Wanted, find_transfers
 from processor.engine.ledger import totals_between
 from processor.engine.reporting import batch_detail, batch_summary, report
@@ -106,7 +106,10 @@ def _instant(request: Request, name: str) -> datetime | None:
         ) from None
     if value.tzinfo is None or value.utcoffset() is None:
         raise BadRequestError(f"{name} must carry an offset (Z or +00:00)")
-    return value
+    try:
+        return within_range(value)
+    except ValueError as exc:
+        raise BadRequestError(f"{name} {exc}") from None
 
 
 def _window(request: Request, now: datetime) -> tuple[datetime, datetime]:
@@ -165,9 +168,9 @@ def _text(value: object, name: str, *, limit: int = MAX_ID, required: bool = Tru
         raise BadRequestError(f"{name} must be a non-empty string")
     if len(value) > limit:
         raise BadRequestError(f"{name} is longer than {limit} characters")
-    bad = unsafe_character(value)
+    bad = text_problem(value)
     if bad is not None:
-        raise BadRequestError(f"{name} holds a control or bidi character ({bad})")
+        raise BadRequestError(f"{name} holds {bad}")
     return value
 
 
@@ -440,6 +443,9 @@ def _cursor(text: str | None) -> tuple[datetime, str] | None:
         moment = datetime.fromisoformat(when)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
         raise BadRequestError("cursor is not one this API gave out") from None
-    if not isinstance(batch_id, str) or moment.tzinfo is None:
+    if not isinstance(batch_id, str) or moment.tzinfo is None or text_problem(batch_id) is not None:
         raise BadRequestError("cursor is not one this API gave out")
-    return moment, batch_id
+    try:
+        return within_range(moment), batch_id
+    except ValueError:
+        raise BadRequestError("cursor is not one this API gave out") from None

@@ -8,7 +8,9 @@ reason_code, reason_text, consent_id, file_payment_id, completed_at); the totals
 the JSON form as `totals`), then the grand totals of the payrolls submitted in the window per currency (an
 original batch with its retries, each transfer counted once by its final outcome: paid, failed, outstanding, in
 progress, scheduled, not paid) and the net outstanding (`grand_totals` in JSON). Amounts have two decimals;
-times are UTC with milliseconds; `--since 2026-11-01` is that day's midnight UTC.
+times are UTC with milliseconds; `--since 2026-11-01` is that day's midnight UTC. A text cell a spreadsheet
+would run as a formula (it starts with `=`, `+`, `-`, `@`, a tab or a carriage return) is written with a leading
+`'` (OWASP's rule against CSV injection); the JSON form keeps the text as it is.
 
 Exit status: 0 written; 1 refused by the processor; 2 usage.
 """
@@ -23,6 +25,7 @@ from typing import IO, Any
 
 from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments
 from processor.cli.common import CliError
+from processor.domain.text import csv_cell
 from processor.engine.reporting import REPORT_COLUMNS
 
 
@@ -46,7 +49,7 @@ def write(document: dict[str, Any], fmt: str, out: IO[str]) -> None:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(REPORT_COLUMNS)
     for line in document["lines"]:
-        writer.writerow(["" if line[column] is None else line[column] for column in REPORT_COLUMNS])
+        writer.writerow(["" if line[column] is None else csv_cell(line[column]) for column in REPORT_COLUMNS])
 
 
 def main(argv: list[str]) -> int:

@@ -226,9 +226,11 @@ def plan(
             return RetryPlan(RetryOutcome(batch_id, None, in_flight=waiting, message=message))
         return RetryPlan(RetryOutcome(batch_id, None, message=f"batch {asked} has no failed transfer: nothing created"))
     number = last + 1
+    while tx.flows.get(retry_batch_id(batch_id, number)) is not None:
+        number += 1  # a batch stored with that id before intake reserved the suffix: not a retry, skip its number
     retry_id = retry_batch_id(batch_id, number)
     retry_document = _document(document, retry_id, eligible, corrections, number, now)
-    prepared = prepare_batch(retry_document, integrations=integrations, limits=limits)
+    prepared = prepare_batch(retry_document, integrations=integrations, limits=limits, retry=True)
     if prepared.reason is not None:
         reason = _named_rows(prepared.reason, transfers, eligible)
         raise RetryError(400, f"the retry batch would be invalid, nothing created: {reason}")

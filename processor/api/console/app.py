@@ -48,8 +48,8 @@ from processor.api.console.views import (
     shown_status,
 )
 from processor.domain.ledger import month_window
-from processor.domain.text import unsafe_character
-from processor.domain.time import Clock, SystemClock
+from processor.domain.text import text_problem
+from processor.domain.time import Clock, SystemClock, within_range
 from processor.engine.retries import Correction, RetryError, preview, retry_failed
 from processor.store import Store, StoreError
 from processor.store.console import BatchFilter
@@ -124,9 +124,9 @@ def _field(value: object, name: str, *, required: bool = False, limit: int = MAX
         return None
     if len(text) > limit:
         raise BadFormError(f"{name} is longer than {limit} characters")
-    bad = unsafe_character(text)
+    bad = text_problem(text)
     if bad is not None:
-        raise BadFormError(f"{name} holds a control or bidi character ({bad})")
+        raise BadFormError(f"{name} holds {bad}")
     return text
 
 
@@ -134,9 +134,9 @@ def _day(value: str | None, name: str) -> datetime | None:
     if not value:
         return None
     try:
-        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+        return within_range(datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC))
     except ValueError:
-        raise BadFormError(f"{name} must be a date such as 2026-11-30") from None
+        raise BadFormError(f"{name} must be a date such as 2026-11-30 (years 1900 to 8999)") from None
 
 
 def _period(form: Mapping[str, str], now: datetime) -> tuple[datetime, datetime, str]:

@@ -4,15 +4,20 @@ retry action recorded with the operator's name. The browser walk is tests/e2e/te
 
 from __future__ import annotations
 
+import asyncio
 import re
+import string
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from html import unescape
+from urllib.parse import quote
 
 import httpx
 from console_support import CSRF, PASSWORD, operator_auth
 from engine_support import Rig, batch, bound_socket, engine_rig, pay, serve
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -207,3 +212,55 @@ async def test_batches_are_paged_newest_first(store: Store) -> None:
         assert re.findall(r'class="batch-link">([^<]+)</a>', by_reference.text) == ["page-007"]
         wildcard = await c.http.get(f"{c.url}/", params={"q": "page_0"})  # `_` is a character, not a wildcard
         assert re.findall(r'class="batch-link">([^<]+)</a>', wildcard.text) == []
+
+
+_FUZZ_TEXT = st.one_of(
+    st.text(alphabet=string.printable + "é\u202e\x00\ud800", max_size=20),
+    st.sampled_from(["9999-12-31", "0001-01-01", "1899-12-31", "2026-02-30", "99999"]),
+)
+
+
+async def test_fuzzed_console_requests_get_a_4xx_never_a_5xx(store: Store) -> None:
+    async with console(store) as c:
+        batch_id = await pay(c.rig)
+        assert (await c.sign_in()).status_code == 303
+        csrf = await c.csrf("/")
+        for path in ("/?to=9999-12-31", "/?from=0001-01-01", "/overview?day=9999-12-31", "/overview?day=0001-01-01"):
+            answer = await c.http.get(f"{c.url}{path}")
+            assert answer.status_code == 400 and "years 1900 to 8999" in unescape(answer.text), (path, answer.text)
+        cookies = dict(c.http.cookies)
+        seen: list[int] = []
+
+        @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        @given(
+            path=st.one_of(
+                st.sampled_from(["/", "/overview", "/dead-letters", f"/batches/{batch_id}", "/retry"]),
+                st.builds(lambda t: f"/batches/{quote(t, safe='', errors='surrogatepass')}", _FUZZ_TEXT),
+                st.builds(lambda t: f"/dead-letters/{quote(t, safe='', errors='surrogatepass')}", _FUZZ_TEXT),
+                st.builds(lambda t: f"/dead-letters/{quote(t, safe='', errors='surrogatepass')}/replay", _FUZZ_TEXT),
+            ),
+            method=st.sampled_from(["GET", "POST"]),
+            params=st.dictionaries(
+                st.sampled_from(["status", "from", "to", "q", "page", "day", "sort", "after", "integration"]),
+                _FUZZ_TEXT,
+                max_size=3,
+            ),
+            form=st.dictionaries(st.sampled_from(["batch_id", "reason", "account_2", "force"]), _FUZZ_TEXT, max_size=3),
+        )
+        def fuzz(path: str, method: str, params: dict[str, str], form: dict[str, str]) -> None:
+            query = "&".join(f"{k}={quote(v, safe='', errors='surrogatepass')}" for k, v in params.items())
+            body = "&".join(
+                f"{k}={quote(v, safe='', errors='surrogatepass')}" for k, v in {**form, "csrf": csrf}.items()
+            )
+            with httpx.Client(timeout=30, cookies=cookies) as client:
+                answer = client.request(
+                    method,
+                    f"{c.url}{path}?{query}",
+                    content=body.encode() if method == "POST" else None,
+                    headers={"Content-Type": "application/x-www-form-urlencoded"} if method == "POST" else {},
+                )
+            seen.append(answer.status_code)
+            assert answer.status_code < 500, (method, path, params, form, answer.text[:300])
+
+        await asyncio.to_thread(fuzz)
+        assert len(seen) >= 100 and 400 in seen
