@@ -16,6 +16,7 @@ configured: 401. The token never reaches a log or an answer.
     GET  /admin/find?employee=E&account=1234&amount=A        an employee's transfers and their final outcome
     GET  /admin/totals?day=D | month=M | since=T&until=T     money counted once: paid, failed, outstanding, in
                                                              progress, scheduled, not paid, per currency
+    GET  /admin/batches/{batch_id}/pain002, /admin/camt054   ISO 20022 documents (`processor.api.admin_iso`)
 
 Times are ISO 8601 with an offset (`2026-11-30T00:00:00Z`). Bad input is a 400 naming the problem; an unknown
 batch or dead letter 404; a refused action (not final yet, already replayed, in flight) 409; the store
@@ -112,24 +113,6 @@ def _instant(request: Request, name: str) -> datetime | None:
         raise BadRequestError(f"{name} {exc}") from None
 
 
-def _window(request: Request, now: datetime) -> tuple[datetime, datetime]:
-    """`day=2026-11-30`, `month=2026-11` or `since`/`until` (until: now by default)."""
-    day, month = _single(request, "day"), _single(request, "month")
-    try:
-        if day is not None:
-            return day_window(day)
-        if month is not None:
-            return month_window(month)
-    except ValueError:
-        raise BadRequestError("day must be like 2026-11-30, month like 2026-11") from None
-    since, until = _instant(request, "since"), _instant(request, "until") or now
-    if since is None:
-        raise BadRequestError("give day, month or since (and until)")
-    if until <= since:
-        raise BadRequestError("until must be later than since")
-    return since, until
-
-
 def _wanted(request: Request) -> Wanted:
     """`employee`, `account` (its last digits, at least 4) and/or `amount`: what `/admin/find` looks for."""
     employee = _single(request, "employee")
@@ -172,6 +155,25 @@ def _text(value: object, name: str, *, limit: int = MAX_ID, required: bool = Tru
     if bad is not None:
         raise BadRequestError(f"{name} holds {bad}")
     return value
+
+
+def window(request: Request, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """A report's window: `day=2026-11-30`, `month=2026-11`, or `since` and `until` (`since` earlier; with `now`,
+    `until` may be left out and is now)."""
+    day, month = _single(request, "day"), _single(request, "month")
+    try:
+        if day is not None:
+            return day_window(day)
+        if month is not None:
+            return month_window(month)
+    except ValueError:
+        raise BadRequestError("day must be like 2026-11-30, month like 2026-11") from None
+    since, until = _instant(request, "since"), _instant(request, "until") or now
+    if since is None or until is None:
+        raise BadRequestError("since and until are required" if now is None else "give day, month or since")
+    if until <= since:
+        raise BadRequestError("until must be later than since")
+    return since, until
 
 
 def _path_id(request: Request, name: str) -> str:
@@ -370,15 +372,11 @@ def admin_app(
         )
 
     async def reconciliation(request: Request) -> Response:
-        since, until = _instant(request, "since"), _instant(request, "until") or time.now()
-        if since is None:
-            raise BadRequestError("since is required")
-        if until <= since:
-            raise BadRequestError("until must be later than since")
+        since, until = window(request, time.now())
         return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
 
     async def money(request: Request) -> Response:
-        since, until = _window(request, time.now())
+        since, until = window(request, time.now())
         totals = await store.arun(lambda tx: totals_between(tx, since, until), write=False)
         return _ok({"since": iso_ms(since), "until": iso_ms(until), "totals": [t.as_dict() for t in totals]})
 
@@ -387,7 +385,10 @@ def admin_app(
         found = await store.arun(lambda tx: find_transfers(tx, wanted, limit=_limit(request)), write=False)
         return _ok({"transfers": found})
 
+    from processor.api.admin_iso import iso_routes
+
     routes = [
+        *iso_routes(store, time, guarded),
         Route("/find", guarded(find), methods=["GET"]),
         Route("/totals", guarded(money), methods=["GET"]),
         Route("/batches", guarded(batches), methods=["GET"]),

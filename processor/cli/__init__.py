@@ -35,6 +35,8 @@ commands:
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
   report      reconciliation report and money totals: `report --since DAY [--until DAY] [--format csv|json]`
   find        an employee's transfers and their outcome: `find --employee REF | --account LAST4 | --amount A`
+  pain002     a batch's ISO 20022 status report for the ERP: `pain002 --batch ID [--version 03|10] [--output F]`
+  camt054     ISO 20022 debit notifications for the ledger: `camt054 --since T --until T [--accounts clear|masked]`
   config      `config check`: load a configuration and report its problems; `config schema`: its JSON Schema
 """
 
@@ -57,6 +59,8 @@ MODULES: dict[str, str] = {
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
     "find": "processor.cli.find",
+    "pain002": "processor.cli.pain002",
+    "camt054": "processor.cli.camt054",
     "config": "processor.cli.config_command",
 }
 

@@ -672,6 +672,7 @@ def _produce(
     started: float,
     *,
     note: bool = True,
+    source: str = SOURCE,
 ) -> int:
     from confluent_kafka import KafkaError, Message
 
@@ -691,7 +692,7 @@ def _produce(
     topic = args.topic or settings.topic(BATCHES_TOPIC)
     progress.update("encoding", force=True)
     try:
-        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=SOURCE), topic)
+        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=source), topic)
     except schemas.RegistryUnavailableError as exc:
         progress.done("")
         print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
