@@ -26,7 +26,7 @@ from processor.domain.masking import mask_account
 from processor.domain.roles import Action, Actor, Controls
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.file_events import status_event
-from processor.engine.retries import Correction, RetryError, RetryOutcome, RetryPlan, create_retry, plan_retry
+from processor.engine.retries import Correction, RetryError, RetryOutcome, RetryPlan, create, plan
 from processor.store import ConstraintError, Store, StoreTx
 from processor.store.requests import APPROVED, DECLINED, RequestRow
 
@@ -70,9 +70,11 @@ def record_action(
     )
 
 
-def corrections_shown(plan: RetryPlan, corrections: Mapping[int, Correction]) -> list[dict[str, Any]]:
+def corrections_shown(tx: StoreTx, planned: RetryPlan, corrections: Mapping[int, Correction]) -> list[dict[str, Any]]:
     """The corrections as a request shows them: each transfer's employee, amount and old -> new account masked."""
-    transfers = plan.document.get("transactions") or []
+    document = tx.flows.payload_document(planned.outcome.original_batch_id)
+    transfers = document.get("transactions") if isinstance(document, Mapping) else None
+    transfers = transfers if isinstance(transfers, list) else []
     shown = []
     for index in sorted(corrections):
         item = transfers[index] if 0 <= index < len(transfers) else {}
@@ -120,19 +122,19 @@ async def ask_retry(
     fixes = dict(corrections or {})
 
     def work(tx: StoreTx) -> RetryAnswer:
-        plan = plan_retry(tx, batch_id, fixes, now=now, integrations=integrations, limits=limits)
-        if isinstance(plan, RetryOutcome):
-            return RetryAnswer(plan)
+        planned = plan(tx, batch_id, fixes, now=now, integrations=integrations, limits=limits)
+        if planned.outcome.retry_batch_id is None:
+            return RetryAnswer(planned.outcome)
         if not fixes:
-            outcome = create_retry(tx, plan, by=actor.name, now=now)
+            outcome = create(tx, planned, by=actor.name, now=now)
             made = {"retry_batch_id": outcome.retry_batch_id, "transfers": list(outcome.transfer_indexes)}
             record_action(tx, "retry", actor, now, where, batch_id, made)
             return RetryAnswer(outcome)
-        shown = corrections_shown(plan, fixes)
+        shown = corrections_shown(tx, planned, fixes)
         detail: dict[str, Any] = {
             "corrections": shown,
             "accounts": _stored_corrections(fixes),
-            "transfers": list(plan.eligible),
+            "transfers": list(planned.outcome.transfer_indexes),
         }
         request = tx.requests.create(RETRY, batch_id, by=actor.name, now=now, detail=detail)
         record_action(tx, "retry_requested", actor, now, where, batch_id, {"request": request.id, "corrections": shown})
@@ -141,8 +143,9 @@ async def ask_retry(
                 f"request {request.id}: the retry of {batch_id} with {len(fixes)} corrected account(s) waits for"
                 " a second person (approver or admin); nothing is sent before"
             )
-            return RetryAnswer(RetryOutcome(batch_id, None, corrected=plan.corrected, message=message), request)
-        outcome = create_retry(tx, plan, by=actor.name, now=now)
+            waiting = RetryOutcome(batch_id, None, corrected=planned.outcome.corrected, message=message)
+            return RetryAnswer(waiting, request)
+        outcome = create(tx, planned, by=actor.name, now=now)
         tx.requests.decide(request.id, APPROVED, by=actor.name, now=now, outcome=outcome.retry_batch_id)
         note = {"request": request.id, "retry_batch_id": outcome.retry_batch_id, "four_eyes": False}
         record_action(tx, "request_approved", actor, now, where, batch_id, {**note, "approved_by_requester": True})
@@ -214,10 +217,12 @@ def _carry_out(
         if not approve:
             return None
         fixes = _read_corrections(request.detail)
-        plan = plan_retry(tx, request.batch_id, fixes, now=now, integrations=integrations, limits=limits)
-        if isinstance(plan, RetryOutcome):
-            raise RetryError(409, f"request {request.id} cannot be carried out any more: {plan.message}")
-        return create_retry(tx, plan, by=request.requested_by, now=now).retry_batch_id
+        planned = plan(tx, request.batch_id, fixes, now=now, integrations=integrations, limits=limits)
+        if planned.outcome.retry_batch_id is None:
+            message = planned.outcome.message
+            raise RetryError(409, f"request {request.id} cannot be carried out any more: {message}")
+        made: str | None = create(tx, planned, by=request.requested_by, now=now).retry_batch_id
+        return made
     flow = tx.flows.get(request.batch_id)
     if flow is None or flow.state != FlowState.RECEIVED:
         raise RetryError(409, f"batch {request.batch_id} is no longer waiting for this review")

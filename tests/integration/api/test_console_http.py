@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import httpx
 import structlog
+from console_support import CSRF, PASSWORD, operator_auth
 from engine_support import Rig, batch, bound_socket, engine_rig, pay, serve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,12 +24,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from processor.api.console.app import console_app
-from processor.api.console.auth import ConsoleAuth, console_auth, hash_password
 from processor.domain.file_states import FlowState
 from processor.store import Store
-
-PASSWORD = "correct horse battery"
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 @dataclass
@@ -62,19 +59,6 @@ class Console:
         return found.group(1)
 
 
-def _auth(password: str = PASSWORD) -> ConsoleAuth:
-    """ana in the older form (an operator), bob an approver, vera a viewer."""
-    stored = hash_password(password)
-    operators = {
-        "ana": stored,
-        "bob": {"password": stored, "role": "approver"},
-        "vera": {"password": stored, "role": "viewer"},
-    }
-    auth = console_auth({"operators": operators, "session_key": "k" * 40})
-    assert auth is not None
-    return auth
-
-
 @asynccontextmanager
 async def console(store: Store) -> AsyncIterator[Console]:
     async with engine_rig(store) as rig:
@@ -85,7 +69,7 @@ async def console(store: Store) -> AsyncIterator[Console]:
                     "/console",
                     app=console_app(
                         store,
-                        _auth(),
+                        operator_auth(),
                         public_url=rig.public_url,
                         integrations=set(rig.config.integrations),
                         clock=rig.clock,
@@ -171,7 +155,7 @@ async def test_values_are_escaped_accounts_masked_and_filters_work(store: Store)
 
         paid = await c.http.get(f"{c.url}/batches/{paid_id}?only=failed")
         assert "approval-link" not in paid.text  # the link is shown only while the batch waits
-        rows = re.findall(r'<tr class="t-(\w+)">', paid.text)
+        rows = re.findall(r'<tr class="t-(\w+)"', paid.text)
         assert rows == ["FAILED"]
         assert "AC04" in paid.text and 'name="account_2"' in paid.text
         assert f"{c.rig.approval_url(paid_id).split('?t=')[1]}" not in paid.text
@@ -195,10 +179,14 @@ async def test_a_corrected_retry_waits_for_a_second_person_and_is_recorded(store
         batch_id = await pay(c.rig)
         await c.sign_in()
         token = await c.csrf(f"/batches/{batch_id}")
-        answer = await c.http.post(
-            f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id, "account_2": "200100399"}
-        )
+        form = {"csrf": token, "batch_id": batch_id, "account_2": "200100399"}
+        review = await c.http.post(f"{c.url}/retry", data=form)  # the confirmation step writes nothing
         retry_id = f"{batch_id}.retry-1"
+        assert review.status_code == 200 and 'id="confirm-retry"' in review.text
+        assert re.search(r'id="retry-count">1<', review.text) and "750.25 GTQ" in review.text
+        assert "****0399" in review.text and "corrected" in review.text
+        assert store.run(lambda tx: tx.flows.get(retry_id), write=False) is None
+        answer = await c.http.post(f"{c.url}/retry", data={**form, "confirm": "yes"})
         assert answer.status_code == 303 and answer.headers["location"] == "/console/requests#request-1"
         assert store.run(lambda tx: tx.flows.get(retry_id), write=False) is None  # nothing before a second person
         waiting = await c.http.get(f"{c.url}/requests")
@@ -225,9 +213,10 @@ async def test_a_corrected_retry_waits_for_a_second_person_and_is_recorded(store
         original = await c.http.get(f"{c.url}/batches/{batch_id}")
         assert retry_id in original.text and "ana asked to retry 1 failed transfer(s)" in original.text
 
-        # Again: the failed transfer is in flight in retry-1, so nothing is created.
-        again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id})
-        assert again.status_code == 303 and "nothing%20created" in again.headers["location"]
+        assert f"Created {retry_id} from {batch_id}" in page.text  # the server's own banner
+        # Again: the failed transfer is in flight in retry-1, so nothing is created, and it is not a success.
+        again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id, "confirm": "yes"})
+        assert again.status_code == 409 and "nothing created" in again.text and 'class="problem"' in again.text
         assert store.run(lambda tx: tx.flows.get(f"{batch_id}.retry-2"), write=False) is None
 
         trail = await viewer.http.get(f"{c.url}/audit", params={"since": "2026-11-01"})
@@ -289,7 +278,7 @@ async def test_the_sixth_wrong_password_locks_and_a_cookie_dies_at_sign_out(stor
 async def test_a_password_change_ends_the_sessions_made_with_the_old_one(store: Store) -> None:
     async with engine_rig(store) as rig:
         sock, port = bound_socket()
-        before, after = _auth(), _auth("a new password, long enough")
+        before, after = operator_auth(), operator_auth("a new password, long enough")
         apps = {"old": console_app(store, before, public_url=rig.public_url, clock=rig.clock)}
         apps["new"] = console_app(store, after, public_url=rig.public_url, clock=rig.clock)
         app = Starlette(routes=[Mount("/console", app=apps["old"]), Mount("/next", app=apps["new"])])
