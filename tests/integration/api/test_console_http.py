@@ -213,7 +213,8 @@ async def test_a_corrected_retry_waits_for_a_second_person_and_is_recorded(store
         original = await c.http.get(f"{c.url}/batches/{batch_id}")
         assert retry_id in original.text and "ana asked to retry 1 failed transfer(s)" in original.text
 
-        assert f"Created {retry_id} from {batch_id}" in page.text  # the server's own banner
+        shown = await c.http.get(f"{c.url}/batches/{retry_id}", params={"done": "retry"})
+        assert f"Created {retry_id} from {batch_id}" in shown.text  # the server's own banner
         # Again: the failed transfer is in flight in retry-1, so nothing is created, and it is not a success.
         again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id, "confirm": "yes"})
         assert again.status_code == 409 and "nothing created" in again.text and 'class="problem"' in again.text
