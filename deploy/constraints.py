@@ -74,7 +74,8 @@ def drift() -> list[str]:
             found[name] = f"{distribution(name).version} installed"
         except PackageNotFoundError:
             found[name] = "not installed"
-    return [f"{name}: {found[name]}, {pins[name]} pinned" for name in sorted(pins) if found[name] != f"{pins[name]} installed"]
+    drift = [name for name in sorted(pins) if found[name] != f"{pins[name]} installed"]
+    return [f"{name}: {found[name]}, {pins[name]} pinned" for name in drift]
 
 
 def main(argv: list[str] | None = None) -> int:

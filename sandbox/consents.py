@@ -7,7 +7,9 @@ Stored shape, for both kinds (`file_consent` and `vrp_consent`), keyed by Consen
      ...part-specific fields}
 
 File consent statuses: AwaitingUpload -> AwaitingAuthorisation (file uploaded) -> Authorised (approver)
--> Consumed (payment created), or Rejected. VRP consent: AwaitingAuthorisation -> Authorised | Rejected.
+-> Consumed (payment created), or Rejected. VRP consent: AwaitingAuthorisation -> Authorised | Rejected;
+Authorised -> Revoked when the customer revokes it (routes/admin.py), or -> Rejected when they refuse to
+re-authenticate it.
 """
 
 from __future__ import annotations

@@ -141,6 +141,16 @@ class VrpRig:
         assert answer.status_code == 200, answer.text
         return {k: int(v) for k, v in answer.json().items()}
 
+    async def customer(self, consent_id: str, action: str) -> dict[str, Any]:
+        """What the bank's customer does in their banking app: `revoke` the consent, or `revoke-refresh-token`."""
+        answer = await self.admin.post(f"/__sandbox/vrp-consents/{consent_id}/{action}")
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    def tokens_stored(self, consent_id: str) -> bool:
+        """Whether the store holds tokens for the consent (read from the store itself)."""
+        return self.store.run(lambda tx: tx.tokens.get(consent_id), write=False) is not None
+
     async def faults(self, rules: list[dict[str, Any]]) -> None:
         """Replace the sandbox's fault plan."""
         answer = await self.admin.put("/__sandbox/faults", json={"seed": 3, "rules": rules})
@@ -213,8 +223,8 @@ class VrpRig:
     # -- the approver ---------------------------------------------------------------------------------------
 
     def approval_link(self, mandate_id: str) -> str:
-        """The authorization_url published with AUTHORIZATION_REQUIRED."""
-        for event in self.events(mandate_id):
+        """The authorization_url published with the latest AUTHORIZATION_REQUIRED (a re-authorization's is newer)."""
+        for event in reversed(self.events(mandate_id)):
             if event["status"] == "AUTHORIZATION_REQUIRED":
                 return str(event["authorization_url"])
         raise AssertionError(f"no AUTHORIZATION_REQUIRED for {mandate_id}")

@@ -13,6 +13,10 @@ configured: 401. The token never reaches a log or an answer.
     GET  /admin/dead-letters/{id}                            one, with its replays and the chain
     POST /admin/dead-letters/{id}/replay                     {"reason": "...", "replayed_by": "ana", "force": false}
     GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report)
+    GET  /admin/find?employee=E&account=1234&amount=A        an employee's transfers and their final outcome
+    GET  /admin/totals?day=D | month=M | since=T&until=T     money counted once: paid, failed, outstanding, in
+                                                             progress, scheduled, not paid, per currency
+    GET  /admin/batches/{batch_id}/pain002, /admin/camt054   ISO 20022 documents (`processor.api.admin_iso`)
 
 Times are ISO 8601 with an offset (`2026-11-30T00:00:00Z`). Bad input is a 400 naming the problem; an unknown
 batch or dead letter 404; a refused action (not final yet, already replayed, in flight) 409; the store
@@ -29,6 +33,7 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import structlog
@@ -38,8 +43,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from processor.domain.file_states import FlowState
-from processor.domain.text import unsafe_character
-from processor.domain.time import Clock, SystemClock, iso_ms
+from processor.domain.ledger import day_window, month_window
+from processor.domain.text import text_problem
+from processor.domain.time import Clock, SystemClock, iso_ms, within_range
+from processor.engine.finding import Wanted, find_transfers
+from processor.engine.ledger import totals_between
 from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.retries import Correction, RetryError, retry_failed
 from processor.store import Store, StoreError, StoreTx
@@ -86,13 +94,45 @@ def _instant(request: Request, name: str) -> datetime | None:
     text = _single(request, name)
     if text is None:
         return None
+    if len(text) == 10:  # a bare day (2026-11-01) is that day's midnight UTC
+        try:
+            return day_window(text)[0]
+        except ValueError:
+            pass
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise BadRequestError(f"{name} must be an ISO 8601 time such as 2026-11-30T00:00:00Z") from None
+        raise BadRequestError(
+            f"{name} must be a day such as 2026-11-30 or an ISO 8601 time such as 2026-11-30T00:00:00Z"
+        ) from None
     if value.tzinfo is None or value.utcoffset() is None:
         raise BadRequestError(f"{name} must carry an offset (Z or +00:00)")
-    return value
+    try:
+        return within_range(value)
+    except ValueError as exc:
+        raise BadRequestError(f"{name} {exc}") from None
+
+
+def _wanted(request: Request) -> Wanted:
+    """`employee`, `account` (its last digits, at least 4) and/or `amount`: what `/admin/find` looks for."""
+    employee = _single(request, "employee")
+    account = _single(request, "account")
+    amount_text = _single(request, "amount")
+    if employee is not None:
+        _text(employee, "employee", limit=100)
+    if account is not None and not (account.isdigit() and 4 <= len(account) <= 34):
+        raise BadRequestError("account must be the last digits of an account number (at least 4)")
+    amount = None
+    if amount_text is not None:
+        try:
+            amount = Decimal(amount_text)
+        except ArithmeticError:
+            raise BadRequestError("amount must be a number such as 1500.50") from None
+        if not amount.is_finite() or amount <= 0:
+            raise BadRequestError("amount must be a positive number such as 1500.50")
+    if employee is None and account is None and amount is None:
+        raise BadRequestError("give employee, account (last digits) or amount")
+    return Wanted(employee=employee, account_last=account, amount=amount)
 
 
 def _limit(request: Request) -> int:
@@ -111,10 +151,29 @@ def _text(value: object, name: str, *, limit: int = MAX_ID, required: bool = Tru
         raise BadRequestError(f"{name} must be a non-empty string")
     if len(value) > limit:
         raise BadRequestError(f"{name} is longer than {limit} characters")
-    bad = unsafe_character(value)
+    bad = text_problem(value)
     if bad is not None:
-        raise BadRequestError(f"{name} holds a control or bidi character ({bad})")
+        raise BadRequestError(f"{name} holds {bad}")
     return value
+
+
+def window(request: Request, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """A report's window: `day=2026-11-30`, `month=2026-11`, or `since` and `until` (`since` earlier; with `now`,
+    `until` may be left out and is now)."""
+    day, month = _single(request, "day"), _single(request, "month")
+    try:
+        if day is not None:
+            return day_window(day)
+        if month is not None:
+            return month_window(month)
+    except ValueError:
+        raise BadRequestError("day must be like 2026-11-30, month like 2026-11") from None
+    since, until = _instant(request, "since"), _instant(request, "until") or now
+    if since is None or until is None:
+        raise BadRequestError("since and until are required" if now is None else "give day, month or since")
+    if until <= since:
+        raise BadRequestError("until must be later than since")
+    return since, until
 
 
 def _path_id(request: Request, name: str) -> str:
@@ -313,14 +372,25 @@ def admin_app(
         )
 
     async def reconciliation(request: Request) -> Response:
-        since, until = _instant(request, "since"), _instant(request, "until")
-        if since is None or until is None:
-            raise BadRequestError("since and until are required")
-        if until <= since:
-            raise BadRequestError("until must be later than since")
+        since, until = window(request, time.now())
         return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
 
+    async def money(request: Request) -> Response:
+        since, until = window(request, time.now())
+        totals = await store.arun(lambda tx: totals_between(tx, since, until), write=False)
+        return _ok({"since": iso_ms(since), "until": iso_ms(until), "totals": [t.as_dict() for t in totals]})
+
+    async def find(request: Request) -> Response:
+        wanted = _wanted(request)
+        found = await store.arun(lambda tx: find_transfers(tx, wanted, limit=_limit(request)), write=False)
+        return _ok({"transfers": found})
+
+    from processor.api.admin_iso import iso_routes
+
     routes = [
+        *iso_routes(store, time, guarded),
+        Route("/find", guarded(find), methods=["GET"]),
+        Route("/totals", guarded(money), methods=["GET"]),
         Route("/batches", guarded(batches), methods=["GET"]),
         Route("/batches/{batch_id:path}/retry", guarded(retry), methods=["POST"]),
         Route("/batches/{batch_id:path}", guarded(batch), methods=["GET"]),
@@ -374,6 +444,9 @@ def _cursor(text: str | None) -> tuple[datetime, str] | None:
         moment = datetime.fromisoformat(when)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
         raise BadRequestError("cursor is not one this API gave out") from None
-    if not isinstance(batch_id, str) or moment.tzinfo is None:
+    if not isinstance(batch_id, str) or moment.tzinfo is None or text_problem(batch_id) is not None:
         raise BadRequestError("cursor is not one this API gave out")
-    return moment, batch_id
+    try:
+        return within_range(moment), batch_id
+    except ValueError:
+        raise BadRequestError("cursor is not one this API gave out") from None

@@ -343,6 +343,11 @@ class EngineTable(Table):
         EngineSettings.consent_watch_interval
     )
     """Seconds between two reads of a consent awaiting its approver (a rejection whose redirect was lost)."""
+    mandate_watch_interval: Annotated[float, Range(*ENGINE_LIMITS["mandate_watch_interval"])] = (
+        EngineSettings.mandate_watch_interval
+    )
+    """Seconds between two reads of an authorised VRP mandate's consent (revoked, rejected or expired at the bank),
+    also read before a payment when the last read is older."""
 
 
 class TelemetryTable(Table):

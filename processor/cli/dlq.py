@@ -21,6 +21,7 @@ from typing import Any
 
 from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments, operator_name
 from processor.cli.common import CliError
+from processor.domain.text import printable
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,7 +58,7 @@ def _list(client: AdminClient, args: argparse.Namespace) -> int:
     while True:
         page = client.call("GET", "/dead-letters", params={"since": args.since, "batch_id": args.batch, "after": after})
         for letter in page["dead_letters"]:
-            print(json.dumps(letter, ensure_ascii=False) if args.json else _line(letter))
+            print(json.dumps(letter, ensure_ascii=False) if args.json else printable(_line(letter)))
         if page.get("next_after") is None:
             return 0
         after = page["next_after"]
@@ -68,12 +69,14 @@ def _show(client: AdminClient, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(letter, ensure_ascii=False))
         return 0
-    print(_line(letter))
+    print(printable(_line(letter)))
     print(f"  on the dead-letter topic at {letter['dead_letter']}")
     for replay in letter["replays"]:
         where = "not acknowledged" if replay["offset"] is None else f"{replay['topic']}/{replay['partition']}/"
         where += "" if replay["offset"] is None else str(replay["offset"])
-        print(f"  replayed {replay['replayed_at']} by {replay['replayed_by']} ({replay['reason']}) -> {where}")
+        print(
+            printable(f"  replayed {replay['replayed_at']} by {replay['replayed_by']} ({replay['reason']}) -> {where}")
+        )
     for again in letter["dead_lettered_again_as"]:
         print(f"  dead-lettered again as {again}")
     return 0

@@ -16,14 +16,21 @@ an unknown profile).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from processor.cli.submit import BatchFields, ExportError, Problem, check, control_sum, file_defaults
+from processor.cli.submit import (
+    BatchFields,
+    ExportError,
+    Problem,
+    check,
+    control_sum,
+    file_defaults,
+    settle_batch_id,
+)
 from processor.cli.submit_profile import explain_lines, read_profiled
 from processor.domain.export_profile import ExportProfile, ProfileError, parse_profile
 from processor.domain.export_rows import Explanation
@@ -106,8 +113,7 @@ def main(argv: list[str]) -> int:
 
 def _check_sample(profile: ExportProfile, file: Path, integrations: frozenset[str], *, explain: bool) -> bool:
     """Read one sample as `submit --profile --dry-run` would; print the verdict; True when it is valid."""
-    data = file.read_bytes()
-    defaults = file_defaults(file, hashlib.sha256(data).hexdigest(), integrations)
+    defaults = file_defaults(integrations)
     now = datetime.now(UTC)
     explained: list[Explanation] = []
     problems: list[Problem]
@@ -120,6 +126,7 @@ def _check_sample(profile: ExportProfile, file: Path, integrations: frozenset[st
             defaults=defaults,
             explain=explained.append,
         )
+        export = settle_batch_id(export)
     except ExportError as exc:
         problems = exc.problems
         summary = None

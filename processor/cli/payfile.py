@@ -48,7 +48,7 @@ from processor.domain.identity import document_content_sha256
 from processor.domain.kinds import Kind
 from processor.domain.masking import mask_account
 from processor.domain.money import money_text
-from processor.domain.outcomes import exit_code
+from processor.domain.outcomes import batch_id_problem, exit_code
 from processor.domain.schedule import Calendar
 from processor.domain.settings import ConfigError
 from processor.domain.time import iso_ms
@@ -138,8 +138,9 @@ def read_batch(path: Path) -> BatchInput:
     if not isinstance(document, dict):
         raise CliError(f"{path} must hold a JSON object (a payroll batch)")
     batch_id = readable_batch_id(document)
-    if batch_id is None:
-        raise CliError(f"{path}: batch_id is missing or not a non-empty string")
+    unfit = batch_id_problem(batch_id if batch_id is not None else document.get("batch_id"))
+    if batch_id is None or unfit is not None:
+        raise CliError(f"{path}: {unfit or 'batch_id is missing or not a non-empty string'}")
     return BatchInput(text, document, batch_id)
 
 

@@ -1,11 +1,16 @@
 """`dispersion report`: the reconciliation report for accounting, one line per transfer of every batch that ended
 (COMPLETED or FAILED) in a time window, with totals per batch and currency (through the admin API).
 
-    dispersion report --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z [--format csv|json] [--output F]
+    dispersion report --since 2026-11-01 [--until 2026-12-01] [--format csv|json] [--output F]
 
 CSV: a header line, then one line per transfer (batch_id, index, employee_reference, amount, currency, status,
 reason_code, reason_text, consent_id, file_payment_id, completed_at); the totals go to standard error (and into
-the JSON form as `totals`). Amounts have two decimals; times are UTC with milliseconds.
+the JSON form as `totals`), then the grand totals of the payrolls submitted in the window per currency (an
+original batch with its retries, each transfer counted once by its final outcome: paid, failed, outstanding, in
+progress, scheduled, not paid) and the net outstanding (`grand_totals` in JSON). Amounts have two decimals;
+times are UTC with milliseconds; `--since 2026-11-01` is that day's midnight UTC. A text cell a spreadsheet
+would run as a formula (it starts with `=`, `+`, `-`, `@`, a tab or a carriage return) is written with a leading
+`'` (OWASP's rule against CSV injection); the JSON form keeps the text as it is.
 
 Exit status: 0 written; 1 refused by the processor; 2 usage.
 """
@@ -20,14 +25,15 @@ from typing import IO, Any
 
 from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments
 from processor.cli.common import CliError
+from processor.domain.text import csv_cell
 from processor.engine.reporting import REPORT_COLUMNS
 
 
 def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion report`."""
     p = argparse.ArgumentParser(prog="dispersion report", description="Per-transfer reconciliation report.")
-    p.add_argument("--since", required=True, help="from this time (ISO 8601 with offset), inclusive")
-    p.add_argument("--until", required=True, help="to this time, exclusive")
+    p.add_argument("--since", required=True, help="from this day (2026-11-01, midnight UTC) or time, inclusive")
+    p.add_argument("--until", help="to this day or time, exclusive (default: now)")
     p.add_argument("--format", choices=("csv", "json"), default="csv")
     p.add_argument("--output", "-o", help="write to this file (default: standard output)")
     add_arguments(p)
@@ -43,7 +49,7 @@ def write(document: dict[str, Any], fmt: str, out: IO[str]) -> None:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(REPORT_COLUMNS)
     for line in document["lines"]:
-        writer.writerow(["" if line[column] is None else line[column] for column in REPORT_COLUMNS])
+        writer.writerow(["" if line[column] is None else csv_cell(line[column]) for column in REPORT_COLUMNS])
 
 
 def main(argv: list[str]) -> int:
@@ -51,7 +57,8 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         client = AdminClient.from_args(args)
-        document = client.call("GET", "/report", params={"since": args.since, "until": args.until})
+        window = {"since": args.since, **({"until": args.until} if args.until else {})}
+        document = client.call("GET", "/report", params=window)
     except CliError as exc:
         print(f"dispersion report: {exc}", file=sys.stderr)
         return 2
@@ -70,4 +77,29 @@ def main(argv: list[str]) -> int:
             f"{total['transfers_failed']} failed {total['amount_failed']}",
             file=sys.stderr,
         )
+    for line in grand_total_lines(document.get("grand_totals") or []):
+        print(line, file=sys.stderr)
     return 0
+
+
+def grand_total_lines(totals: list[dict[str, Any]]) -> list[str]:
+    """The payrolls submitted in the window, per currency, each transfer counted once (and its net outstanding)."""
+    lines: list[str] = []
+    for total in totals:
+        parts = []
+        for name, label in _BUCKETS:
+            bucket = total[name]
+            parts.append(f"{label} {bucket['transfers']} {bucket['amount']}")
+        lines.append(f"grand total {total['currency']} ({total['batches']} batches): {', '.join(parts)}")
+        lines.append(f"net outstanding {total['currency']}: {total['outstanding']['amount']}")
+    return lines
+
+
+_BUCKETS = (
+    ("paid", "paid"),
+    ("failed", "failed"),
+    ("outstanding", "outstanding"),
+    ("in_progress", "in progress"),
+    ("scheduled", "scheduled"),
+    ("not_paid", "not paid"),
+)

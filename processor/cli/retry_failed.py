@@ -28,6 +28,7 @@ from typing import Any
 from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments, operator_name
 from processor.cli.common import CliError
 from processor.domain.masking import mask_account
+from processor.domain.text import printable
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,7 +86,7 @@ def main(argv: list[str]) -> int:
     except AdminRefusalError as exc:
         print(f"dispersion retry-failed: {exc}", file=sys.stderr)
         return 1
-    print(answer["message"])
+    print(printable(answer["message"]))
     for index, retry_id in sorted(answer.get("in_flight", {}).items(), key=lambda kv: int(kv[0])):
         print(f"  transfer {index}: still in {retry_id}")
     if not answer.get("retry_batch_id"):

@@ -344,6 +344,13 @@ async def _serve(processor: Processor, sock: socket.socket) -> int:
     return await processor.run(sock, ready=ready)
 
 
+def validate_tables(config: Config) -> None:
+    """The checks the processor runs at start on the tables other parts own (`dispersion config check` runs the
+    same): a bad `[admin]` or `[console]` table is a ConfigError naming the key."""
+    config.admin  # noqa: B018
+    console_auth(config.sections.get("console"), source=config.source)
+
+
 def main(argv: list[str]) -> int:
     """Run `dispersion processor`."""
     args = parser().parse_args(argv)
@@ -351,8 +358,7 @@ def main(argv: list[str]) -> int:
     configure_logging(args.log_format, level=getattr(logging, args.log_level.upper()), instance=instance)
     try:
         config = load_config(args.config or default_config_path())
-        config.admin  # noqa: B018  (a bad [admin] table stops the start, exit 2)
-        console_auth(config.sections.get("console"), source=config.source)  # and a bad [console] table
+        validate_tables(config)
         kafka = None
         if args.role == "all":
             kafka = settings_from(

@@ -8,6 +8,8 @@
 `--profile NAME` reads the ERP's own export (CSV in any encoding and number format, or `.xlsx`) through the
 configuration's `[exports.NAME]` profile (`processor.cli.submit_profile`; docs/submit.md, "Bring your ERP's export");
 `--explain` prints how its first rows were read (ERP column -> our field -> value) before the result line.
+An ISO 20022 `pain.001` (`FILE.xml`) becomes one batch per payment information block (`processor.cli.submit_iso`;
+docs/submit.md, "From an ERP that speaks ISO 20022").
 
 The export is read and checked completely before anything is sent: every unreadable or invalid row is reported
 (with its line in the file) and, if there is any, nothing is produced (exit 1). A valid batch is encoded as Avro
@@ -24,7 +26,6 @@ from __future__ import annotations
 import argparse
 import codecs
 import csv
-import hashlib
 import io
 import re
 import sys
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Literal
 
 from processor.domain.batch import (
     DEFAULT_DESTINATION_ACCOUNT_TYPE,
@@ -52,9 +53,12 @@ from processor.domain.export_profile import (
     REQUIRED_COLUMNS,
     ROW_COLUMNS,
     ExportProfile,
+    kind_mismatch,
     sniff_delimiter,
 )
+from processor.domain.identity import payroll_id
 from processor.domain.money import money_text
+from processor.domain.outcomes import batch_id_problem
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
 
@@ -171,22 +175,33 @@ class _CountingReader(io.RawIOBase):
         return len(data)
 
 
-def _normalise(name: str) -> str:
+def normalise_column(name: str) -> str:
+    """A header as our layout matches it: trimmed, lower case, runs of spaces and hyphens as `_`."""
     return re.sub(r"[\s\-]+", "_", name.strip().lower())
 
 
-def default_batch_id(path: Path, digest: str) -> str:
-    """`<file name without extension>-<first 16 hex digits of its SHA-256>`: the same file submitted twice is the
-    same batch (the processor ignores the repeat), a changed file is a new one."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-") or "export"
-    return f"{stem[:60]}-{digest[:16]}"
+# The batch id a reader uses until the export is read: then `settle_batch_id` puts the id derived from what the
+# payroll pays in its place (`processor.domain.identity.payroll_id`).
+FROM_CONTENT: Final = "(from the transfers)"
 
 
-def file_defaults(path: Path, digest: str, integrations: Collection[str] | None) -> BatchFields:
-    """The defaults of docs/submit.md: the batch id from the file (`default_batch_id`), the integration when the
-    configuration has exactly one."""
+def file_defaults(integrations: Collection[str] | None) -> BatchFields:
+    """The defaults of docs/submit.md: the batch id from the business content (`settle_batch_id`), the integration
+    when the configuration has exactly one."""
     only = sorted(integrations)[0] if integrations and len(integrations) == 1 else None
-    return BatchFields(batch_id=default_batch_id(path, digest), integration=only)
+    return BatchFields(batch_id=FROM_CONTENT, integration=only)
+
+
+def settle_batch_id(export: Export) -> Export:
+    """An export read without a batch id gets `payroll-<SHA-256 prefix of its origin and transfers>` (and its
+    file reference, when that defaulted to the batch id, the same): a re-saved or re-exported file is the same
+    batch, whatever its bytes or name."""
+    batch = export.batch
+    if batch.batch_id != FROM_CONTENT:
+        return export
+    batch_id = payroll_id(batch)
+    reference = batch_id[:40] if batch.file_reference == FROM_CONTENT[:40] else batch.file_reference
+    return replace(export, batch=replace(batch, batch_id=batch_id, file_reference=reference))
 
 
 def read_csv(
@@ -208,7 +223,7 @@ def read_csv(
         header = next(rows)
     except StopIteration:
         raise ExportError([Problem(None, "header", "the file is empty")]) from None
-    names = [_normalise(name) for name in header]
+    names = [normalise_column(name) for name in header]
     if names and names[0].startswith("\ufeff"):
         names[0] = names[0][1:]
     index = {name: position for position, name in reversed(list(enumerate(names)))}
@@ -380,6 +395,9 @@ def check(
     With `now`, an `execute_on` is checked as the processor will check it (the integration's calendar, else UTC)."""
     problems: list[Problem] = list(export.problems)
     batch = export.batch
+    unfit = batch_id_problem(batch.batch_id)
+    if unfit is not None:
+        problems.append(Problem(None, "batch_id", unfit))
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(Problem(None, "integration", f"{batch.integration!r} is not configured (configured: {known})"))
@@ -449,21 +467,29 @@ def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion submit`."""
     p = argparse.ArgumentParser(
         prog="dispersion submit",
-        description="Turn an ERP payroll export (CSV or JSON) into a payroll.batches event; validated first.",
+        description="Turn an ERP payroll export (CSV, JSON or pain.001) into payroll.batches events; validated first.",
         epilog="CSV layout: docs/submit.md. Nothing is produced when any row is invalid.",
     )
-    p.add_argument("export", type=Path, help="the export file (.csv or .json)")
+    p.add_argument("export", type=Path, help="the export file (.csv, .json, .xlsx, or a pain.001 .xml)")
     p.add_argument("--config", help="configuration file (default: $DISPERSION_CONFIG, or ./dispersion.toml if present)")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic", help="topic to produce to (default: payroll.batches, or its [kafka.topics] name)")
-    p.add_argument("--format", choices=("csv", "json"), help="default: from the file extension")
+    p.add_argument(
+        "--format",
+        choices=("csv", "json", "xlsx", "xml"),
+        help="default: from the extension (.json, .xlsx/.xlsm, .xml: pain.001, else csv)",
+    )
     p.add_argument(
         "--delimiter", type=_delimiter, help="CSV delimiter (default: detected from the header: ',', ';' or tab)"
     )
     p.add_argument("--encoding", type=_encoding, help="CSV text encoding (default utf-8-sig: UTF-8, BOM allowed)")
     p.add_argument("--profile", help="read the export through the configuration's [exports.NAME] profile")
-    p.add_argument("--explain", action="store_true", help="with --profile: show how the first rows were read")
-    p.add_argument("--batch-id", help="default: the batch_id column, else <file name>-<SHA-256 prefix>")
+    p.add_argument(
+        "--explain", action="store_true", help="with --profile or a pain.001: show how the first rows were read"
+    )
+    p.add_argument(
+        "--batch-id", help="default: the batch_id column, else payroll-<SHA-256 prefix of the origin and transfers>"
+    )
     p.add_argument("--integration", help="bank configuration (default: the column, or the only configured one)")
     p.add_argument("--file-reference", help="FileReference (default: the column, else the batch id)")
     p.add_argument("--origin-account", help="origin account number (default: the origin_account_number column)")
@@ -506,19 +532,29 @@ def _read(
     progress: Progress,
     profile: ExportProfile | None = None,
 ) -> Export:
-    fmt = args.format or ("json" if args.export.suffix.lower() == ".json" else "csv")
+    fmt = args.format or kind_by_extension(args.export.name)
     size = args.export.stat().st_size
     now = datetime.now(UTC)
     requested_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
+    if profile is None and fmt == "xlsx":
+        from processor.cli.submit_profile import workbook_profile
+
+        profile = workbook_profile(args.export)  # a workbook in our own layout: our column names in its first row
     if profile is not None:
         from processor.cli.submit_profile import read_for_submit
 
         export = read_for_submit(args, profile, fields, defaults, requested_at=requested_at, progress=progress.update)
-        return replace(export, size=size)
+        return replace(settle_batch_id(export), size=size)
+    with args.export.open("rb") as opened:
+        mismatch = kind_mismatch(args.export.name, fmt, opened.read(8))
+    if mismatch is not None:
+        raise ExportError([Problem(None, "file", mismatch)])
     if fmt == "json":
         data = args.export.read_bytes()
         progress.update(f"read {size:,} bytes", force=True)
-        return replace(read_json(data, fields, requested_at=requested_at, defaults=defaults), size=size)
+        return replace(
+            settle_batch_id(read_json(data, fields, requested_at=requested_at, defaults=defaults)), size=size
+        )
     with args.export.open("rb") as raw:
         counter = _CountingReader(raw)
         text = io.TextIOWrapper(io.BufferedReader(counter), encoding=args.encoding or "utf-8-sig", newline="")
@@ -535,7 +571,15 @@ def _read(
         )
         # the updates above are throttled (the first row often reads the whole file): the real count, once
         progress.update(f"read {args.export.name}: {len(export.batch.transactions):,} rows 100%", force=True)
-    return replace(export, size=size)
+    return replace(settle_batch_id(export), size=size)
+
+
+def kind_by_extension(name: str) -> Literal["csv", "json", "xlsx"]:
+    """How a file is read when nothing says otherwise: `.json` as JSON, `.xlsx`/`.xlsm` as a workbook, else CSV."""
+    lowered = name.lower()
+    if lowered.endswith(".json"):
+        return "json"
+    return "xlsx" if lowered.endswith((".xlsx", ".xlsm")) else "csv"
 
 
 def _chain(first: str, rest: IO[str]) -> Iterator[str]:
@@ -558,6 +602,14 @@ def main(argv: list[str]) -> int:
 
     try:
         context = _context(args)
+    except ConfigError as exc:
+        print(f"dispersion submit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from processor.cli.submit_iso import is_pain001, submit_pain001
+
+    if is_pain001(args):
+        return submit_pain001(args, context, progress)
+    try:
         profile = None
         if args.profile is not None or args.explain:
             from processor.cli.submit_profile import profile_for_submit
@@ -567,11 +619,12 @@ def main(argv: list[str]) -> int:
         print(f"dispersion submit: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        digest = hashlib.sha256(args.export.read_bytes()).hexdigest()
+        with args.export.open("rb"):
+            pass  # readable: a missing or unreadable file is a bad argument (exit 2)
     except OSError as exc:
         print(f"dispersion submit: cannot read {args.export}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    defaults = file_defaults(args.export, digest, context.integrations)
+    defaults = file_defaults(context.integrations)
     fields = BatchFields(
         batch_id=args.batch_id,
         integration=args.integration,
@@ -611,12 +664,21 @@ def main(argv: list[str]) -> int:
 
 
 def _produce(
-    args: argparse.Namespace, context: _Context, batch: PayrollBatch, summary: str, progress: Progress, started: float
+    args: argparse.Namespace,
+    context: _Context,
+    batch: PayrollBatch,
+    summary: str,
+    progress: Progress,
+    started: float,
+    *,
+    note: bool = True,
+    source: str = SOURCE,
 ) -> int:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import KafkaError, Message
 
     import schemas
     from consumers.records import batch_record
+    from producers.clients import new_producer
     from producers.kafka import KafkaSetupError, producer_config, settings_from
     from schemas.topics import BATCHES_TOPIC
 
@@ -630,13 +692,13 @@ def _produce(
     topic = args.topic or settings.topic(BATCHES_TOPIC)
     progress.update("encoding", force=True)
     try:
-        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=SOURCE), topic)
+        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=source), topic)
     except schemas.RegistryUnavailableError as exc:
         progress.done("")
         print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
         return EXIT_KAFKA
     progress.update(f"producing {len(value):,} bytes to {topic}", force=True)
-    producer = Producer(
+    producer = new_producer(
         producer_config(
             settings,
             "submit",
@@ -660,7 +722,7 @@ def _produce(
     message = outcome[0][1]
     progress.done(f"done in {time.monotonic() - started:.1f} s")
     print(f"submitted {summary} -> {topic} partition {message.partition()} offset {message.offset()}")
-    if not args.quiet:
+    if note and not args.quiet:
         print(
             f"note: batch {batch.batch_id} is identified by its content (not by when it was sent): submitting the same "
             "export again is recognised as the same batch and paid at most once; the same batch id with other "

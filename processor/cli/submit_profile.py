@@ -14,10 +14,20 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from processor.cli.submit import BatchFields, Export, ExportError, Problem, read_csv
-from processor.domain.export_profile import CONSTANTS, ExportProfile, ProfileError, format_for, parse_profile
+from processor.cli.submit import BatchFields, Export, ExportError, Problem, normalise_column, read_csv
+from processor.domain.export_profile import (
+    BATCH_COLUMNS,
+    CONSTANTS,
+    REQUIRED_COLUMNS,
+    ROW_COLUMNS,
+    ColumnRef,
+    ExportProfile,
+    ProfileError,
+    format_for,
+    parse_profile,
+)
 from processor.domain.export_rows import Explanation, MappingResult, RowMapper, RowProblem
 from processor.domain.settings import ConfigError
 from processor.exports import ExportFileError, read_rows
@@ -75,6 +85,34 @@ def read_for_submit(
         explain=explain if args.explain else None,
         on_row=lambda count: progress(f"reading {path.name}: {count:,} rows"),
     )
+
+
+def workbook_profile(path: Path) -> ExportProfile:
+    """The profile of a workbook in our own layout (`submit export.xlsx` without `--profile`): the first sheet's
+    first row holds our column names (docs/submit.md, "CSV layout", matched as there); ExportError naming the
+    required columns it lacks."""
+    header: list[str] = []
+    row = 1
+    try:
+        for number, cells in read_rows(path, ExportProfile("(our columns)", {}, format="xlsx")):
+            if any(isinstance(cell, str) and cell.strip() for cell in cells):
+                row = number
+                header = [cell if isinstance(cell, str) else "" for cell in cells]
+                break
+    except ExportFileError as exc:
+        raise ExportError([Problem(None, "file", str(exc))]) from None
+    known = {*REQUIRED_COLUMNS, *ROW_COLUMNS, *BATCH_COLUMNS}
+    columns: dict[str, ColumnRef] = {}
+    for text in header:
+        name = normalise_column(text)
+        if name in known and name not in columns:
+            columns[name] = ColumnRef(name=text.strip())
+    missing = [name for name in REQUIRED_COLUMNS if name not in columns]
+    if missing:
+        why = "required column is missing from the header row (our layout; the ERP's own headers need --profile)"
+        raise ExportError([Problem(row, name, why, UNIT) for name in missing])
+    source: Literal["file", "column"] = "column" if "batch_id" in columns else "file"
+    return ExportProfile("(our columns)", columns, format="xlsx", batch_id=source)
 
 
 def profile_named(exports: object, name: str, source: str) -> ExportProfile:

@@ -204,8 +204,8 @@ def _report_mandate(vrp: VrpEngine, mandate: VrpMandate) -> int:
         reason = f": {mandate.last_error}" if mandate.last_error else ""
         print(f"mandate {mandate.mandate_id}: {state}{reason}")
         return ENDED
-    if state == Mandate.AWAITING_AUTHORIZATION:
-        print(f"mandate {mandate.mandate_id}: AWAITING_AUTHORIZATION (consent {mandate.consent_id})")
+    if state in (Mandate.AWAITING_AUTHORIZATION, Mandate.REAUTHORIZATION_REQUIRED):
+        print(f"mandate {mandate.mandate_id}: {state} (consent {mandate.consent_id})")
         print(f"approval link: {vrp.approval_url(mandate)}")
     else:
         note = f" (last error: {mandate.last_error})" if mandate.last_error else ""

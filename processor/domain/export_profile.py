@@ -261,3 +261,41 @@ class _ProfileReader:
             self.fail(key, f"must be one of {shown}, not {value!r}")
             return None
         return value if isinstance(value, str) else None
+
+
+# What a file's first bytes say it is: a ZIP container (an .xlsx workbook), an OLE2 compound file (an Excel
+# 97-2003 .xls workbook), a JSON document, or text (read as CSV).
+FileKind = Literal["xlsx", "xls", "json", "csv"]
+_KIND_NAMES: Final = {
+    "xlsx": "an .xlsx workbook (a ZIP file)",
+    "xls": "an Excel 97-2003 workbook (.xls)",
+    "json": "a JSON document",
+    "csv": "text (CSV)",
+}
+
+
+def sniff_kind(head: bytes) -> FileKind:
+    """The kind of file its first bytes show (see `FileKind`)."""
+    if head.startswith(b"PK\x03\x04"):
+        return "xlsx"
+    if head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
+        return "xls"
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    return "json" if text[:1] in (b"{", b"[") else "csv"
+
+
+def kind_mismatch(file_name: str, expected: Literal["csv", "json", "xlsx"], head: bytes) -> str | None:
+    """A clear message when a file read as `expected` (from its extension, `--format` or the profile) is another
+    kind of file; None when it is what it is named. Text that starts like JSON is left to the CSV reader when CSV
+    is expected (a header cell may start with a bracket)."""
+    found = sniff_kind(head)
+    if found == expected or (expected == "csv" and found == "json"):
+        return None
+    if found == "xls":
+        return f"{file_name} is {_KIND_NAMES['xls']}, which cannot be read: save it as .xlsx"
+    fixes = {
+        "xlsx": "name it .xlsx (it is read as a workbook with or without an export profile)",
+        "json": "name it .json",
+        "csv": "name it .csv (or set the profile's format)",
+    }
+    return f"{file_name} is read as {expected} but is {_KIND_NAMES[found]}: {fixes[found]}"

@@ -7,6 +7,7 @@ batch id reused with other transfers, another origin or another file reference i
     content_sha256(batch)                 # a parsed PayrollBatch
     document_content_sha256(document)     # any batch document (JSON or Avro form), parsed or not
     request_content_sha256(document)      # a VRP mandate request or payment instruction (normalised form)
+    payroll_id(batch)                     # the default batch id: what the payroll pays, not the file's bytes
 
 Amounts are compared as numbers (`1.5` and `1.50` are the same amount); absent account types take their defaults
 before hashing, so the JSON and Avro forms of one export hash alike. Pure: no I/O.
@@ -96,3 +97,21 @@ def request_content_sha256(document: Mapping[str, Any]) -> str:
     """The business-content hash of a VRP mandate request or payment instruction in its normalised form
     (`document()` of `processor.domain.vrp_requests`): everything but `requested_at` and `source`."""
     return _digest(_plain({k: v for k, v in document.items() if k not in VOLATILE_FIELDS}))
+
+
+# The prefix of a batch id derived from what the payroll pays (`payroll_id`).
+PAYROLL_ID_PREFIX: Final = "payroll-"
+
+
+def payroll_id(batch: PayrollBatch) -> str:
+    """The default batch id of an export: `payroll-` and the first 16 hex digits of the SHA-256 of its origin
+    account and transfers (and `execute_on` when it has one), never of the file's bytes or name. A re-saved
+    workbook, a re-run of the ERP's export or the same rows in another format give the same id (and so the same
+    batch, paid at most once); any other transfer, amount or origin gives another."""
+    document: dict[str, Any] = {
+        "origin": [batch.origin.number, batch.origin.type, batch.origin.currency],
+        "transfers": content_document(batch)["transfers"],
+    }
+    if batch.execute_on is not None:
+        document["execute_on"] = batch.execute_on.isoformat()
+    return PAYROLL_ID_PREFIX + _digest(document)[:16]

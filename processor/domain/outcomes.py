@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from processor.domain.money import CENT
+from processor.domain.text import text_problem
 
 RETRY_SUFFIX: Final = re.compile(r"^(?P<original>.+)\.retry-(?P<number>[1-9][0-9]*)$")
 # An ISO 20022 external status reason code (AC04, AM04, MS03, NARR) opens a rejected line's reason.
@@ -66,6 +67,25 @@ def retry_of(batch_id: str) -> str | None:
     """The batch a retry batch (`ID.retry-N`) retries, or None for any other batch id."""
     match = RETRY_SUFFIX.match(batch_id)
     return match["original"] if match else None
+
+
+MAX_BATCH_ID = 200
+
+
+def batch_id_problem(value: object, *, retry: bool = False) -> str | None:
+    """Why `value` cannot be a batch id at intake, or None: not a non-empty string of at most 200 characters,
+    a control, bidi or lone surrogate character, or the `.retry-N` suffix reserved for retry batches (only
+    `retry=True`, the retry command's own batches, may carry it)."""
+    if not isinstance(value, str) or not value.strip():
+        return "batch_id is missing or not a non-empty string"
+    if len(value) > MAX_BATCH_ID:
+        return f"batch_id is longer than {MAX_BATCH_ID} characters"
+    problem = text_problem(value)
+    if problem is not None:
+        return f"batch_id holds {problem}"
+    if not retry and RETRY_SUFFIX.match(value):
+        return f"batch_id {value!r} ends in .retry-N, which is reserved for retry batches (dispersion retry-failed)"
+    return None
 
 
 def retry_batch_id(original: str, number: int) -> str:

@@ -27,6 +27,7 @@ class Wait(StrEnum):
     POLL = "poll"  # doubling from the engine's poll_first up to poll_max (a payment the bank is working on)
     CHECK = "check"  # poll_max, never past the authorization deadline (a parked payment)
     WATCH = "watch"  # consent_watch_interval, never past the deadline (a consent awaiting its approver is read)
+    MANDATE = "mandate"  # mandate_watch_interval, never past the deadline (an authorised mandate's consent is read)
     EXECUTE_ON = "execute_on"  # until the start of a scheduled batch's day (its integration's time zone), or now
 
 

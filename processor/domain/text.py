@@ -23,3 +23,33 @@ def unsafe_character(text: str) -> str | None:
 def any_unsafe(texts: str) -> bool:
     """Whether a text (or several joined) holds any such character: one C-speed scan."""
     return _UNSAFE.search(texts) is not None
+
+
+def text_problem(text: str) -> str | None:
+    """What makes `text` unfit for an identifier or a one-line free text, or None: a lone surrogate (not valid
+    Unicode: no store or encoder takes it) or a control or bidi formatting character."""
+    for position, char in enumerate(text, 1):
+        if "\ud800" <= char <= "\udfff":
+            return f"a lone surrogate (U+{ord(char):04X} at position {position}, not valid Unicode)"
+    where = unsafe_character(text)
+    return None if where is None else f"a control or bidi character ({where})"
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on one terminal line: control, bidi and surrogate characters shown as `\\u....`
+    escapes (an ESC sequence or a newline in a stored id must not forge a line of output)."""
+    if _UNSAFE.search(text) is None and not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    return "".join(f"\\u{ord(c):04x}" if _UNSAFE.match(c) or "\ud800" <= c <= "\udfff" else c for c in text)
+
+
+# OWASP "CSV injection": a cell a spreadsheet would run as a formula starts with one of these.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A value as a CSV cell that no spreadsheet runs as a formula: text that starts with `=`, `+`, `-`, `@`, a tab
+    or a carriage return gets a leading `'` (OWASP's rule); other values are returned as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value

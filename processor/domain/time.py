@@ -39,3 +39,18 @@ def iso_ms(moment: datetime) -> str:
     """ISO 8601 UTC with milliseconds and `Z`, e.g. `2026-11-02T09:00:00.000Z`."""
     moment = utc_ms(moment)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+EARLIEST, LATEST = datetime(1900, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def within_range(moment: datetime) -> datetime:
+    """`moment` in UTC when it lies between 1900 and 9000 (a query's time bound), else ValueError: the extremes
+    (`0001-01-01T00:00:00+01:00`, `9999-12-31`) overflow once converted or a day is added to them."""
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range (years 1900 to 8999)") from None
+    if not EARLIEST <= utc < LATEST:
+        raise ValueError("is out of range (years 1900 to 8999)")
+    return utc

@@ -6,7 +6,7 @@ Batch rules (issue `index` is None):
 - `invalid_origin_account`: origin number not 1-34 ASCII letters/digits, type not in `origin_account_types`
   (default `MONETARY`), currency not three upper-case letters (ISO 4217 shape).
 - `invalid_file_reference`: empty, longer than `max_file_reference_length` (default 40, Open Banking's
-  Max40Text) or not valid Unicode.
+  Max40Text), not valid Unicode, or holding a control or bidi character (the bank shows it to the approver).
 
 Row rules (issue `index` is the transaction's position, from 0):
 - `invalid_amount`: NaN or infinite (only possible for batches built in code; parsing refuses them).
@@ -307,13 +307,19 @@ def _check_batch(batch: PayrollBatch, limits: ValidationLimits, count: int, issu
             )
         )
     reference = batch.file_reference
-    if not reference.strip() or len(reference) > limits.max_file_reference_length or not _is_text(reference):
+    if (
+        not reference.strip()
+        or len(reference) > limits.max_file_reference_length
+        or not _is_text(reference)
+        or unsafe_character(reference) is not None
+    ):
         issues.append(
             Issue(
                 None,
                 "file_reference",
                 Reason.INVALID_FILE_REFERENCE,
-                f"must be 1-{limits.max_file_reference_length} characters of valid Unicode",
+                f"must be 1-{limits.max_file_reference_length} characters of valid Unicode, without control or bidi"
+                " characters",
             )
         )
 

@@ -8,7 +8,14 @@ Mandate (one VRP consent, authorised once), keyed by `mandate_id`:
                            └──▶ EXPIRED           (authorization deadline passed)
                            └──▶ RECEIVED          (consent authorised at the bank, tokens lost: a new consent)
 
-A request that fails validation is stored directly as INVALID.
+    AUTHORIZED ──▶ REAUTHORIZATION_REQUIRED ──▶ AUTHORIZED   (tokens could not be refreshed: the approver again)
+        │                  │
+        └──────────────────┴──▶ REVOKED | REJECTED | EXPIRED  (the consent read Revoked / Rejected / Expired at
+                                                              the bank; past valid_to; no re-authorization in time)
+
+A request that fails validation is stored directly as INVALID. An AUTHORIZED mandate's consent is read every
+`mandate_watch_interval` (and before a payment when the last read is older); REAUTHORIZATION_REQUIRED is watched
+like AWAITING_AUTHORIZATION (its approval link works; its deadline is `authorization_deadline` from entering it).
 
 Payment (one domestic VRP under a mandate), keyed by `payment_id`:
 
@@ -45,6 +52,8 @@ class Mandate(StrEnum):
     RECEIVED = "RECEIVED"
     AWAITING_AUTHORIZATION = "AWAITING_AUTHORIZATION"
     AUTHORIZED = "AUTHORIZED"
+    REAUTHORIZATION_REQUIRED = "REAUTHORIZATION_REQUIRED"
+    REVOKED = "REVOKED"
     REJECTED = "REJECTED"
     EXPIRED = "EXPIRED"
     INVALID = "INVALID"
@@ -87,7 +96,19 @@ MANDATE_TABLE: dict[Mandate, Rule[Mandate]] = {
         Wait.WATCH,
         Approval.AWAITING,
     ),
-    _M.AUTHORIZED: Rule(None, frozenset(), approval=Approval.AUTHORIZED),
+    _M.AUTHORIZED: Rule(
+        "watch_mandate",
+        frozenset({_M.REAUTHORIZATION_REQUIRED, _M.REVOKED, _M.REJECTED, _M.EXPIRED}),
+        Wait.MANDATE,
+        Approval.AUTHORIZED,
+    ),
+    _M.REAUTHORIZATION_REQUIRED: Rule(
+        "watch_reauthorization",
+        frozenset({_M.AUTHORIZED, _M.REVOKED, _M.REJECTED, _M.EXPIRED}),
+        Wait.WATCH,
+        Approval.AWAITING,
+    ),
+    _M.REVOKED: Rule(None, frozenset(), approval=Approval.ENDED),
     _M.REJECTED: Rule(None, frozenset(), approval=Approval.REJECTED),
     _M.EXPIRED: Rule(None, frozenset(), approval=Approval.EXPIRED),
     _M.INVALID: Rule(None, frozenset(), approval=Approval.ENDED),
@@ -96,13 +117,17 @@ MANDATE_TABLE: dict[Mandate, Rule[Mandate]] = {
 MANDATE_PUBLISHES: dict[Mandate, VrpStatus] = {
     Mandate.AWAITING_AUTHORIZATION: VrpStatus.AUTHORIZATION_REQUIRED,
     Mandate.AUTHORIZED: VrpStatus.AUTHORIZED,
+    Mandate.REAUTHORIZATION_REQUIRED: VrpStatus.AUTHORIZATION_REQUIRED,
+    Mandate.REVOKED: VrpStatus.REJECTED,  # the reason and bank_status `Revoked` say it was revoked
     Mandate.REJECTED: VrpStatus.REJECTED,
     Mandate.EXPIRED: VrpStatus.EXPIRED,
     Mandate.INVALID: VrpStatus.INVALID,
 }
 
 # Mandate statuses only move forward on their key (the outbox enforces it with these ranks); payment
-# statuses share the mandate's key and are unranked: a payment's own order is kept by its state machine.
+# statuses share the mandate's key and are unranked: a payment's own order is kept by its state machine. So are
+# the re-authorization's AUTHORIZATION_REQUIRED and the AUTHORIZED after it (`mandate_move_ranked`): they repeat
+# statuses already published, and the end (rank 100) still comes after them.
 MANDATE_STATUS_RANKS: dict[VrpStatus, int] = {
     VrpStatus.AUTHORIZATION_REQUIRED: 10,
     VrpStatus.AUTHORIZED: 20,
@@ -168,6 +193,14 @@ def move_mandate(current: str, target: Mandate, *, replacing: bool = False) -> V
     if replacing and target is Mandate.AWAITING_AUTHORIZATION:
         return None
     return MANDATE_PUBLISHES.get(target)
+
+
+def mandate_move_ranked(current: str, target: Mandate) -> bool:
+    """Whether the status of this mandate move is ranked (False: the re-authorization's repeated statuses)."""
+    return not (
+        target is Mandate.REAUTHORIZATION_REQUIRED
+        or (current == Mandate.REAUTHORIZATION_REQUIRED and target is Mandate.AUTHORIZED)
+    )
 
 
 def move_payment(current: str, target: Payment, status: VrpStatus | None) -> None:

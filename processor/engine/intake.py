@@ -27,6 +27,7 @@ from processor.bank.integration import Integration
 from processor.domain.batch import BatchParseError, batch_from_dict, loads_exact
 from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.identity import content_sha256, document_content_sha256
+from processor.domain.outcomes import batch_id_problem
 from processor.domain.payload import build_file_payload
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
@@ -117,13 +118,19 @@ def prepare_batch(
     limits: ValidationLimits = DEFAULT_LIMITS,
     now: datetime | None = None,
     calendars: Mapping[str, Calendar] | None = None,
+    retry: bool = False,
 ) -> PreparedBatch:
     """Parse and validate a batch and compute its file metadata; every bad row is named in `reason`. With `now`,
-    an `execute_on` is checked against the integration's calendar (`calendars`; UTC when it has none)."""
+    an `execute_on` is checked against the integration's calendar (`calendars`; UTC when it has none). A batch id
+    that is unfit (control or bidi characters, the reserved `.retry-N` suffix unless `retry`) is not storable:
+    it comes back without an id, for the caller to refuse or dead-letter, so it can never block a real retry."""
     document, not_json = _document(raw)
     batch_id = readable_batch_id(document)
     if batch_id is None:
         return PreparedBatch(None, "", "", not_json or "batch_id is missing or not a non-empty string")
+    unfit = batch_id_problem(batch_id, retry=retry)
+    if unfit is not None:
+        return PreparedBatch(None, "", "", unfit)
     text = _as_text(raw)
     if not_json is not None:
         return PreparedBatch(batch_id, "", text, not_json, content_sha256=sha256_hex(text))

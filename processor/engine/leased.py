@@ -202,8 +202,8 @@ class LeasedFlow(Generic[T]):
     ) -> datetime:
         """When a row waiting in `state` is looked at again, by the table's `wait` for it: a pending payment
         after doubling waits (`attempt`), a check every `poll_max` (a consent awaiting its approver: every
-        `consent_watch_interval`) never past the `deadline`, or (a scheduled payment) `not_before`, the start of its
-        day."""
+        `consent_watch_interval`, an authorised mandate's every `mandate_watch_interval`) never past the
+        `deadline`, or (a scheduled payment) `not_before`, the start of its day."""
         rule = self.rule(state)
         wait = None if rule is None else rule.wait
         settings = self.ctx.settings
@@ -211,7 +211,11 @@ class LeasedFlow(Generic[T]):
             return now if not_before is None else max(now, not_before)
         if wait is Wait.POLL:
             return now + timedelta(seconds=settings.poll_delay(attempt))
-        every = settings.consent_watch_interval if wait is Wait.WATCH else settings.poll_max
+        every = settings.poll_max
+        if wait is Wait.WATCH:
+            every = settings.consent_watch_interval
+        elif wait is Wait.MANDATE:
+            every = settings.mandate_watch_interval
         later = now + timedelta(seconds=every)
         return later if deadline is None else min(later, deadline)
 

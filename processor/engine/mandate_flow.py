@@ -3,6 +3,10 @@
     RECEIVED                create_consent       B1 the VRP consent  -> AWAITING_AUTHORIZATION (AUTHORIZATION_REQUIRED)
     AWAITING_AUTHORIZATION  watch_authorization  read the consent; Rejected at the bank -> REJECTED, deadline -> EXPIRED
                             (the approver; `MandateAuthorizationHooks` move it to AUTHORIZED or REJECTED)
+    AUTHORIZED              watch_mandate        read the consent every mandate_watch_interval (`mandate_watch`):
+                                                 Revoked / Rejected / Expired at the bank, or valid_to passed, ends it
+    REAUTHORIZATION_REQUIRED watch_reauthorization  as watch_authorization, Revoked also ends it; the approver's
+                                                 new authorization (same consent) moves it back to AUTHORIZED
 
 B1 is a guarded side effect (`processor.engine.side_effect`): a lost answer is resolved by repeating it with the
 same key and the same body, so a mandate has one consent at the bank.
@@ -10,7 +14,7 @@ same key and the same body, so a mandate has one consent at the bank.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -26,13 +30,22 @@ from processor.domain.vrp_states import Mandate, move_mandate
 from processor.engine.authorization import PendingAuthorization, approval_link
 from processor.engine.consent_watch import look_at_consent
 from processor.engine.leased import LeasedFlow
+from processor.engine.mandate_watch import ENDED_AT_BANK, check_mandate, end_mandate_tx
 from processor.engine.side_effect import Guarded, Refusal
-from processor.engine.vrp_moves import consent_created_at, mandate_request, move_mandate_tx, settle_parked_payments
+from processor.engine.vrp_moves import (
+    consent_created_at,
+    mandate_request,
+    move_mandate_tx,
+    settle_parked_payments,
+    wake_queued_payments,
+)
 from processor.store import Operation, StoreTx, VrpMandate
 
 log = structlog.get_logger("processor.engine.vrp")
 
 BANK_AUTHORISED = "Authorised"
+# The states in which the approval link works: the first authorization, and asking the approver again.
+_ASKING = frozenset({Mandate.AWAITING_AUTHORIZATION, Mandate.REAUTHORIZATION_REQUIRED})
 
 
 class MandateStateError(RuntimeError):
@@ -148,14 +161,49 @@ class MandateFlow(LeasedFlow[VrpMandate]):
         log.info("mandate ended while awaiting authorization", mandate_id=mandate.mandate_id, state=target.value)
         return await self.ctx.store.arun(end)
 
+    async def watch_mandate(self, mandate: VrpMandate, owner: str) -> VrpMandate:
+        """AUTHORIZED: read the consent every `mandate_watch_interval`; ended at the bank or past `valid_to`: the
+        mandate ends and its tokens are deleted (`processor.engine.mandate_watch`)."""
+        return await check_mandate(self, mandate, owner=owner)
+
+    async def watch_reauthorization(self, mandate: VrpMandate, owner: str) -> VrpMandate:
+        """REAUTHORIZATION_REQUIRED: read the consent every `consent_watch_interval` while the approver is asked
+        again; Revoked, Rejected or Expired at the bank ends the mandate, and so does the deadline (EXPIRED)."""
+        look = await look_at_consent(
+            self,
+            key=mandate.mandate_id,
+            state=mandate.state,
+            integration=mandate.integration,
+            consent_id=mandate.consent_id,
+            deadline=mandate.authorization_deadline,
+        )
+        bank_status = look.bank_status
+        if bank_status in ENDED_AT_BANK and look.ending is None:
+            target, reason = ENDED_AT_BANK[bank_status], f"the consent is {bank_status} at the bank"
+        elif look.ending is not None:
+            target, reason = Mandate(look.ending.value), look.reason.replace("authorise", "authorise again")
+        else:
+            return await self.update(
+                mandate, owner, bank_status=bank_status or mandate.bank_status, next_action_at=look.next_at
+            )
+        now = self.now()
+        log.warning("mandate ended while awaiting re-authorization", mandate_id=mandate.mandate_id, state=target)
+        return await self.ctx.store.arun(
+            lambda tx: end_mandate_tx(tx, mandate, target, reason=reason, now=now, owner=owner, bank_status=bank_status)
+        )
+
 
 class MandateAuthorizationHooks:
     """The `Kind.MANDATE` hooks of the authorization registry (`processor.engine.authorization.FlowKinds`).
 
-    The approval link of a mandate works while it is AWAITING_AUTHORIZATION with a consent and before its
-    authorization deadline; the callback's outcome moves it to AUTHORIZED (tokens stored in the same
-    transaction by the caller) or REJECTED, publishing the status.
+    The approval link of a mandate works while it is AWAITING_AUTHORIZATION (or REAUTHORIZATION_REQUIRED) with a
+    consent and before its authorization deadline; the callback's outcome moves it to AUTHORIZED (tokens stored in
+    the same transaction by the caller) or REJECTED, publishing the status. `watch_every`: the engine's
+    `mandate_watch_interval` (an authorised mandate's first watch is due after it).
     """
+
+    def __init__(self, watch_every: float = 3600.0) -> None:
+        self.watch_every = watch_every
 
     def consent_for(self, tx: StoreTx, flow_id: str) -> PendingAuthorization | None:
         """The mandate's integration, consent, approval token, deadline, and whether it awaits its approver."""
@@ -167,28 +215,43 @@ class MandateAuthorizationHooks:
             consent_id=mandate.consent_id,
             approval_token=mandate.approval_token,
             deadline=mandate.authorization_deadline,
-            awaiting=mandate.state == Mandate.AWAITING_AUTHORIZATION and mandate.consent_id is not None,
+            awaiting=mandate.state in _ASKING and mandate.consent_id is not None,
             state=mandate.state,
         )
 
     def on_authorized(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
-        """AUTHORIZED (publishing it) and its parked payments made due."""
+        """AUTHORIZED (publishing it), its parked and queued payments made due, its consent watched from now."""
         mandate = self._awaiting(tx, flow_id, consent_id)
-        moved = move_mandate_tx(tx, mandate, Mandate.AUTHORIZED, now=now, bank_status=BANK_AUTHORISED)
+        watch = now + timedelta(seconds=self.watch_every)
+        if mandate.valid_to is not None:
+            watch = min(watch, max(now, mandate.valid_to))
+        moved = move_mandate_tx(
+            tx,
+            mandate,
+            Mandate.AUTHORIZED,
+            now=now,
+            bank_status=BANK_AUTHORISED,
+            next_action_at=watch,
+            consent_read_at=now,
+        )
         settle_parked_payments(tx, moved, now=now)
-        log.info("mandate authorised", mandate_id=flow_id, consent_id=consent_id)
+        wake_queued_payments(tx, moved, now=now)
+        again = mandate.state == Mandate.REAUTHORIZATION_REQUIRED
+        log.info("mandate authorised", mandate_id=flow_id, consent_id=consent_id, again=again)
 
     def on_rejected(self, tx: StoreTx, flow_id: str, reason: str, *, now: datetime) -> None:
         """REJECTED (publishing it with the reason); its parked payments are rejected too."""
         mandate = self._awaiting(tx, flow_id, None)
-        moved = move_mandate_tx(tx, mandate, Mandate.REJECTED, now=now, reason=reason)
-        settle_parked_payments(tx, moved, now=now)
+        end_mandate_tx(tx, mandate, Mandate.REJECTED, reason=reason, now=now)
         log.info("mandate rejected", mandate_id=flow_id, consent_id=mandate.consent_id, reason=reason)
 
     def on_stranded(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
         """Back to RECEIVED for a new consent (a new idempotency key; the old record is kept under
         `{mandate_id}/replaced/{consent_id}`), due now. Nothing is published: the approval link stays the same."""
         mandate = self._awaiting(tx, flow_id, consent_id)
+        if mandate.state != Mandate.AWAITING_AUTHORIZATION:
+            # Re-authorization: the consent is Authorised at the bank by design; it is never replaced.
+            raise MandateStateError(f"mandate {flow_id} is {mandate.state}; its consent is not replaced")
         tx.side_effects.retire(mandate.mandate_id, (Operation.CREATE_VRP_CONSENT,), resource_id=consent_id)
         move_mandate(mandate.state, Mandate.RECEIVED)
         tx.mandates.transition(
@@ -205,7 +268,7 @@ class MandateAuthorizationHooks:
     @staticmethod
     def _awaiting(tx: StoreTx, flow_id: str, consent_id: str | None) -> VrpMandate:
         mandate = tx.mandates.require(flow_id, for_update=True)
-        if mandate.state != Mandate.AWAITING_AUTHORIZATION:
+        if mandate.state not in _ASKING:
             raise MandateStateError(f"mandate {flow_id} is {mandate.state}, not awaiting authorization")
         if consent_id is not None and mandate.consent_id != consent_id:
             raise MandateStateError(f"mandate {flow_id} awaits consent {mandate.consent_id}, not {consent_id}")

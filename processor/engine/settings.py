@@ -13,6 +13,7 @@
     duplicate_wait = 10.0             # a repeated redirect waits this long for the first one to finish
     exchange_recovery_after = 30      # a used `state` whose code exchange left no tokens may be retried after this
     consent_watch_interval = 60       # seconds between two reads of a consent awaiting its approver
+    mandate_watch_interval = 3600     # seconds between two reads of an authorised VRP mandate's consent
 
 Unknown keys and out-of-range values are refused with the key named, like the rest of the configuration.
 """
@@ -44,6 +45,7 @@ class EngineSettings:
     duplicate_wait: float = 10.0
     exchange_recovery_after: float = 30.0
     consent_watch_interval: float = 60.0
+    mandate_watch_interval: float = 3600.0
 
     def poll_delay(self, attempt: int) -> float:
         """Wait before the next read of a pending payment: doubling from `poll_first`, capped at `poll_max`."""
@@ -68,6 +70,7 @@ ENGINE_LIMITS: dict[str, tuple[float, float]] = {
     "duplicate_wait": (0, 120),
     "exchange_recovery_after": (1, 86_400),
     "consent_watch_interval": (1, 86_400),
+    "mandate_watch_interval": (1, 7 * 86_400),
 }
 
 

@@ -139,7 +139,7 @@ def attach_vrp(engine: Engine, *, sleep: Callable[[float], Awaitable[None]] = as
     approval links and callbacks, and mandates and payments as work for its workers. Returns the VRP engine
     (for `submit_mandate`, `submit_payment` and friends; `sleep` is what its waiting loops sleep with)."""
     vrp = VrpEngine(engine.ctx, sleep=sleep)
-    engine.kinds.register(Kind.MANDATE, MandateAuthorizationHooks())
+    engine.kinds.register(Kind.MANDATE, MandateAuthorizationHooks(engine.ctx.settings.mandate_watch_interval))
     engine.add_source(vrp.mandates)
     engine.add_source(vrp.payments)
     return vrp

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from processor.domain.vrp_limits import PastPayment, check_payment
 from processor.domain.vrp_requests import (
@@ -25,6 +25,7 @@ from processor.domain.vrp_states import (
     Mandate,
     Payment,
     VrpStatus,
+    mandate_move_ranked,
     mandate_terminal,
     move_mandate,
     move_payment,
@@ -50,6 +51,14 @@ def consent_created_at(mandate: VrpMandate) -> datetime | None:
     return None if raw is None else datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
 
 
+class MandateExtras(TypedDict, total=False):
+    """Other columns a mandate move may change (the re-authorization's, the watch's)."""
+
+    approval_token: str
+    authorization_deadline: datetime | None
+    consent_read_at: datetime | None
+
+
 def move_mandate_tx(
     tx: StoreTx,
     mandate: VrpMandate,
@@ -64,9 +73,12 @@ def move_mandate_tx(
     limits: Mapping[str, Any] | None = None,
     next_action_at: datetime | None = None,
     replacing: bool = False,
+    **more: Unpack[MandateExtras],
 ) -> VrpMandate:
-    """Move a mandate and append the status the move publishes, in `tx` (`replacing`: see `move_mandate`)."""
+    """Move a mandate and append the status the move publishes, in `tx` (`replacing`: see `move_mandate`; `more`:
+    other columns to change). The re-authorization's statuses are appended unranked (`mandate_move_ranked`)."""
     status = move_mandate(mandate.state, target, replacing=replacing)
+    ranked = mandate_move_ranked(mandate.state, target)
     consent = consent_id or mandate.consent_id
     event: StatusEvent | None = None
     if status is not None:
@@ -79,10 +91,13 @@ def move_mandate_tx(
             bank_status=bank_status,
             reason=reason,
         )
-        event = StatusEvent(
-            status.value, record, topic=VRP_STATUS_TOPIC, rank=MANDATE_STATUS_RANKS[status], event_id=record["event_id"]
-        )
+        if ranked:
+            rank = MANDATE_STATUS_RANKS[status]
+            event = StatusEvent(status.value, record, topic=VRP_STATUS_TOPIC, rank=rank, event_id=record["event_id"])
+        else:
+            tx.outbox.append(VRP_STATUS_TOPIC, mandate.mandate_id, record, now=now, event_id=record["event_id"])
     changes: dict[str, Any] = {
+        **more,
         "consent_id": consent,
         "next_action_at": next_action_at,
         "attempts": 0,
@@ -161,8 +176,29 @@ def place_payment(
             return Payment.REFUSED, VrpStatus.LIMIT_EXCEEDED, "; ".join(f"{b.field}: {b.message}" for b in breaches)
         return Payment.SUBMITTED, None, None
     if mandate_terminal(mandate.state):
-        return Payment.REJECTED, VrpStatus.PAYMENT_REJECTED, f"mandate {mandate.mandate_id} is {mandate.state}"
+        return Payment.REJECTED, VrpStatus.PAYMENT_REJECTED, mandate_ended_reason(mandate)
     return Payment.RECEIVED, None, None
+
+
+def mandate_ended_reason(mandate: VrpMandate) -> str:
+    """Why a payment under an ended mandate is refused without a bank call: the mandate's state and why it ended."""
+    why = f": {mandate.last_error}" if mandate.last_error else ""
+    return f"mandate {mandate.mandate_id} is {mandate.state}{why}"
+
+
+def wake_queued_payments(tx: StoreTx, mandate: VrpMandate, *, now: datetime) -> int:
+    """Make the mandate's queued SUBMITTED payments (waiting for its re-authorization, or under a mandate that
+    just ended) due now, so their next step reads the mandate again. Returns how many."""
+    woken = 0
+    for queued in tx.vrp_payments.for_mandate(mandate.mandate_id, states=[Payment.SUBMITTED.value]):
+        if queued.next_action_at is not None:
+            continue
+        try:
+            tx.vrp_payments.update(queued.payment_id, expected_version=queued.version, now=now, next_action_at=now)
+            woken += 1
+        except VersionConflictError:
+            continue
+    return woken
 
 
 def settle_parked_payments(tx: StoreTx, mandate: VrpMandate, *, now: datetime) -> int:
@@ -183,7 +219,7 @@ def settle_parked_payments(tx: StoreTx, mandate: VrpMandate, *, now: datetime) -
                     VrpStatus.PAYMENT_REJECTED,
                     now=now,
                     consent_id=mandate.consent_id,
-                    reason=f"mandate {mandate.mandate_id} is {mandate.state}",
+                    reason=mandate_ended_reason(mandate),
                 )
             moved += 1
         except VersionConflictError:

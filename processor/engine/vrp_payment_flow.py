@@ -2,6 +2,9 @@
 
     RECEIVED   recheck_parked  parked until its mandate is authorised: checked again -> SUBMITTED | REFUSED | REJECTED
     SUBMITTED  create_vrp      B2 the domestic VRP, with the consent's token -> PENDING | COMPLETED | REJECTED | FAILED
+                               (first the mandate: its consent read when the last read is stale; ended: REJECTED
+                               without a bank call; its tokens cannot be refreshed: the mandate asks its approver
+                               again and the payment waits, queued, until the new authorization)
     PENDING    read_vrp        read (backing off) -> COMPLETED | REJECTED
 
 B2 is a guarded side effect (`processor.engine.side_effect`): recorded before the call (its key also stored on the
@@ -23,11 +26,18 @@ from processor.bank.models import DomesticVrp
 from processor.bank.vrp_payments import domestic_vrp_body
 from processor.domain.kinds import Kind
 from processor.domain.vrp_requests import payment_parts
-from processor.domain.vrp_states import Payment, VrpStatus, payment_state_of_bank_status
+from processor.domain.vrp_states import Mandate, Payment, VrpStatus, mandate_terminal, payment_state_of_bank_status
 from processor.engine.leased import LeasedFlow
+from processor.engine.mandate_watch import ask_again_tx, check_mandate, read_is_stale
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
-from processor.engine.vrp_moves import mandate_request, move_payment_tx, payment_request, place_payment
+from processor.engine.vrp_moves import (
+    mandate_ended_reason,
+    mandate_request,
+    move_payment_tx,
+    payment_request,
+    place_payment,
+)
 from processor.store import Operation, SideEffect, StoreTx, VrpMandate, VrpPayment
 
 log = structlog.get_logger("processor.engine.vrp")
@@ -111,6 +121,11 @@ class VrpPaymentFlow(LeasedFlow[VrpPayment]):
         effect, current = await guard.begin_with(body, keep_key)
         assert current is not None
         payment = current
+        first = not effect.done and not effect.resumed  # nothing was sent under this key before
+        if first and mandate.state == Mandate.AUTHORIZED and read_is_stale(self, mandate, now):
+            mandate = await check_mandate(self, mandate)
+        if first and mandate.state != Mandate.AUTHORIZED:
+            return await self._not_now(payment, mandate, owner, guard)
         refuse = self._refused(payment, mandate, owner, guard)
         # A resumed call sends the bytes its first attempt sent, whatever the configuration builds now.
         request = guard.request(body)
@@ -131,7 +146,9 @@ class VrpPaymentFlow(LeasedFlow[VrpPayment]):
                     )
 
                 vrp = await guard.call(attempt)
-        except (BankError, TokenUnavailableError) as error:
+        except TokenUnavailableError as error:
+            return await self._ask_again(payment, mandate, owner, guard, str(error))
+        except BankError as error:
             return await guard.failed(payment, owner, error, refuse)
         now = self.now()
         target = payment_state_of_bank_status(vrp.status)
@@ -157,6 +174,69 @@ class VrpPaymentFlow(LeasedFlow[VrpPayment]):
             "domestic VRP created", payment_id=payment_id, domestic_vrp_id=vrp.domestic_vrp_id, bank_status=vrp.status
         )
         return moved
+
+    async def _not_now(
+        self, payment: VrpPayment, mandate: VrpMandate, owner: str, guard: Guarded[VrpPayment]
+    ) -> VrpPayment:
+        """Before a first B2 under a mandate that is not AUTHORIZED: REJECTED without a bank call when it ended
+        (`PAYMENT_REJECTED` with why), else queued (no next step) until the approver authorises it again."""
+        now = self.now()
+        if mandate_terminal(mandate.state):
+            reason = mandate_ended_reason(mandate)
+
+            def reject(tx: StoreTx) -> VrpPayment:
+                guard.fail(tx, f"not sent: {reason}")
+                return move_payment_tx(
+                    tx,
+                    payment,
+                    Payment.REJECTED,
+                    VrpStatus.PAYMENT_REJECTED,
+                    now=now,
+                    owner=owner,
+                    consent_id=mandate.consent_id,
+                    reason=reason,
+                )
+
+            log.warning("VRP payment refused without a bank call", payment_id=payment.payment_id, reason=reason)
+            return await self.ctx.store.arun(reject)
+        queued = f"queued: mandate {mandate.mandate_id} is {mandate.state}"
+        resumed = guard.effect is not None and guard.effect.resumed
+
+        def queue(tx: StoreTx) -> VrpPayment:
+            if resumed:  # an earlier B2 may have gone through: it stays to be resolved, with the same key
+                tx.side_effects.mark_ambiguous(payment.payment_id, Operation.CREATE_VRP, queued, now=now)
+            return tx.vrp_payments.update(
+                payment.payment_id,
+                expected_version=payment.version,
+                now=now,
+                owner=owner,
+                next_action_at=None,
+                last_error=queued,
+            )
+
+        return await self.ctx.store.arun(queue)
+
+    async def _ask_again(
+        self, payment: VrpPayment, mandate: VrpMandate, owner: str, guard: Guarded[VrpPayment], reason: str
+    ) -> VrpPayment:
+        """No usable token (the refresh grant refused, none stored): the mandate asks its approver again
+        (`mandate_watch.ask_again_tx`) and the payment waits for it, queued with its B2 record (same key and body
+        when it is sent after the new authorization). A mandate that ended meanwhile: as `_not_now` (a first
+        attempt is rejected); a resumed attempt stays to be resolved (`guard.unresolved`)."""
+        now = self.now()
+
+        def work(tx: StoreTx) -> VrpMandate:
+            current = tx.mandates.require(mandate.mandate_id, for_update=True)
+            if current.state == Mandate.AUTHORIZED and current.consent_id == mandate.consent_id:
+                return ask_again_tx(tx, self, current, reason, now)
+            return current
+
+        moved = await self.ctx.store.arun(work)
+        if mandate_terminal(moved.state) and guard.effect is not None and guard.effect.resumed:
+            return await guard.unresolved(payment, owner, reason)
+        if moved.state == Mandate.AUTHORIZED:  # authorised again meanwhile: try again now
+            return await self.update(payment, owner, next_action_at=now, last_error=reason)
+        return await self._not_now(payment, moved, owner, guard)
 
     def _refused(
         self, payment: VrpPayment, mandate: VrpMandate, owner: str, guard: Guarded[VrpPayment]

@@ -270,6 +270,16 @@ _V8 = (
 # integration's time zone), NULL for a batch paid as soon as it is approved.
 _V9 = ("ALTER TABLE flows ADD COLUMN execute_on TEXT",)
 
+# Authorised VRP mandates watched (issue 24): when the mandate's consent was last read at the bank (a payment reads
+# it first when that is older than `mandate_watch_interval`); mandates authorised before this are watched from now;
+# the console and the admin API list mandates and payments by creation time.
+_V14 = (
+    "ALTER TABLE vrp_mandates ADD COLUMN consent_read_at {TS}",
+    "UPDATE vrp_mandates SET next_action_at = updated_at WHERE state = 'AUTHORIZED' AND next_action_at IS NULL",
+    "CREATE INDEX vrp_mandates_listing ON vrp_mandates (created_at, mandate_id, state, integration)",
+    "CREATE INDEX vrp_payments_created ON vrp_payments (created_at, mandate_id, state)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "flows, side effects, secrets, VRP, outbox", _V1),
     Migration(2, "outbox handover", _V2),
@@ -280,6 +290,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "flows: the trace context of the batch", _V7),
     Migration(8, "consumer attempts per message", _V8),
     Migration(9, "scheduled batches: execute_on", _V9),
+    Migration(14, "VRP mandates watched: consent_read_at; listing indexes", _V14),
 )
 
 _HISTORY_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (

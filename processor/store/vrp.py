@@ -50,6 +50,7 @@ class VrpMandate:
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    consent_read_at: datetime | None = None
 
     @property
     def key(self) -> str:
@@ -69,6 +70,8 @@ class MandateFields(TypedDict, total=False):
     valid_from: datetime | None
     valid_to: datetime | None
     authorization_deadline: datetime | None
+    approval_token: str
+    consent_read_at: datetime | None
 
 
 class MandateChanges(MandateFields, total=False):
@@ -95,6 +98,7 @@ class MandateRepo(WorkRepo[VrpMandate]):
         "approval_token": "text",
         "authorization_deadline": "ts",
         **WORK_COLUMNS,
+        "consent_read_at": "ts",
     }
     updatable: ClassVar[frozenset[str]] = WORK_UPDATABLE | {
         "consent_id",
@@ -102,6 +106,8 @@ class MandateRepo(WorkRepo[VrpMandate]):
         "valid_from",
         "valid_to",
         "authorization_deadline",
+        "approval_token",
+        "consent_read_at",
     }
     row_type: ClassVar[type[Any]] = VrpMandate
 

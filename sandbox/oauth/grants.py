@@ -263,3 +263,31 @@ def token_endpoint(bank: Bank, form: dict[str, str], authorization: str | None) 
     except OAuthError as exc:
         return OAuthAnswer.of_error(exc)
     return OAuthAnswer.json(body, NO_STORE)
+
+
+# --- what the bank's customer does in their banking app (the admin interface) ----------------------------
+
+
+def grants_of(bank: Bank, consent_id: str) -> list[tuple[str, Doc]]:
+    """Every grant (id, document) issued for a consent, revoked or not."""
+    return [(grant_id, doc) for grant_id, doc in bank.store.items(GRANT_KIND) if doc.get("consent_id") == consent_id]
+
+
+def revoke_refresh_tokens(bank: Bank, consent_id: str) -> int:
+    """Revoke the current refresh token of every grant of a consent (its access tokens live on until they expire);
+    returns how many were still stored."""
+    revoked = 0
+    for grant_id, grant in grants_of(bank, consent_id):
+        refresh = grant.get("refresh_token")
+        if refresh and bank.store.get(REFRESH_KIND, refresh) is not None:
+            bank.store.delete(REFRESH_KIND, refresh)
+            revoked += 1
+        grant["refresh_token"] = None
+        bank.store.put(GRANT_KIND, grant_id, grant)
+    log.info("refresh tokens revoked by the customer: consent=%s (%d)", consent_id, revoked)
+    return revoked
+
+
+def revoke_consent_grants(bank: Bank, consent_id: str) -> int:
+    """Revoke every grant of a consent (its access and refresh tokens); returns how many tokens were stored."""
+    return sum(revoke_grant(bank, grant_id) for grant_id, _ in grants_of(bank, consent_id))

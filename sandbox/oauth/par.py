@@ -21,7 +21,7 @@ from sandbox.oauth.answer import OAuthAnswer
 from sandbox.oauth.assertions import authenticate_assertion
 from sandbox.oauth.client_auth import authenticate_basic
 from sandbox.oauth.grants import issue_code
-from sandbox.oauth.params import AUTHORISED, AWAITING, consent_id_of_scope, missing
+from sandbox.oauth.params import AUTHORISED, AWAITING, consent_id_of_scope, may_authorise, missing
 from sandbox.state import Bank
 from sandbox.store import Doc
 
@@ -92,10 +92,11 @@ def push_authorization_request(bank: Bank, form: dict[str, str], authorization: 
         if found is None or found[1].get("client_id") != client.client_id:
             raise OAuthError("invalid_scope", f"consent {consent_id} does not exist for this client")
         kind, consent = found
-        if consent["status"] != AWAITING:
+        if not may_authorise(kind, consent["status"]):
             raise OAuthError(
                 "invalid_request",
-                f"consent {consent_id} is {consent['status']}; only a consent in {AWAITING} can be authorised",
+                f"consent {consent_id} is {consent['status']}; only a consent in {AWAITING} can be authorised"
+                f" (or an {AUTHORISED} VRP consent re-authenticated)",
             )
     except OAuthError as exc:
         return OAuthAnswer.of_error(exc)
@@ -170,7 +171,7 @@ def pending_authorization(bank: Bank, request_uri: str | None) -> Pending:
     if client is None or found is None or found[1].get("client_id") != par["client_id"]:
         raise ParUnavailableError("consent_gone", "The consent of this request no longer exists.")
     kind, consent = found
-    if consent["status"] != AWAITING:
+    if not may_authorise(kind, consent["status"]):
         raise ParUnavailableError(
             "consent_not_awaiting",
             f"Consent {par['consent_id']} is {consent['status']}, not awaiting authorisation.",

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from sandbox.consents import VRP_KIND
 from sandbox.errors import OAuthError
 
 AWAITING = "AwaitingAuthorisation"
 AUTHORISED = "Authorised"
+REVOKED = "Revoked"
+
+
+def may_authorise(kind: str, status: str) -> bool:
+    """Whether an approver may decide on a consent: one awaiting authorisation, or an authorised VRP consent being
+    re-authenticated (its customer signs in again so the client gets new tokens; the consent and its limits stay)."""
+    return status == AWAITING or (kind == VRP_KIND and status == AUTHORISED)
 
 
 def missing(form: dict[str, str], names: tuple[str, ...]) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import schemas
-from processor.domain.masking import mask_account
+from processor.domain.masking import masked_record, shown_header
 from processor.domain.time import iso_ms
 from processor.store import StoreTx
 from processor.store.operator import DeadLetterRow, ReplayRow
@@ -79,15 +79,6 @@ def _logical_topic(physical: str) -> str | None:
     return None
 
 
-def masked(value: Any) -> Any:
-    """A decoded record with every `account_number` masked (`****0301`), at any depth."""
-    if isinstance(value, Mapping):
-        return {k: mask_account(v) if k == "account_number" else masked(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(item) for item in value]
-    return value
-
-
 def _json_default(value: object) -> str:
     return str(value)
 
@@ -114,7 +105,10 @@ def fill_record(page: LetterPage, replayer: DeadLetterReplayer | None) -> None:
         return
     value = record.get("original_value") or b""
     page.size = len(value)
-    page.headers = [(str(h.get("key")), _text(h.get("value"))) for h in record.get("original_headers") or []]
+    page.headers = [
+        (str(h.get("key")), shown_header(str(h.get("key")), _text(h.get("value"))))
+        for h in record.get("original_headers") or []
+    ]
     logical = _logical_topic(letter.source_topic)
     if logical is not None:
         try:
@@ -122,7 +116,7 @@ def fill_record(page: LetterPage, replayer: DeadLetterReplayer | None) -> None:
         except (schemas.DecodeError, ValueError, KeyError, TypeError):
             decoded = None
         if decoded is not None:
-            page.decoded = json.dumps(masked(decoded), indent=2, default=_json_default, ensure_ascii=False)
+            page.decoded = json.dumps(masked_record(decoded), indent=2, default=_json_default, ensure_ascii=False)
             return
     shown = value[:HEX_LIMIT]
     page.hex = "\n".join(shown[i : i + 16].hex(" ", -2) for i in range(0, len(shown), 16))

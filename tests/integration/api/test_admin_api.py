@@ -12,11 +12,19 @@ real store (SQLite and PostgreSQL):
 from __future__ import annotations
 
 import asyncio
+import base64
+import csv
+import io
+import json
+import os
 import string
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -94,7 +102,13 @@ async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(stor
         assert completed.payload["retry_of"] == batch_id
         assert (completed.payload["transfers_completed"], completed.payload["transfers_failed"]) == (1, 0)
         after = (await http.get(f"/batches/{batch_id}", headers=AUTH)).json()
-        assert after["transfers"] == before["transfers"]  # the original is untouched
+        outcomes = [(t.pop("outcome"), t.pop("paid_by")) for t in after["transfers"]]
+        for line in before["transfers"]:
+            del line["outcome"], line["paid_by"]
+        assert after["transfers"] == before["transfers"]  # the original is untouched ...
+        assert outcomes == [("PAID", batch_id), ("PAID", batch_id), ("PAID", retry_id)]  # ... and reads as paid
+        assert after["payroll"]["totals"]["outstanding"] == {"transfers": 0, "amount": "0.00"}
+        assert after["payroll"]["totals"]["paid"] == {"transfers": 3, "amount": "4250.75"}
         assert after["retries"] == [{"batch_id": retry_id, "number": 1, "transfer_indexes": [2]}]
         assert rig.count("file_payment") == 2  # the original and the retry, nothing else
 
@@ -113,7 +127,7 @@ async def test_concurrent_retry_requests_create_one_retry_batch(store: Store) ->
         created = await http.get(f"/batches/{batch_id}", headers=AUTH)
         assert [r["batch_id"] for r in created.json()["retries"]] == [f"{batch_id}.retry-1"]
         not_final = await http.post(f"/batches/{batch_id}.retry-1/retry", headers=AUTH)
-        assert not_final.status_code == 400 and "is a retry of" in not_final.json()["error"]
+        assert not_final.status_code == 409 and "not final" in not_final.json()["error"]
         unknown = await http.post("/batches/no-such-batch/retry", headers=AUTH)
         assert unknown.status_code == 404
 
@@ -220,7 +234,10 @@ async def test_every_endpoint_refuses_a_missing_or_wrong_token(
         assert (await http.request(method, path, headers=AUTH, json={})).status_code == 401
 
 
-_TEXT = st.text(alphabet=string.printable + "é€\u202e\x00", max_size=30)
+_TEXT = st.one_of(
+    st.text(alphabet=string.printable + "é€\u202e\x00\ud800", max_size=30),
+    st.sampled_from(["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01", "eyJ4Ijoi"]),
+)
 
 
 async def test_fuzzed_admin_requests_get_a_4xx_never_a_5xx(store: Store) -> None:
@@ -233,9 +250,9 @@ async def test_fuzzed_admin_requests_get_a_4xx_never_a_5xx(store: Store) -> None
         @given(
             path=st.one_of(
                 st.sampled_from([p for _, p in ENDPOINTS] + [f"/batches/{batch_id}", f"/batches/{batch_id}/retry"]),
-                st.builds(lambda t: f"/batches/{quote(t, safe='')}/retry", _TEXT),
-                st.builds(lambda t: f"/dead-letters/{quote(t, safe='')}/replay", _TEXT),
-                st.builds(lambda t: f"/batches/{quote(t, safe='/.')}", _TEXT),
+                st.builds(lambda t: f"/batches/{quote(t, safe='', errors='surrogatepass')}/retry", _TEXT),
+                st.builds(lambda t: f"/dead-letters/{quote(t, safe='', errors='surrogatepass')}/replay", _TEXT),
+                st.builds(lambda t: f"/batches/{quote(t, safe='/.', errors='surrogatepass')}", _TEXT),
             ),
             method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
             params=st.dictionaries(
@@ -247,14 +264,20 @@ async def test_fuzzed_admin_requests_get_a_4xx_never_a_5xx(store: Store) -> None
                 st.builds(
                     lambda i, a: f'{{"corrections": [{{"index": {i}, "account_number": "{a}"}}]}}'.encode(),
                     st.sampled_from(["-1", "2", "true", "1e9", '"2"', "2.5"]),
-                    st.sampled_from(["", "x", "200100303", "\\u202e1"]),
+                    st.sampled_from(["", "x", "200100303", "\\u202e1", "\\ud800"]),
+                ),
+                st.builds(
+                    lambda key, value: json.dumps({key: value}).encode("utf-8", "surrogatepass"),
+                    st.sampled_from(["reason", "requested_by", "replayed_by"]),
+                    _TEXT,
                 ),
             ),
         )
         def fuzz(path: str, method: str, params: dict[str, str], body: bytes) -> None:
             with httpx.Client(timeout=30) as client:
+                query = "&".join(f"{k}={quote(v, safe='', errors='surrogatepass')}" for k, v in params.items())
                 answer = client.request(
-                    method, base + path, params=params, content=body if method != "GET" else None, headers=AUTH
+                    method, f"{base}{path}?{query}", content=body if method != "GET" else None, headers=AUTH
                 )
             seen.append(answer.status_code)
             assert answer.status_code < 500, (method, path, params, body, answer.text)
@@ -262,3 +285,75 @@ async def test_fuzzed_admin_requests_get_a_4xx_never_a_5xx(store: Store) -> None
         await asyncio.to_thread(fuzz)
         assert len(seen) >= 100
         assert any(code == 400 for code in seen)
+
+
+# Extreme but well-formed input: times that overflow once converted to UTC, a cursor carrying one, lone surrogates.
+_YEAR_ONE = "0001-01-01T00:00:00+01:00"
+_YEAR_LAST = "9999-12-31T23:00:00-01:00"
+_CRAFTED_CURSOR = base64.urlsafe_b64encode(json.dumps([_YEAR_ONE, "x"]).encode()).decode().rstrip("=")
+
+
+async def test_extreme_times_crafted_cursors_and_lone_surrogates_are_400_not_500(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        batch_id = await pay(rig)
+        for path, params in (
+            ("/batches", {"since": _YEAR_ONE}),
+            ("/batches", {"until": _YEAR_LAST}),
+            ("/batches", {"cursor": _CRAFTED_CURSOR}),
+            ("/report", {"since": _YEAR_ONE, "until": "2026-12-01T00:00:00Z"}),
+            ("/report", {"since": "2026-11-01T00:00:00Z", "until": _YEAR_LAST}),
+            ("/dead-letters", {"since": _YEAR_ONE}),
+        ):
+            answer = await http.get(path, params=params, headers=AUTH)
+            assert answer.status_code == 400, (path, params, answer.text)
+            assert "out of range" in answer.text or "cursor" in answer.text
+        for body in (
+            b'{"requested_by": "ana\\ud800"}',
+            b'{"corrections": [{"index": 2, "account_number": "\\udfff"}]}',
+        ):
+            answer = await http.post(f"/batches/{batch_id}/retry", content=body, headers=AUTH)
+            assert answer.status_code == 400 and "lone surrogate" in answer.json()["error"], answer.text
+        answer = await http.post("/dead-letters/1/replay", content=b'{"reason": "\\ud83d"}', headers=AUTH)
+        assert answer.status_code == 400 and "lone surrogate" in answer.json()["error"], answer.text
+
+
+async def test_an_erp_batch_named_like_a_retry_is_refused_and_the_real_retry_still_works(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        batch_id = await pay(rig)  # its third transfer failed
+        forged = await rig.submit(batch(f"{batch_id}.retry-1", transfers=[("6660006666", "750.25")]))
+        assert forged.flow is None and forged.invalid
+        assert forged.reason is not None and "reserved for retry batches" in forged.reason
+        for unfit in ("ESC\x1b[2Jx", "two\nlines", "rtl\u202eexe"):
+            refused = await rig.submit(batch(unfit))
+            assert refused.flow is None and "control or bidi" in (refused.reason or ""), unfit
+        created = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
+        assert created.status_code == 201, created.text
+        assert created.json()["retry_batch_id"] == f"{batch_id}.retry-1"
+        bidi = batch()
+        bidi["file_reference"] = "PAYROLL\u202e11-2026"
+        stored = await rig.submit(bidi)
+        assert stored.status == FlowState.INVALID and "file_reference" in (stored.reason or "")
+
+
+async def test_the_report_command_neutralises_cells_a_spreadsheet_would_run(store: Store, tmp_path: Path) -> None:
+    async with admin_rig(store) as (rig, http):
+        document = batch()
+        document["transactions"][0]["employee_reference"] = '=HYPERLINK("http://evil.example","pay")'
+        document["transactions"][1]["employee_reference"] = "@SUM(1+1)"
+        await rig.submit(document)
+        batch_id = str(document["batch_id"])
+        await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
+        await rig.approve(rig.approval_url(batch_id))
+        await rig.to_state(batch_id, FlowState.COMPLETED)
+        config = tmp_path / "dispersion.toml"
+        config.write_text(f'[admin]\nurl = "{str(http.base_url).rstrip("/").removesuffix("/admin")}"\n')
+        since, until = rig.clock.now() - timedelta(days=1), rig.clock.now() + timedelta(days=1)
+        command = [sys.executable, "-m", "processor.cli", "report", "--config", str(config), "--format", "csv"]
+        command += ["--since", since.isoformat(), "--until", until.isoformat()]
+        env = {**os.environ, "DISPERSION_ADMIN_TOKEN": TOKEN}
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        rows = list(csv.reader(io.StringIO(done.stdout)))
+        references = [row[2] for row in rows[1:]]
+        assert references == ['\'=HYPERLINK("http://evil.example","pay")', "'@SUM(1+1)", "E-0002"]
+        assert not any(cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row)

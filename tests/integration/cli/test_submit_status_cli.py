@@ -215,6 +215,23 @@ def test_invalid_export_lists_every_problem_and_produces_nothing(
     assert read_topic(kafka_bootstrap, kafka_topic) == []
 
 
+def test_a_batch_id_with_the_retry_suffix_or_a_control_character_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An ERP batch may not pass for an operator's retry (`.retry-N` is reserved), nor carry an escape sequence
+    or a newline that would forge a line of `dispersion status`, nor a bidi override in its file reference."""
+    path = tmp_path / "fake.csv"
+    path.write_text(EXPORT)
+    for given, expected in (
+        (("--batch-id", "AUD-1.retry-1"), "reserved for retry batches"),
+        (("--batch-id", "AUD-1\x1b[2K\nCOMPLETED"), "batch_id holds a control or bidi character (U+001B"),
+        (("--file-reference", "PAY\u202e11"), "file_reference: invalid_file_reference"),
+    ):
+        result = submit_run(capsys, str(path), *ORIGIN, "--integration", "sandbox", *given, "--dry-run")
+        assert result.code == 1, result
+        assert expected in result.err and "Traceback" not in result.err
+
+
 def test_amounts_with_trailing_zeros_are_produced_and_printed_with_two_decimals(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
 ) -> None:
@@ -345,7 +362,7 @@ def test_progress_goes_to_stderr_and_the_result_to_stdout(
     assert loud.code == 0, loud.err
     (line,) = loud.out.splitlines()
     match = re.fullmatch(
-        rf"submitted batch (big-export-[0-9a-f]{{16}}): 3,000 transactions, control sum "
+        rf"submitted batch (payroll-[0-9a-f]{{16}}): 3,000 transactions, control sum "
         rf"{expected_sum} GTQ -> {re.escape(kafka_topic)} partition \d offset \d",
         line,
     )

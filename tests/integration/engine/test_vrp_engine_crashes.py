@@ -167,7 +167,8 @@ async def test_no_token_to_resolve_a_payment_with_is_never_reported_rejected(
     store: Store,
 ) -> None:
     # B2 committed and its answers lost, then the consent's tokens are gone: the call cannot be repeated, and
-    # nothing read can prove the VRP was not created, so the payment is never published PAYMENT_REJECTED.
+    # nothing read can prove the VRP was not created, so the payment is never published PAYMENT_REJECTED; the
+    # mandate asks its approver again and the payment waits, queued with its B2 record (same key after approval).
     async with vrp_rig(vrp_sandbox, store) as rig:
         mandate = await rig.authorised_mandate()
         before = await rig.counts()
@@ -185,7 +186,8 @@ async def test_no_token_to_resolve_a_payment_with_is_never_reported_rejected(
         store.run(lambda tx: tx.tokens.delete(consent_id))
 
         later = await rig.vrp.follow_payment(payment_id, max_seconds=30)
-        assert later.state == "SUBMITTED" and "no tokens" in (later.last_error or "")
+        assert later.state == "SUBMITTED" and "REAUTHORIZATION_REQUIRED" in (later.last_error or "")
+        assert "no tokens" in str(rig.mandate(mandate.mandate_id).last_error)
         assert _effect(store, payment_id, Operation.CREATE_VRP).status is EffectStatus.AMBIGUOUS
         assert rig.statuses(mandate.mandate_id, payment_id) == []
         assert (await rig.counts())["domestic_vrp"] - before["domestic_vrp"] == 1

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from processor.api.console.auth import ConsoleAuth, console_auth, hash_password
-from processor.api.console.letters import masked
 from processor.api.console.views import STATUS_STATES, shown_status
+from processor.domain.masking import masked_record as masked
 from processor.domain.settings import ConfigError, Secret
 
 PASSWORD = "correct horse battery"

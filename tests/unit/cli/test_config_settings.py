@@ -404,3 +404,15 @@ def test_an_integrations_timezone_is_an_iana_name_and_defaults_to_utc(tmp_path: 
         "integrations.sandbox.timezone: must be an IANA time zone name such as 'UTC' or 'America/Guatemala', "
         "got 'Mars/Olympus'"
     )
+
+
+def test_config_check_runs_the_checks_the_processor_runs_on_admin_and_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for table, key in (
+        ('[console]\noperators = { ana = "scrypt:16384:8:1:c2FsdA:aGFzaA" }\nsession_key = "short"\n', "session_key"),
+        ('[admin]\ntoken_sha256 = "not-hex"\n', "admin.token_sha256"),
+    ):
+        path = write(tmp_path, CONFIG + "\n" + table)
+        assert config_main(["check", "--config", str(path)]) == 2
+        assert key in capsys.readouterr().err

@@ -6,7 +6,6 @@ tests/integration/cli/test_submit_status_cli.py."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import re
 from datetime import UTC, date, datetime, timedelta
@@ -18,7 +17,7 @@ import pytest
 from cli_support import EXPORT, ORIGIN, Run
 
 from processor.cli import submit
-from processor.cli.submit import BatchFields, Export, ExportError, check, default_batch_id, read_csv, sniff_delimiter
+from processor.cli.submit import BatchFields, Export, ExportError, check, read_csv, sniff_delimiter
 from processor.domain.schedule import Calendar
 
 NOW = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
@@ -195,12 +194,6 @@ def test_file_reference_defaults_to_the_first_40_characters_of_the_batch_id() ->
     )
 
 
-def test_default_batch_id_is_stem_and_sha256_prefix() -> None:
-    digest = hashlib.sha256(b"x").hexdigest()
-    assert default_batch_id(Path("/a/payroll-export.csv"), digest) == f"payroll-export-{digest[:16]}"
-    assert default_batch_id(Path("nov 2024 (v2).csv"), digest) == f"nov-2024-v2-{digest[:16]}"
-
-
 # -- validation report -----------------------------------------------------------------------------------------
 
 
@@ -263,24 +256,33 @@ def test_dry_run_of_a_valid_export(capsys: pytest.CaptureFixture[str], tmp_path:
     assert result.err == ""
 
 
-def test_dry_run_default_batch_id_follows_the_file_content(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    first = tmp_path / "a" / "nov export.csv"
-    again = tmp_path / "b" / "nov export.csv"
-    changed = tmp_path / "c" / "nov export.csv"
-    for path, text in ((first, DOC_EXAMPLE), (again, DOC_EXAMPLE), (changed, DOC_EXAMPLE.replace("8500", "8501"))):
-        path.parent.mkdir()
-        path.write_text(text)
+def test_dry_run_default_batch_id_follows_what_the_payroll_pays(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Other bytes and another name with the same transfers (line ends, column order, quoting, a re-export) are one
+    batch id; another amount is another."""
+    header, *rows = DOC_EXAMPLE.strip().split("\n")
+    columns = header.split(",")
+    order = list(reversed(range(len(columns))))
+    reordered = "\n".join(",".join(f'"{line.split(",")[i]}"' for i in order) for line in [header, *rows]) + "\n"
+    files = {
+        "nov export.csv": DOC_EXAMPLE,
+        "re-export-2026-11-30.csv": DOC_EXAMPLE.replace("\n", "\r\n"),
+        "saved again.csv": reordered,
+        "changed.csv": DOC_EXAMPLE.replace("8500", "8501"),
+    }
     ids = []
-    for path in (first, again, changed):
+    for name, text in files.items():
+        path = tmp_path / name
+        path.write_bytes(text.encode())
         result = dry_run(capsys, path)
         assert result.code == 0, result.err
         match = re.fullmatch(r"valid batch (\S+): 3 transactions, control sum \S+ GTQ\n", result.out)
         assert match is not None, result.out
         ids.append(match.group(1))
-    assert ids[0] == f"nov-export-{hashlib.sha256(DOC_EXAMPLE.encode()).hexdigest()[:16]}"
-    assert ids[1] == ids[0]
-    assert ids[2] != ids[0]
-    assert ids[2].startswith("nov-export-")
+    assert ids[0] == ids[1] == ids[2]
+    assert re.fullmatch(r"payroll-[0-9a-f]{16}", ids[0])
+    assert ids[3] != ids[0] and ids[3].startswith("payroll-")
 
 
 @pytest.mark.parametrize("delimiter", [",", ";", "\t"])

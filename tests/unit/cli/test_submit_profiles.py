@@ -63,9 +63,7 @@ def test_spanish_windows_1252_export_with_title_and_total_row(
     path = spanish_csv(tmp_path / "planilla-noviembre.csv")
     result = run(capsys, "--config", str(config), "--profile", "planilla", str(path), "--dry-run", "--quiet")
     assert result.code == 0, result.err
-    assert re.fullmatch(
-        r"valid batch planilla-noviembre-[0-9a-f]{16}: 5 transactions, control sum 43226.50 GTQ\n", result.out
-    )
+    assert re.fullmatch(r"valid batch payroll-[0-9a-f]{16}: 5 transactions, control sum 43226.50 GTQ\n", result.out)
 
 
 def test_the_batch_read_through_a_profile(config: Path, tmp_path: Path) -> None:
@@ -181,7 +179,7 @@ def test_explain_shows_erp_column_our_field_and_value(
     assert "  Código     -> employee_reference 'E-1001' -> E-1001" in lines
     assert "row 6:" not in lines  # the first three rows only
     assert "total row 8: 43226.50 (sum of 5 rows: 43226.50) matches" in lines
-    assert lines[-1].startswith("valid batch planilla-")
+    assert lines[-1].startswith("valid batch payroll-")
 
 
 # -- xlsx ------------------------------------------------------------------------------------------------------
@@ -391,7 +389,7 @@ def test_a_damaged_workbook_is_a_clear_problem(
     (tmp_path / "nomina.xlsx").write_text("No. Cuenta;Monto\n")
     result = run(capsys, "--config", str(config), "--profile", "nomina", str(path), "--dry-run", "--quiet")
     assert result.code == 1
-    assert "export: file: nomina.xlsx: not an .xlsx workbook" in result.err
+    assert "export: file: nomina.xlsx is read as xlsx but is text (CSV): name it .csv" in result.err
 
 
 def test_the_dispersion_command_dispatches_exports(config: Path, tmp_path: Path) -> None:
@@ -407,3 +405,86 @@ def test_the_dispersion_command_dispatches_exports(config: Path, tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert f"planilla: {csv_path}: ok: 5 rows, control sum 43226.50 GTQ; total row 8 matches" in done.stdout
     assert "nomina: the profile is valid (no sample given)" in done.stdout
+
+
+# -- files read by their extension, without a profile ----------------------------------------------------------
+
+OUR_ROWS: list[list[object]] = [
+    ["E-1", "2001002001", 8500.5, "ana.lopez@example.com", "Sueldo"],
+    ["E-2", "0012003003", 1200, "bruno.diaz@example.com", "Sueldo"],
+]
+ORIGIN = ("--origin-account", "3001234567", "--origin-currency", "GTQ", "--integration", "sandbox")
+
+
+def our_workbook(path: Path, *, creator: str = "ERP") -> Path:
+    """A workbook in our own layout: our column names in the first row, amounts as numbers."""
+    book = Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.append(["Employee Reference", "account_number", "Amount", "email", "concept"])
+    for row in OUR_ROWS:
+        sheet.append(row)
+    book.properties.creator = creator  # another save of the same rows: other bytes
+    book.save(path)
+    return path
+
+
+def test_a_workbook_without_a_profile_is_read_by_its_extension(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Saved twice (other bytes) it is one batch id; the same rows as CSV are that batch too."""
+    first = our_workbook(tmp_path / "planilla-nov-2026.xlsx")
+    again = our_workbook(tmp_path / "planilla-nov-2026 (saved again).xlsx", creator="someone else")
+    assert first.read_bytes() != again.read_bytes()
+    as_csv = tmp_path / "planilla.csv"
+    as_csv.write_text(
+        "employee_reference,account_number,amount,email,concept\n"
+        + "".join(",".join(str(cell) for cell in row) + "\n" for row in OUR_ROWS).replace("8500.5,", "8500.50,")
+    )
+    ids = []
+    for path in (first, again, as_csv):
+        result = run(capsys, str(path), *ORIGIN, "--dry-run", "--quiet")
+        assert result.code == 0, result.err
+        match = re.fullmatch(
+            r"valid batch (payroll-[0-9a-f]{16}): 2 transactions, control sum 9700.50 GTQ\n", result.out
+        )
+        assert match is not None, result.out
+        ids.append(match.group(1))
+    assert ids[0] == ids[1] == ids[2]
+
+
+def test_a_workbook_without_our_columns_names_what_is_missing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = workbook(tmp_path / "nomina.xlsx")  # the ERP's own headers: needs its profile
+    result = run(capsys, str(path), *ORIGIN, "--dry-run", "--quiet")
+    assert result.code == 1
+    assert "row 1: account_number: required column is missing from the header row" in result.err
+    assert "row 1: email: required column is missing from the header row" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_a_file_of_one_kind_named_as_another_is_a_clear_problem(
+    capsys: pytest.CaptureFixture[str], config: Path, tmp_path: Path
+) -> None:
+    book = our_workbook(tmp_path / "book.xlsx")
+    named_csv = tmp_path / "export.csv"
+    named_csv.write_bytes(book.read_bytes())
+    result = run(capsys, str(named_csv), *ORIGIN, "--dry-run", "--quiet")
+    assert result.code == 1
+    assert "export.csv is read as csv but is an .xlsx workbook (a ZIP file): name it .xlsx" in result.err
+    assert "codec" not in result.err
+    named_json = tmp_path / "export.json"
+    named_json.write_bytes(book.read_bytes())
+    result = run(capsys, str(named_json), *ORIGIN, "--dry-run", "--quiet")
+    assert "export.json is read as json but is an .xlsx workbook (a ZIP file): name it .xlsx" in result.err
+    text_xlsx = tmp_path / "export.xlsx"
+    text_xlsx.write_text("account_number,amount,email,concept\n2001,1.00,a@example.com,x\n")
+    result = run(capsys, str(text_xlsx), *ORIGIN, "--dry-run", "--quiet")
+    assert result.code == 1
+    assert "export.xlsx is read as xlsx but is text (CSV): name it .csv" in result.err
+    old = tmp_path / "old.xlsx"
+    old.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 64)
+    result = run(capsys, "--config", str(config), "--profile", "nomina", str(old), "--dry-run", "--quiet")
+    assert result.code == 1
+    assert "old.xlsx is an Excel 97-2003 workbook (.xls), which cannot be read: save it as .xlsx" in result.err

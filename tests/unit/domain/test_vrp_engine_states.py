@@ -15,6 +15,7 @@ from processor.domain.vrp_states import (
     Payment,
     VrpStatus,
     enter_payment,
+    mandate_move_ranked,
     mandate_terminal,
     move_mandate,
     move_payment,
@@ -35,8 +36,15 @@ def test_mandate_moves_publish_their_status() -> None:
         move_mandate("RECEIVED", Mandate.AUTHORIZED)  # never authorised without a consent
     with pytest.raises(IllegalMoveError):
         move_mandate("REJECTED", Mandate.AUTHORIZED)
+    # An authorised mandate is watched: it may end at the bank, or ask its approver again.
+    assert move_mandate("AUTHORIZED", Mandate.REVOKED) is VrpStatus.REJECTED
+    assert move_mandate("AUTHORIZED", Mandate.EXPIRED) is VrpStatus.EXPIRED
+    assert move_mandate("AUTHORIZED", Mandate.REAUTHORIZATION_REQUIRED) is VrpStatus.AUTHORIZATION_REQUIRED
+    assert move_mandate("REAUTHORIZATION_REQUIRED", Mandate.AUTHORIZED) is VrpStatus.AUTHORIZED
+    with pytest.raises(IllegalMoveError):
+        move_mandate("REVOKED", Mandate.AUTHORIZED)
     assert [s for s in Mandate if mandate_terminal(s)] == [
-        Mandate.AUTHORIZED,
+        Mandate.REVOKED,
         Mandate.REJECTED,
         Mandate.EXPIRED,
         Mandate.INVALID,
@@ -51,9 +59,14 @@ def test_mandate_statuses_only_move_forward() -> None:
                 assert (state, published) == (Mandate.AWAITING_AUTHORIZATION, None)
                 continue
             assert published is not None
+            if not mandate_move_ranked(state, target):  # the re-authorization repeats statuses, unranked
+                assert published in (VrpStatus.AUTHORIZATION_REQUIRED, VrpStatus.AUTHORIZED)
+                continue
             before = {
                 "RECEIVED": 0,
                 "AWAITING_AUTHORIZATION": MANDATE_STATUS_RANKS[VrpStatus.AUTHORIZATION_REQUIRED],
+                "AUTHORIZED": MANDATE_STATUS_RANKS[VrpStatus.AUTHORIZED],
+                "REAUTHORIZATION_REQUIRED": MANDATE_STATUS_RANKS[VrpStatus.AUTHORIZED],
             }[state.value]
             assert MANDATE_STATUS_RANKS[published] > before
 
