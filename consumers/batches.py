@@ -36,7 +36,7 @@ import schemas
 from consumers.loop import Accept, Reject, Retry
 from consumers.loop import Verdict as LoopVerdict
 from processor.domain.difference import batch_difference
-from processor.domain.duplicates import ALLOW_DUPLICATE_HEADER, SUBMITTED_BY_HEADER
+from processor.domain.duplicates import ALLOW_DUPLICATE_HEADER
 from processor.domain.file_states import FlowState
 from processor.domain.schedule import Calendar
 from processor.domain.time import Clock, SystemClock
@@ -71,8 +71,7 @@ class MessageRef:
     partition: int
     offset: int
     replayed: bool = False
-    allow_duplicate_of: str | None = None  # `submit --allow-duplicate-of ID`, and who said so
-    submitted_by: str | None = None
+    allow_duplicate_of: str | None = None  # `submit --allow-duplicate-of ID`
 
     @classmethod
     def of(cls, message: Message) -> MessageRef:
@@ -80,7 +79,7 @@ class MessageRef:
         headers: dict[str, str] = {}
         for header in message.headers() or []:
             key, value = str(header[0]), header[1]
-            if key in (REPLAY_OF_HEADER, ALLOW_DUPLICATE_HEADER, SUBMITTED_BY_HEADER):
+            if key in (REPLAY_OF_HEADER, ALLOW_DUPLICATE_HEADER):
                 raw = value if isinstance(value, bytes) else str(value or "").encode()
                 headers[key] = raw.decode("utf-8", "replace")[:200]
         return cls(
@@ -89,7 +88,6 @@ class MessageRef:
             message.offset() or 0,
             REPLAY_OF_HEADER in headers,
             headers.get(ALLOW_DUPLICATE_HEADER) or None,
-            headers.get(SUBMITTED_BY_HEADER) or None,
         )
 
 
@@ -136,7 +134,7 @@ class EngineIntake:
                 calendars=self.calendars,
                 guard=self.guard
                 if self.guard is None or message is None
-                else self.guard.allowing(message.allow_duplicate_of, message.submitted_by),
+                else self.guard.allowing(message.allow_duplicate_of),
                 replayed=message is not None and message.replayed,
             )
         )

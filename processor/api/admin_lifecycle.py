@@ -1,11 +1,12 @@
 """The admin API's requests about a batch id's life beyond its steps (issue 18), mounted by `processor.api.admin`:
 
-    POST /admin/batches/{batch_id}/withdraw            {"reason": "...", "withdrawn_by": "ana"}  -> the batch, WITHDRAWN
-    POST /admin/batches/{batch_id}/confirm-duplicate   {"confirmed_by": "ana"}  -> the batch, on its way to the bank
+    POST /admin/batches/{batch_id}/withdraw            {"reason": "..."}  -> the batch, WITHDRAWN (role operator+)
+    POST /admin/batches/{batch_id}/confirm-duplicate   {}  -> the batch, on its way to the bank (role approver+)
     GET  /admin/intake?topic=T&partition=P&offset=O     the processor's verdict on that message (`dispersion submit`)
 
-Refusals: 404 unknown batch (or no verdict yet), 400 bad input, 409 not possible now (the message says why and
-what to do instead).
+The token's name is who acts (recorded with the batch and in the audit trail). Refusals: 404 unknown batch (or no
+verdict yet), 400 bad input, 403 a role that may not, 409 not possible now (the message says why and what to do
+instead).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from processor.domain.roles import Action, Actor
 from processor.domain.time import Clock, iso_ms
-from processor.engine.withdrawal import confirm_duplicate, lifecycle_detail, withdraw_batch
+from processor.engine.requests import Where
+from processor.engine.withdrawal import act_audit, confirm_duplicate, lifecycle_detail, withdraw_batch
 from processor.store import Store
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request, Actor], Awaitable[Response]]
+Guard = Callable[[Handler, Action], Callable[[Request], Awaitable[Response]]]
 Text = Callable[..., str | None]
 Ok = Callable[..., Response]
 
@@ -30,7 +34,8 @@ Ok = Callable[..., Response]
 def lifecycle_routes(
     store: Store,
     *,
-    guarded: Callable[[Handler], Handler],
+    guarded: Guard,
+    where: Callable[[Request], Where],
     time: Clock,
     body_of: Callable[[Request], Awaitable[dict[str, Any]]],
     text: Text,
@@ -39,37 +44,35 @@ def lifecycle_routes(
 ) -> list[Route]:
     """The routes, with the admin API's own guard, body reader, text check and answers."""
 
-    def actor(body: dict[str, Any], name: str) -> str:
-        value = text(body.get(name, "admin-api"), name, limit=100)
-        assert value is not None
-        return value
-
     def fields(body: dict[str, Any], allowed: set[str]) -> None:
         unknown = set(body) - allowed
         if unknown:
             raise bad(f"unknown field(s) {', '.join(sorted(unknown))}")
 
-    async def withdraw(request: Request) -> Response:
+    async def withdraw(request: Request, actor: Actor) -> Response:
         batch_id = str(text(request.path_params.get("batch_id"), "batch_id"))
         body = await body_of(request)
-        fields(body, {"reason", "withdrawn_by"})
+        fields(body, {"reason"})
         reason = text(body.get("reason"), "reason", limit=500)
         assert reason is not None
-        by = actor(body, "withdrawn_by")
-        flow = await asyncio.to_thread(withdraw_batch, store, batch_id, by=by, reason=reason, now=time.now())
+        now = time.now()
+        audit = act_audit("withdraw", actor, where(request), now, reason=reason)
+        flow = await asyncio.to_thread(
+            withdraw_batch, store, batch_id, by=actor.name, reason=reason, now=now, audit=audit
+        )
         detail = await store.arun(lambda tx: lifecycle_detail(tx, batch_id), write=False)
         return ok({"batch_id": flow.batch_id, "status": flow.state, **detail})
 
-    async def confirm(request: Request) -> Response:
+    async def confirm(request: Request, actor: Actor) -> Response:
         batch_id = str(text(request.path_params.get("batch_id"), "batch_id"))
-        body = await body_of(request)
-        fields(body, {"confirmed_by"})
-        by = actor(body, "confirmed_by")
-        flow = await asyncio.to_thread(confirm_duplicate, store, batch_id, by=by, now=time.now())
+        fields(await body_of(request), set())
+        now = time.now()
+        audit = act_audit("confirm-duplicate", actor, where(request), now)
+        flow = await asyncio.to_thread(confirm_duplicate, store, batch_id, by=actor.name, now=now, audit=audit)
         detail = await store.arun(lambda tx: lifecycle_detail(tx, batch_id), write=False)
         return ok({"batch_id": flow.batch_id, "status": flow.state, **detail})
 
-    async def intake(request: Request) -> Response:
+    async def intake(request: Request, actor: Actor) -> Response:
         topic = text(request.query_params.get("topic"), "topic")
         partition, offset = (request.query_params.get(name, "") for name in ("partition", "offset"))
         if not partition.isdigit() or not offset.isdigit() or len(partition) > 9 or len(offset) > 18:
@@ -92,7 +95,7 @@ def lifecycle_routes(
         )
 
     return [
-        Route("/batches/{batch_id:path}/withdraw", guarded(withdraw), methods=["POST"]),
-        Route("/batches/{batch_id:path}/confirm-duplicate", guarded(confirm), methods=["POST"]),
-        Route("/intake", guarded(intake), methods=["GET"]),
+        Route("/batches/{batch_id:path}/withdraw", guarded(withdraw, Action.WITHDRAW), methods=["POST"]),
+        Route("/batches/{batch_id:path}/confirm-duplicate", guarded(confirm, Action.CONFIRM), methods=["POST"]),
+        Route("/intake", guarded(intake, Action.READ), methods=["GET"]),
     ]

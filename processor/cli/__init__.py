@@ -35,7 +35,12 @@ commands:
   withdraw    withdraw a batch not yet initiated at the bank: `withdraw --batch ID --reason TEXT` (admin API)
   confirm-duplicate  let a batch held as a possible duplicate payroll go to the bank (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
-  report      per-transfer reconciliation report: `report --since T --until T [--format csv|json]`
+  report      reconciliation report and money totals: `report --since DAY [--until DAY] [--format csv|json]`
+  requests    requests for a second person: `requests list`, `requests approve ID`, `requests decline ID`
+  audit       the audit trail of operator actions: `audit --since T` (admin API)
+  find        an employee's transfers and their outcome: `find --employee REF | --account LAST4 | --amount A`
+  pain002     a batch's ISO 20022 status report for the ERP: `pain002 --batch ID [--version 03|10] [--output F]`
+  camt054     ISO 20022 debit notifications for the ledger: `camt054 --since T --until T [--accounts clear|masked]`
   config      `config check`: load a configuration and report its problems; `config schema`: its JSON Schema
 """
 
@@ -59,6 +64,11 @@ MODULES: dict[str, str] = {
     "confirm-duplicate": "processor.cli.confirm_duplicate",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
+    "requests": "processor.cli.requests",
+    "audit": "processor.cli.audit",
+    "find": "processor.cli.find",
+    "pain002": "processor.cli.pain002",
+    "camt054": "processor.cli.camt054",
     "config": "processor.cli.config_command",
 }
 

@@ -3,12 +3,14 @@
 The address is `--url`, else `[admin] url`, else `[processor] public_url` of the configuration (`--config`, else
 `$DISPERSION_CONFIG`, else `./dispersion.toml`); the token is `$DISPERSION_ADMIN_TOKEN`, else the variable that
 `[admin] token_env` names. The token is sent as `Authorization: Bearer ...` and never printed.
+
+Who acts is the token's name (`[admin.tokens.NAME]`), not the user running the command: `--requested-by NAME`
+(optional) only asserts it, and the processor refuses the call when the token is someone else's.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,12 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the answer (default 60)")
 
 
-def operator_name() -> str:
-    """Who runs the command (recorded with a retry or a replay)."""
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):
-        return "unknown"
+def add_requested_by(parser: argparse.ArgumentParser) -> None:
+    """`--requested-by NAME`: who the caller says they are; checked against the token's name (a mismatch is
+    refused), never taken instead of it."""
+    parser.add_argument(
+        "--requested-by",
+        metavar="NAME",
+        help="your name as the processor knows your token (optional: the token's name is recorded; a different"
+        " name is refused)",
+    )
 
 
 @dataclass
@@ -59,6 +64,19 @@ class AdminClient:
 
     def call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None) -> Any:
         """The JSON answer of a 2xx; `AdminRefusal` (status and message) otherwise."""
+        answer = self._answer(method, path, params=params, body=body)
+        try:
+            return answer.json()
+        except ValueError:
+            return {"error": answer.text[:300]}
+
+    def document(self, path: str, *, params: Mapping[str, Any] | None = None) -> bytes:
+        """The body of a 2xx answer to a GET, as sent (an XML document); `AdminRefusal` otherwise."""
+        return self._answer("GET", path, params=params).content
+
+    def _answer(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None
+    ) -> httpx.Response:
         try:
             answer = httpx.request(
                 method,
@@ -70,15 +88,15 @@ class AdminClient:
             )
         except httpx.HTTPError as exc:
             raise CliError(f"the admin API at {self.url} cannot be reached: {exc}") from None
+        if answer.status_code < 300:
+            return answer
         try:
             document = answer.json()
         except ValueError:
             document = {"error": answer.text[:300]}
         if answer.status_code == 401:
             raise CliError(f"the admin API refused the token: {document.get('error')}")
-        if answer.status_code >= 300:
-            raise AdminRefusalError(answer.status_code, str(document.get("error") or document))
-        return document
+        raise AdminRefusalError(answer.status_code, str(document.get("error") or document))
 
 
 class AdminRefusalError(Exception):

@@ -37,7 +37,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Final, Literal
 
-from processor.cli.admin_client import operator_name
 from processor.cli.submit_wait import add_wait_arguments
 from processor.domain.batch import (
     DEFAULT_DESTINATION_ACCOUNT_TYPE,
@@ -50,7 +49,7 @@ from processor.domain.batch import (
     iso_day,
     loads_exact,
 )
-from processor.domain.duplicates import ALLOW_DUPLICATE_HEADER, SUBMITTED_BY_HEADER
+from processor.domain.duplicates import ALLOW_DUPLICATE_HEADER
 from processor.domain.export_profile import (
     BATCH_COLUMNS,
     REQUIRED_COLUMNS,
@@ -676,6 +675,7 @@ def _produce(
     started: float,
     *,
     note: bool = True,
+    source: str = SOURCE,
 ) -> int:
     from confluent_kafka import KafkaError, Message
 
@@ -695,7 +695,7 @@ def _produce(
     topic = args.topic or settings.topic(BATCHES_TOPIC)
     progress.update("encoding", force=True)
     try:
-        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=SOURCE), topic)
+        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=source), topic)
     except schemas.RegistryUnavailableError as exc:
         progress.done("")
         print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
@@ -712,7 +712,6 @@ def _produce(
     headers = [("source", SOURCE.encode()), ("export_file", args.export.name.encode("utf-8"))]
     if args.allow_duplicate_of:
         headers.append((ALLOW_DUPLICATE_HEADER, args.allow_duplicate_of.encode("utf-8")))
-        headers.append((SUBMITTED_BY_HEADER, operator_name().encode("utf-8")))
     producer.produce(
         topic,
         value=value,

@@ -19,10 +19,10 @@ import argparse
 import sys
 from typing import Any
 
-from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments, operator_name
+from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments
 from processor.cli.common import CliError
+from processor.domain.file_states import resubmit_hint
 from processor.domain.text import printable
-from processor.engine.withdrawal import resubmit_hint
 
 
 def parser(command: str) -> argparse.ArgumentParser:
@@ -47,9 +47,8 @@ def parser(command: str) -> argparse.ArgumentParser:
 def _call(command: str, args: argparse.Namespace) -> Any:
     client = AdminClient.from_args(args)
     if command == "withdraw":
-        body = {"reason": args.reason, "withdrawn_by": operator_name()}
-        return client.call("POST", f"/batches/{args.batch}/withdraw", body=body)
-    return client.call("POST", f"/batches/{args.batch}/confirm-duplicate", body={"confirmed_by": operator_name()})
+        return client.call("POST", f"/batches/{args.batch}/withdraw", body={"reason": args.reason})
+    return client.call("POST", f"/batches/{args.batch}/confirm-duplicate", body={})
 
 
 def run(command: str, argv: list[str]) -> int:

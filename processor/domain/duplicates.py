@@ -30,10 +30,11 @@ from processor.domain.money import money_text
 from processor.domain.outcomes import retry_of
 from processor.domain.time import iso_ms
 
-# Headers of a submission (`dispersion submit --allow-duplicate-of ID`): the batch pays what ID pays on purpose,
-# and who said so; such a batch is not held when its match is that batch.
+# A submission's header (`dispersion submit --allow-duplicate-of ID`): the batch pays what ID pays on purpose; such
+# a batch is not held when its match is that batch. A Kafka header names no authenticated person, so the batch
+# records the confirmation as ALLOWED_BY.
 ALLOW_DUPLICATE_HEADER: Final = "dispersion-allow-duplicate-of"
-SUBMITTED_BY_HEADER: Final = "dispersion-submitted-by"
+ALLOWED_BY: Final = "submit --allow-duplicate-of"
 DEFAULT_WINDOW_DAYS: Final = 35
 DEFAULT_THRESHOLD: Final = Decimal("0.8")
 KEY_HEX: Final = 12  # 48 bits per transfer: collisions between two payrolls' accounts are negligible

@@ -94,6 +94,12 @@ WITHDRAWABLE_STATES = frozenset({_S.RECEIVED, _S.CONSENT_CREATED, _S.AWAITING_AU
 # new attempt (processor.store.lifecycle).
 RESUBMITTABLE_STATES = frozenset({_S.WITHDRAWN, _S.REJECTED, _S.EXPIRED, _S.INVALID, _S.FAILED})
 
+
+def resubmit_hint(batch_id: str) -> str:
+    """The exact command that pays an ended batch id again (a new attempt)."""
+    return f"dispersion submit EXPORT --batch-id {batch_id}"
+
+
 TERMINAL_FLOW_STATES = frozenset(state for state, rule in FILE_TABLE.items() if rule.terminal)
 
 FILE_PUBLISHES: dict[FlowState, BatchStatus] = {

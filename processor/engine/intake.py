@@ -35,6 +35,7 @@ from typing import Any
 from processor.bank.integration import Integration
 from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, loads_exact
 from processor.domain.duplicates import (
+    ALLOWED_BY,
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW_DAYS,
     Candidate,
@@ -212,11 +213,11 @@ class Guard:
     window: timedelta = timedelta(days=DEFAULT_WINDOW_DAYS)
     threshold: Decimal = DEFAULT_THRESHOLD
     public_url: str | None = None
-    allowed: tuple[str, str] | None = None  # (batch id, who): `submit --allow-duplicate-of`, for one message
+    allowed: tuple[str, str] | None = None  # (batch id, recorded as): `submit --allow-duplicate-of`, one message
 
-    def allowing(self, batch_id: str | None, by: str | None) -> Guard:
+    def allowing(self, batch_id: str | None, by: str = ALLOWED_BY) -> Guard:
         """The guard for one submission that says it pays what `batch_id` pays on purpose."""
-        return replace(self, allowed=None if batch_id is None else (batch_id, by or "the submitter"))
+        return replace(self, allowed=None if batch_id is None else (batch_id, by))
 
     @property
     def on(self) -> bool:

@@ -16,13 +16,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from processor.domain.file_states import WITHDRAWABLE_STATES, BatchStatus, FlowState
+from processor.domain.file_states import WITHDRAWABLE_STATES, BatchStatus, FlowState, resubmit_hint
+from processor.domain.roles import Actor
 from processor.domain.time import iso_ms
 from processor.engine.file_events import status_payload
+from processor.engine.requests import Where, record_action
 from processor.store import Flow, StatusEvent, Store, StoreTx
 from processor.store.lifecycle import EarlierAttempt
 from schemas.topics import STATUS_TOPIC
@@ -36,11 +38,6 @@ class WithdrawError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def resubmit_hint(batch_id: str) -> str:
-    """The exact command that pays an ended batch id again (a new attempt)."""
-    return f"dispersion submit EXPORT --batch-id {batch_id}"
 
 
 def withdrawn_text(by: str | None, at: datetime | None, reason: str | None) -> str:
@@ -80,7 +77,13 @@ def earlier_links(attempts: Sequence[EarlierAttempt]) -> tuple[tuple[str, str], 
     return tuple(answers)
 
 
-def withdraw_batch(store: Store, batch_id: str, *, by: str, reason: str, now: datetime) -> Flow:
+Audit = Callable[[StoreTx, Flow], None]
+"""Writes the act's audit entry in its transaction (processor.engine.requests.record_action)."""
+
+
+def withdraw_batch(
+    store: Store, batch_id: str, *, by: str, reason: str, now: datetime, audit: Audit | None = None
+) -> Flow:
     """End a batch not yet initiated at the bank as WITHDRAWN (see the module docstring)."""
     reason = reason.strip()
     if not reason or len(reason) > MAX_REASON:
@@ -100,7 +103,7 @@ def withdraw_batch(store: Store, batch_id: str, *, by: str, reason: str, now: da
             raise WithdrawError(409, f"a step of batch {batch_id} is running right now; try again in a moment")
         text = withdrawn_text(by, now, reason)
         payload = status_payload(held, BatchStatus.REJECTED, now, reason=text, withdrawn_by=by)
-        return tx.flows.transition(
+        ended = tx.flows.transition(
             held,
             FlowState.WITHDRAWN,
             now=now,
@@ -112,6 +115,9 @@ def withdraw_batch(store: Store, batch_id: str, *, by: str, reason: str, now: da
             withdrawn_at=now,
             withdraw_reason=reason,
         )
+        if audit is not None:
+            audit(tx, ended)
+        return ended
 
     return store.run(work)
 
@@ -129,7 +135,7 @@ def _not_withdrawable(flow: Flow) -> str:
     return f"batch {flow.batch_id} is {flow.state}: it cannot be withdrawn"
 
 
-def confirm_duplicate(store: Store, batch_id: str, *, by: str, now: datetime) -> Flow:
+def confirm_duplicate(store: Store, batch_id: str, *, by: str, now: datetime, audit: Audit | None = None) -> Flow:
     """Let a batch held as a possible duplicate payroll go on to the bank."""
 
     def work(tx: StoreTx) -> Flow:
@@ -146,7 +152,10 @@ def confirm_duplicate(store: Store, batch_id: str, *, by: str, now: datetime) ->
             )
         if flow.state != FlowState.RECEIVED:
             raise WithdrawError(409, f"batch {batch_id} is {flow.state}: there is nothing to confirm")
-        return tx.lifecycle.confirm_duplicate(flow, by=by, now=now)
+        confirmed = tx.lifecycle.confirm_duplicate(flow, by=by, now=now)
+        if audit is not None:
+            audit(tx, confirmed)
+        return confirmed
 
     return store.run(work)
 
@@ -154,6 +163,15 @@ def confirm_duplicate(store: Store, batch_id: str, *, by: str, now: datetime) ->
 def withdrawable(tx: StoreTx, flow: Flow) -> bool:
     """Whether `flow` may be withdrawn now (its payment never asked of the bank)."""
     return flow.state in WITHDRAWABLE_STATES and not tx.lifecycle.payment_asked(flow.batch_id)
+
+
+def act_audit(action: str, actor: Actor, where: Where, now: datetime, **detail: Any) -> Audit:
+    """The audit entry of a withdrawal or a confirmation, by `actor` from `where`."""
+
+    def write(tx: StoreTx, flow: Flow) -> None:
+        record_action(tx, action, actor, now, where, flow.batch_id, {"attempt": flow.attempt, **detail})
+
+    return write
 
 
 def lifecycle_detail(tx: StoreTx, batch_id: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -19,7 +19,10 @@ from processor.domain.time import utc_ms
 from processor.store.db import Row, Tx, to_datetime
 from processor.store.values import read_money
 
-_COLUMNS = "batch_id, integration, state, file_reference, number_of_transactions, control_sum, created_at, updated_at"
+_COLUMNS = (
+    "batch_id, integration, state, file_reference, number_of_transactions, control_sum, created_at, updated_at,"
+    " execute_on"
+)
 _CURRENCY = re.compile(r'"currency"\s*:\s*"([A-Za-z]{3})"')
 
 
@@ -35,6 +38,7 @@ class BatchSummary:
     control_sum: Decimal | None
     created_at: datetime
     updated_at: datetime
+    execute_on: date | None = None  # a scheduled batch's payday
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ def _summary(row: Row) -> BatchSummary:
         control_sum=read_money(row["control_sum"]),
         created_at=created,
         updated_at=updated,
+        execute_on=date.fromisoformat(str(row["execute_on"])) if row["execute_on"] else None,
     )
 
 
@@ -80,7 +85,7 @@ def _escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _like(text: str) -> str:
+def like_pattern(text: str) -> str:
     """A LIKE pattern matching `text` (lower case) anywhere."""
     return f"%{_escaped(text.lower())}%"
 
@@ -108,7 +113,7 @@ class ConsoleReads:
             params.append(utc_ms(wanted.until))
         if wanted.text:
             where.append("(lower(batch_id) LIKE ? ESCAPE '\\' OR lower(file_reference) LIKE ? ESCAPE '\\')")
-            params.extend([_like(wanted.text)] * 2)
+            params.extend([like_pattern(wanted.text)] * 2)
         return (f" WHERE {' AND '.join(where)}" if where else ""), params
 
     def batches(self, wanted: BatchFilter, *, offset: int = 0, limit: int = 50) -> list[BatchSummary]:
@@ -158,6 +163,15 @@ class ConsoleReads:
         rows = self.tx.fetchall(
             f"SELECT {_COLUMNS} FROM flows WHERE state IN ({marks}) ORDER BY created_at, batch_id LIMIT ?",  # noqa: S608
             (*states, limit),
+        )
+        return [_summary(row) for row in rows]
+
+    def scheduled(self, *, limit: int = 20) -> list[BatchSummary]:
+        """Approved batches waiting for their payday (`execute_on`), the nearest first."""
+        rows = self.tx.fetchall(
+            f"SELECT {_COLUMNS} FROM flows WHERE state = 'AUTHORIZED' AND execute_on IS NOT NULL"  # noqa: S608
+            " ORDER BY execute_on, batch_id LIMIT ?",
+            (limit,),
         )
         return [_summary(row) for row in rows]
 
