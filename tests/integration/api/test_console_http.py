@@ -380,15 +380,32 @@ async def test_the_batch_page_withdraws_confirms_a_held_batch_and_shows_a_confli
         guard = Guard(public_url=c.rig.public_url)
         for batch_id in ("NOV-A", "NOV-B"):
             await accept_batch(store, batch(batch_id, rows), now=c.rig.clock.now(), guard=guard)
-        await c.sign_in()
+        await c.sign_in()  # ana, an operator: sees the hold, may not confirm it
         page = await c.http.get(f"{c.url}/batches/NOV-B")
         assert 'id="duplicate-hold"' in page.text and "possible duplicate payroll of batch NOV-A" in page.text
+        assert 'id="confirm-duplicate-form"' not in page.text and "the approver role confirms it" in page.text
         token = await c.csrf("/batches/NOV-B")
-        answer = await c.http.post(f"{c.url}/confirm-duplicate", data={"csrf": token, "batch_id": "NOV-B"})
+        refused = await c.http.post(f"{c.url}/confirm-duplicate", data={"csrf": token, "batch_id": "NOV-B"})
+        assert refused.status_code == 403 and c.rig.flow("NOV-B").duplicate_confirmed_by is None
+        bob = await c.person("bob")  # an approver
+        answer = await bob.http.post(
+            f"{c.url}/confirm-duplicate", data={"csrf": await bob.csrf("/batches/NOV-B"), "batch_id": "NOV-B"}
+        )
         assert answer.status_code == 303 and answer.headers["location"] == "/console/batches/NOV-B"
-        assert c.rig.flow("NOV-B").duplicate_confirmed_by == "ana"
+        assert c.rig.flow("NOV-B").duplicate_confirmed_by == "bob"
         page = await c.http.get(f"{c.url}/batches/NOV-B")
-        assert 'id="duplicate-confirmed"' in page.text and "confirmed by ana" in page.text
+        assert 'id="duplicate-confirmed"' in page.text and "confirmed by bob" in page.text
+        audit = store.run(lambda tx: tx.audit.since(c.rig.clock.now() - timedelta(days=1)), write=False)
+        assert [(row.action, row.actor, row.subject) for row in audit][-1] == ("confirm-duplicate", "bob", "NOV-B")
+
+        vera = await c.person("vera")  # a viewer may not withdraw
+        page = await vera.http.get(f"{c.url}/batches/NOV-A")
+        assert 'id="withdraw-form"' not in page.text
+        viewer = await vera.http.post(
+            f"{c.url}/withdraw",
+            data={"csrf": await vera.csrf("/batches/NOV-A"), "batch_id": "NOV-A", "reason": "no"},
+        )
+        assert viewer.status_code == 403 and c.rig.flow("NOV-A").state == FlowState.RECEIVED
 
         refused = await c.http.post(f"{c.url}/withdraw", data={"csrf": token, "batch_id": "NOV-A", "reason": ""})
         assert refused.status_code == 400 and c.rig.flow("NOV-A").state == FlowState.RECEIVED
