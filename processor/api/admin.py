@@ -12,7 +12,11 @@ configured: 401. The token never reaches a log or an answer.
     GET  /admin/dead-letters?since=T&batch_id=B&after=ID&limit=N                   recorded dead letters
     GET  /admin/dead-letters/{id}                            one, with its replays and the chain
     POST /admin/dead-letters/{id}/replay                     {"reason": "...", "replayed_by": "ana", "force": false}
-    GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report)
+    GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report),
+                                                              and apart from them the VRP payments of the range
+    GET  /admin/mandates?status=S&integration=I&q=TEXT&since=T&until=T&limit=N&offset=K   VRP mandates, newest first
+    GET  /admin/mandates/{mandate_id}                        one mandate: limits, the ledger, payments, timeline
+    GET  /admin/vrp-payments?mandate=M&since=T&until=T&limit=N&offset=K                   VRP payments, oldest first
 
 Times are ISO 8601 with an offset (`2026-11-30T00:00:00Z`). Bad input is a 400 naming the problem; an unknown
 batch or dead letter 404; a refused action (not final yet, already replayed, in flight) 409; the store
@@ -40,10 +44,13 @@ from starlette.routing import Route
 from processor.domain.file_states import FlowState
 from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, iso_ms, within_range
+from processor.domain.vrp_states import Mandate
 from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.retries import Correction, RetryError, retry_failed
+from processor.engine.vrp_views import mandate_timeline, mandate_view, payment_json, vrp_report
 from processor.store import Store, StoreError, StoreTx
 from processor.store.operator import DeadLetterRow
+from processor.store.vrp import MandateFilter
 from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
 
 log = structlog.get_logger("processor.api.admin")
@@ -52,6 +59,7 @@ MAX_BODY = 256 * 1024
 MAX_LIMIT = 500
 MAX_ID = 200
 STATES = frozenset(str(state) for state in FlowState)
+MANDATE_STATES = frozenset(str(state) for state in Mandate)
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -96,6 +104,13 @@ def _instant(request: Request, name: str) -> datetime | None:
         return within_range(value)
     except ValueError as exc:
         raise BadRequestError(f"{name} {exc}") from None
+
+
+def _offset(request: Request) -> int:
+    text = _single(request, "offset") or "0"
+    if not text.isdigit() or len(text) > 9:
+        raise BadRequestError("offset must be a whole number")
+    return int(text)
 
 
 def _limit(request: Request) -> int:
@@ -321,7 +336,66 @@ def admin_app(
             raise BadRequestError("since and until are required")
         if until <= since:
             raise BadRequestError("until must be later than since")
-        return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
+
+        def read(tx: StoreTx) -> dict[str, Any]:
+            return {**report(tx, since, until), "vrp": vrp_report(tx, since, until)}
+
+        return _ok(await store.arun(read, write=False))
+
+    async def mandates(request: Request) -> Response:
+        states = tuple(s for s in (_single(request, "status") or "").split(",") if s)
+        unknown = [s for s in states if s not in MANDATE_STATES]
+        if unknown:
+            raise BadRequestError(f"unknown state {unknown[0]!r} (known: {', '.join(sorted(MANDATE_STATES))})")
+        wanted = MandateFilter(
+            states=states,
+            integration=_text(_single(request, "integration"), "integration", required=False),
+            since=_instant(request, "since"),
+            until=_instant(request, "until"),
+            text=_text(_single(request, "q"), "q", required=False),
+        )
+        limit, offset, now = _limit(request), _offset(request), time.now()
+
+        def read(tx: StoreTx) -> dict[str, Any]:
+            rows = tx.mandates.listing(wanted, offset=offset, limit=limit)
+            return {
+                "mandates": [mandate_view(tx, row, now).as_json() for row in rows],
+                "counts": tx.mandates.state_counts(wanted),
+                "next_offset": offset + limit if len(rows) == limit else None,
+            }
+
+        return _ok(await store.arun(read, write=False))
+
+    async def mandate(request: Request) -> Response:
+        mandate_id, now = _path_id(request, "mandate_id"), time.now()
+
+        def read(tx: StoreTx) -> dict[str, Any] | None:
+            found = tx.mandates.get(mandate_id)
+            if found is None:
+                return None
+            return {
+                **mandate_view(tx, found, now).as_json(),
+                "payments": [payment_json(p) for p in tx.vrp_payments.for_mandate(mandate_id)],
+                "timeline": [vars(entry) for entry in mandate_timeline(tx, mandate_id)],
+            }
+
+        found = await store.arun(read, write=False)
+        return _error(404, f"mandate {mandate_id} is unknown") if found is None else _ok(found)
+
+    async def vrp_payments(request: Request) -> Response:
+        mandate_id = _text(_single(request, "mandate"), "mandate", required=False)
+        since, until = _instant(request, "since"), _instant(request, "until")
+        limit, offset = _limit(request), _offset(request)
+
+        def read(tx: StoreTx) -> dict[str, Any] | None:
+            if mandate_id is not None and tx.mandates.get(mandate_id) is None:
+                return None
+            rows = tx.vrp_payments.listing(mandate_id=mandate_id, since=since, until=until, offset=offset, limit=limit)
+            following = offset + limit if len(rows) == limit else None
+            return {"payments": [payment_json(p) for p in rows], "next_offset": following}
+
+        found = await store.arun(read, write=False)
+        return _error(404, f"mandate {mandate_id} is unknown") if found is None else _ok(found)
 
     routes = [
         Route("/batches", guarded(batches), methods=["GET"]),
@@ -331,6 +405,9 @@ def admin_app(
         Route("/dead-letters/{letter_id}", guarded(dead_letter), methods=["GET"]),
         Route("/dead-letters/{letter_id}/replay", guarded(replay), methods=["POST"]),
         Route("/report", guarded(reconciliation), methods=["GET"]),
+        Route("/mandates", guarded(mandates), methods=["GET"]),
+        Route("/mandates/{mandate_id:path}", guarded(mandate), methods=["GET"]),
+        Route("/vrp-payments", guarded(vrp_payments), methods=["GET"]),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -4,11 +4,11 @@ templates, account numbers already masked, no token other than the waiting batch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from processor.domain.file_states import FILE_PUBLISHES, FlowState
 from processor.domain.kinds import Kind
@@ -59,27 +59,39 @@ def money_text(amount: Decimal | None) -> str:
     return "" if amount is None else f"{amount:,.2f}"
 
 
-@dataclass(frozen=True)
-class BatchesPage:
-    """The Batches page."""
+R = TypeVar("R")
 
-    rows: list[BatchSummary]
+
+@dataclass(frozen=True)
+class ListingPage(Generic[R]):
+    """A listing page (batches, mandates): one page of rows, the counts per shown status, how many match."""
+
+    rows: list[R]
     counts: dict[str, int]
     total: int
     integrations: list[str]
     has_next: bool
 
 
+BatchesPage = ListingPage[BatchSummary]
+
+
+def status_counts(
+    by_state: Mapping[str, int], shown: Callable[[str], str], wanted: tuple[str, ...]
+) -> tuple[dict[str, int], int]:
+    """The counts per shown status (of every stored state), and how many rows the wanted states hold (all: none)."""
+    counts: dict[str, int] = {}
+    for state, n in by_state.items():
+        counts[shown(state)] = counts.get(shown(state), 0) + n
+    total = sum(n for state, n in by_state.items() if not wanted or state in wanted)
+    return counts, total
+
+
 def batches_page(tx: StoreTx, wanted: BatchFilter, page: int) -> BatchesPage:
     """One page of batches matching the filter, with the counts per status."""
     reads = ConsoleReads(tx.raw)
     rows = reads.batches(wanted, offset=page * PAGE_SIZE, limit=PAGE_SIZE + 1)
-    by_state = reads.state_counts(wanted)
-    counts: dict[str, int] = {}
-    for state, n in by_state.items():
-        counts[shown_status(state)] = counts.get(shown_status(state), 0) + n
-    wanted_states = set(wanted.states)
-    total = sum(n for state, n in by_state.items() if not wanted_states or state in wanted_states)
+    counts, total = status_counts(reads.state_counts(wanted), shown_status, wanted.states)
     return BatchesPage(rows[:PAGE_SIZE], counts, total, reads.integrations(), len(rows) > PAGE_SIZE)
 
 
