@@ -53,6 +53,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import Counter, Gauge
 
+from producers.clients import new_consumer
 from producers.dlq import DeadLetterError
 from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
 
@@ -233,7 +234,7 @@ class AtLeastOnceConsumer:
         self.poll_timeout = poll_timeout
         self.max_backoff = max_backoff
         self.poison_attempts = poison_attempts
-        self._consumer = Consumer({"stats_cb": _record_lag, **config})
+        self._consumer = new_consumer({"stats_cb": _record_lag, **config})
         self._group_id = str(config.get("group.id", ""))
         self._instance_id = config.get("group.instance.id")
         self._done: dict[tuple[str, int], int] = {}  # handled, not yet committed: next offset per partition

@@ -29,6 +29,7 @@ import structlog
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 
 import schemas
+from producers.clients import new_producer
 from schemas.topics import DLQ_TOPIC
 
 log = structlog.get_logger("producers.dlq")
@@ -126,7 +127,7 @@ class DeadLetterPublisher:
         # A delivery report always comes within the timeout (success or failure), so a dead letter that timed out
         # cannot still be delivered later behind the consumer's back.
         self._config: dict[str, Any] = {"message.timeout.ms": int(timeout * 1000), **config, "error_cb": self._on_error}
-        self._factory = producer_factory or Producer
+        self._factory = producer_factory or new_producer
         self._fatal: KafkaError | None = None
         self._producer = self._factory(self._config)
 

@@ -23,7 +23,9 @@ from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
+
+from producers.clients import new_consumer
 
 # Producer-only librdkafka properties, dropped when a relay's producer configuration is reused for the scan.
 _PRODUCER_ONLY = frozenset(
@@ -93,7 +95,7 @@ def published_event_ids(
         return found
     deadline = time.monotonic() + timeout
     start_ms = int((since - CLOCK_MARGIN).timestamp() * 1000)
-    consumer = Consumer(dict(config))
+    consumer = new_consumer(config)
     try:
         metadata = consumer.list_topics(topic, timeout=_left(deadline))
         described = metadata.topics.get(topic)

@@ -62,6 +62,7 @@ import schemas
 from processor.domain.time import Clock, SystemClock
 from processor.store import Handover, OutboxEvent, Store, StoreError
 from producers.avro_json import Coercion, CoercionError, convert
+from producers.clients import new_producer
 from producers.handover import HandoverScanError, published_event_ids, scan_config
 from schemas.topics import STATUS_TOPIC, VRP_STATUS_TOPIC
 
@@ -190,7 +191,7 @@ class OutboxRelay:
             "message.timeout.ms": 0,
             "error_cb": self._on_error,
         }
-        self._producer_factory = producer_factory or Producer
+        self._producer_factory = producer_factory or new_producer
         self._fatal: KafkaError | None = None  # the fatal error that broke the current producer, if one did
         self._replace_backoff = 0.0
         self._replace_at = 0.0  # monotonic time of the next attempt to create a producer

@@ -16,18 +16,18 @@ that name the dead letter and who replayed it, when and why; recorded in the sto
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 import schemas
 from processor.domain.time import iso_ms
 from processor.store import Store, StoreTx
 from processor.store.operator import DeadLetterRow, ReplayRow
+from producers.clients import new_consumer, new_producer, reader_config
 from producers.dlq import REPLAY_OF_HEADER, DeadLetterReceipt
 from schemas.topics import DLQ_TOPIC
 
@@ -62,14 +62,7 @@ class DeadLetterReplayer:
 
     def read(self, topic: str, partition: int, offset: int) -> dict[str, Any]:
         """The DeadLetter record at that place; `ReplayError` when the topic no longer holds it (retention)."""
-        consumer = Consumer(
-            {
-                **self.config,
-                "group.id": f"dispersion-replay-{uuid.uuid4().hex[:12]}",  # assigned, never joined or committed
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
-        )
+        consumer = new_consumer(reader_config(self.config, "replay", **{"enable.partition.eof": True}))
         try:
             consumer.assign([TopicPartition(topic, partition, offset)])
             message = consumer.poll(self.timeout)
@@ -85,12 +78,13 @@ class DeadLetterReplayer:
 
     def publish(self, record: Mapping[str, Any], headers: list[tuple[str, str | bytes | None]]) -> tuple[int, int]:
         """Produce the original value and key to the original topic; (partition, offset) once acknowledged."""
-        producer = Producer(
+        producer = new_producer(
             {**self.config, "enable.idempotence": True, "acks": "all", "message.timeout.ms": int(self.timeout * 1000)}
         )
         outcome: list[tuple[KafkaError | None, Message]] = []
         producer.produce(
             record["topic"],
+            partition=int(record["partition"]),  # where the original was read, whatever partitioned it then
             value=record["original_value"],
             key=record["original_key"],
             headers=headers,

@@ -27,7 +27,8 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.cimpl import NewTopic
 
 import schemas
-from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
+from producers.clients import new_admin
+from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings
 from schemas.topics import (
     BATCHES_TOPIC,
     DLQ_TOPIC,
@@ -101,8 +102,7 @@ def project_topics(
 
 
 def _admin(client_config: Mapping[str, Any]) -> AdminClient:
-    config: dict[str, Any] = {**client_config, "logger": librdkafka_logger("admin")}
-    return AdminClient(config)
+    return new_admin(client_config)
 
 
 def _describe_configs(admin: AdminClient, names: Iterable[str], timeout: float) -> dict[str, dict[str, str | None]]:

@@ -6,8 +6,9 @@
 - `oracle_pain001`: pain.001.001.09 as Oracle Payments writes it: an initiating party with an organisation id,
   `Othr/Id` accounts with a scheme name (BBAN), `ReqdExctnDt/Dt`, `BICFI` agents, several `Ustrd` lines.
 
-Each takes blocks of `(pmt_inf_id, requested_on, debtor_account, [Tx ...])`; the header's `NbOfTxs`/`CtrlSum` are
-computed unless given (to write a message whose totals do not match).
+Each writer takes blocks of `(pmt_inf_id, requested_on, debtor_account, [Tx ...])`; the header's
+`NbOfTxs`/`CtrlSum` are computed unless given (to write a message whose totals do not match). `valid` and `texts`
+read a document back after ISO's schema accepted it (the tests' own validation, with the vendored XSD files).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 from xml.sax.saxutils import escape
+
+from lxml import etree
+
+from processor.exports.iso20022 import XSD_DIR, namespace
 
 
 @dataclass(frozen=True)
@@ -145,3 +150,17 @@ def oracle_pain001(msg_id: str, blocks: list[Block], *, count: int | None = None
         parts.append("</PmtInf>")
     parts.append("</CstmrCdtTrfInitn></Document>")
     return "\n".join(parts).encode("utf-8")
+
+
+def valid(document: str | bytes, message: str) -> etree._Element:
+    """The document, after ISO's schema for `message` accepted it."""
+    checker = etree.XMLSchema(etree.parse(str(XSD_DIR / f"{message}.xsd")))
+    root = etree.fromstring(document.encode() if isinstance(document, str) else document)
+    assert checker.validate(root), checker.error_log
+    return root
+
+
+def texts(root: etree._Element, message: str, path: str) -> list[str]:
+    """The text of every element at `path` (steps in the message's namespace)."""
+    ns = {"d": namespace(message)}
+    return [str(e.text) for e in root.iterfind("/".join(f"d:{step}" for step in path.split("/")), ns)]

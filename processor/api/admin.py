@@ -14,6 +14,10 @@ configured: 401. The token never reaches a log or an answer.
     POST /admin/dead-letters/{id}/replay                     {"reason": "...", "replayed_by": "ana", "force": false}
     GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report),
                                                               and apart from them the VRP payments of the range
+    GET  /admin/find?employee=E&account=1234&amount=A        an employee's transfers and their final outcome
+    GET  /admin/totals?day=D | month=M | since=T&until=T     money counted once: paid, failed, outstanding, in
+                                                             progress, scheduled, not paid, per currency
+    GET  /admin/batches/{batch_id}/pain002, /admin/camt054   ISO 20022 documents (`processor.api.admin_iso`)
     GET  /admin/mandates?status=S&integration=I&q=TEXT&since=T&until=T&limit=N&offset=K   VRP mandates, newest first
     GET  /admin/mandates/{mandate_id}                        one mandate: limits, the ledger, payments, timeline
     GET  /admin/vrp-payments?mandate=M&since=T&until=T&limit=N&offset=K                   VRP payments, oldest first
@@ -33,6 +37,7 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import structlog
@@ -42,9 +47,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from processor.domain.file_states import FlowState
+from processor.domain.ledger import day_window, month_window
 from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, iso_ms, within_range
 from processor.domain.vrp_states import Mandate
+from processor.engine.finding import Wanted, find_transfers
+from processor.engine.ledger import totals_between
 from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.retries import Correction, RetryError, retry_failed
 from processor.engine.vrp_views import mandate_timeline, mandate_view, payment_json, vrp_report
@@ -94,10 +102,17 @@ def _instant(request: Request, name: str) -> datetime | None:
     text = _single(request, name)
     if text is None:
         return None
+    if len(text) == 10:  # a bare day (2026-11-01) is that day's midnight UTC
+        try:
+            return day_window(text)[0]
+        except ValueError:
+            pass
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise BadRequestError(f"{name} must be an ISO 8601 time such as 2026-11-30T00:00:00Z") from None
+        raise BadRequestError(
+            f"{name} must be a day such as 2026-11-30 or an ISO 8601 time such as 2026-11-30T00:00:00Z"
+        ) from None
     if value.tzinfo is None or value.utcoffset() is None:
         raise BadRequestError(f"{name} must carry an offset (Z or +00:00)")
     try:
@@ -111,6 +126,28 @@ def _offset(request: Request) -> int:
     if not text.isdigit() or len(text) > 9:
         raise BadRequestError("offset must be a whole number")
     return int(text)
+
+
+def _wanted(request: Request) -> Wanted:
+    """`employee`, `account` (its last digits, at least 4) and/or `amount`: what `/admin/find` looks for."""
+    employee = _single(request, "employee")
+    account = _single(request, "account")
+    amount_text = _single(request, "amount")
+    if employee is not None:
+        _text(employee, "employee", limit=100)
+    if account is not None and not (account.isdigit() and 4 <= len(account) <= 34):
+        raise BadRequestError("account must be the last digits of an account number (at least 4)")
+    amount = None
+    if amount_text is not None:
+        try:
+            amount = Decimal(amount_text)
+        except ArithmeticError:
+            raise BadRequestError("amount must be a number such as 1500.50") from None
+        if not amount.is_finite() or amount <= 0:
+            raise BadRequestError("amount must be a positive number such as 1500.50")
+    if employee is None and account is None and amount is None:
+        raise BadRequestError("give employee, account (last digits) or amount")
+    return Wanted(employee=employee, account_last=account, amount=amount)
 
 
 def _limit(request: Request) -> int:
@@ -133,6 +170,25 @@ def _text(value: object, name: str, *, limit: int = MAX_ID, required: bool = Tru
     if bad is not None:
         raise BadRequestError(f"{name} holds {bad}")
     return value
+
+
+def window(request: Request, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """A report's window: `day=2026-11-30`, `month=2026-11`, or `since` and `until` (`since` earlier; with `now`,
+    `until` may be left out and is now)."""
+    day, month = _single(request, "day"), _single(request, "month")
+    try:
+        if day is not None:
+            return day_window(day)
+        if month is not None:
+            return month_window(month)
+    except ValueError:
+        raise BadRequestError("day must be like 2026-11-30, month like 2026-11") from None
+    since, until = _instant(request, "since"), _instant(request, "until") or now
+    if since is None or until is None:
+        raise BadRequestError("since and until are required" if now is None else "give day, month or since")
+    if until <= since:
+        raise BadRequestError("until must be later than since")
+    return since, until
 
 
 def _path_id(request: Request, name: str) -> str:
@@ -331,11 +387,7 @@ def admin_app(
         )
 
     async def reconciliation(request: Request) -> Response:
-        since, until = _instant(request, "since"), _instant(request, "until")
-        if since is None or until is None:
-            raise BadRequestError("since and until are required")
-        if until <= since:
-            raise BadRequestError("until must be later than since")
+        since, until = window(request, time.now())
 
         def read(tx: StoreTx) -> dict[str, Any]:
             return {**report(tx, since, until), "vrp": vrp_report(tx, since, until)}
@@ -397,7 +449,22 @@ def admin_app(
         found = await store.arun(read, write=False)
         return _error(404, f"mandate {mandate_id} is unknown") if found is None else _ok(found)
 
+    async def money(request: Request) -> Response:
+        since, until = window(request, time.now())
+        totals = await store.arun(lambda tx: totals_between(tx, since, until), write=False)
+        return _ok({"since": iso_ms(since), "until": iso_ms(until), "totals": [t.as_dict() for t in totals]})
+
+    async def find(request: Request) -> Response:
+        wanted = _wanted(request)
+        found = await store.arun(lambda tx: find_transfers(tx, wanted, limit=_limit(request)), write=False)
+        return _ok({"transfers": found})
+
+    from processor.api.admin_iso import iso_routes
+
     routes = [
+        *iso_routes(store, time, guarded),
+        Route("/find", guarded(find), methods=["GET"]),
+        Route("/totals", guarded(money), methods=["GET"]),
         Route("/batches", guarded(batches), methods=["GET"]),
         Route("/batches/{batch_id:path}/retry", guarded(retry), methods=["POST"]),
         Route("/batches/{batch_id:path}", guarded(batch), methods=["GET"]),

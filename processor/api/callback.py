@@ -48,19 +48,39 @@ _TITLES = {
     "authorized": "Authorization received",
     "rejected": "Rejection received",
     "duplicate": "Already received",
+    "already_authorized": "Already authorised",
+    "deadline_passed": "Approval deadline passed",
+    "ended": "This payment has ended",
+    "not_ready": "Not ready yet",
+    "unknown_link": "Unknown approval link",
 }
+_STYLE = (
+    "body{font:16px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1d232b;background:#f6f7f9;"
+    "margin:0}main{max-width:36em;margin:3em auto;padding:1.2em 1.4em;background:#fff;border:1px solid #d9dee4;"
+    "border-radius:6px}h1{font-size:1.4em;margin:0 0 .4em}.batch{color:#66707c;font-size:.95em;word-break:break-all}"
+    ".ok h1{color:#0d5d2c}.no h1{color:#8a1212}.payday{font-weight:600}"
+)
 
 
 class BadInputError(ValueError):
     """A request we cannot read; the message says what is wrong."""
 
 
-def _page(title: str, message: str, status: int) -> HTMLResponse:
+def _page(title: str, message: str, status: int, outcome: Outcome | None = None) -> HTMLResponse:
+    """The approver's page: what happened, for which batch, and its payday when it has one."""
+    batch = ""
+    if outcome is not None and outcome.flow_id:
+        noun = "Batch" if outcome.kind in (None, "file") else "Mandate or payment"
+        batch = f"<p class='batch' id='batch'>{noun} {html.escape(outcome.flow_id)}</p>"
+    payday = ""
+    if outcome is not None and outcome.paid_on is not None:
+        payday = f"<p class='payday' id='payday'>It will be paid on {html.escape(outcome.paid_on)}.</p>"
     body = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title>"
-        "<style>body{font-family:sans-serif;max-width:40em;margin:4em auto;padding:0 1em}</style></head>"
-        f"<body><h1 id='title'>{html.escape(title)}</h1><p id='message'>{html.escape(message)}</p></body></html>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
+        f"<body><main class='{'ok' if status < 400 else 'no'}'><h1 id='title'>{html.escape(title)}</h1>{batch}"
+        f"<p id='message'>{html.escape(message)}</p>{payday}</main></body></html>"
     )
     return HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
 
@@ -121,7 +141,7 @@ def create_app(
             return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
         if outcome.location is not None:
             return RedirectResponse(outcome.location, status_code=302, headers=SECURITY_HEADERS)
-        return _page(_title(outcome), outcome.message, outcome.status)
+        return _page(_title(outcome), outcome.message, outcome.status, outcome)
 
     async def redirect_get(request: Request) -> Response:
         if request.method == "HEAD":
@@ -145,7 +165,7 @@ def create_app(
                 return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
             return _json_error(503, "temporarily_unavailable", "Something went wrong on our side; try again.")
         if html_wanted:
-            return _page(_title(outcome), outcome.message, outcome.status)
+            return _page(_title(outcome), outcome.message, outcome.status, outcome)
         return _json_outcome(outcome)
 
     async def redirect_post(request: Request) -> Response:

@@ -33,7 +33,10 @@ commands:
   console     operator console helpers: `console hash-password NAME` (docs/console.md)
   retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
-  report      per-transfer reconciliation report: `report --since T --until T [--format csv|json]`
+  report      reconciliation report and money totals: `report --since DAY [--until DAY] [--format csv|json]`
+  find        an employee's transfers and their outcome: `find --employee REF | --account LAST4 | --amount A`
+  pain002     a batch's ISO 20022 status report for the ERP: `pain002 --batch ID [--version 03|10] [--output F]`
+  camt054     ISO 20022 debit notifications for the ledger: `camt054 --since T --until T [--accounts clear|masked]`
   config      `config check`: load a configuration and report its problems; `config schema`: its JSON Schema
 """
 
@@ -55,6 +58,9 @@ MODULES: dict[str, str] = {
     "retry-failed": "processor.cli.retry_failed",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
+    "find": "processor.cli.find",
+    "pain002": "processor.cli.pain002",
+    "camt054": "processor.cli.camt054",
     "config": "processor.cli.config_command",
 }
 

@@ -59,6 +59,19 @@ class AdminClient:
 
     def call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None) -> Any:
         """The JSON answer of a 2xx; `AdminRefusal` (status and message) otherwise."""
+        answer = self._answer(method, path, params=params, body=body)
+        try:
+            return answer.json()
+        except ValueError:
+            return {"error": answer.text[:300]}
+
+    def document(self, path: str, *, params: Mapping[str, Any] | None = None) -> bytes:
+        """The body of a 2xx answer to a GET, as sent (an XML document); `AdminRefusal` otherwise."""
+        return self._answer("GET", path, params=params).content
+
+    def _answer(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None
+    ) -> httpx.Response:
         try:
             answer = httpx.request(
                 method,
@@ -70,15 +83,15 @@ class AdminClient:
             )
         except httpx.HTTPError as exc:
             raise CliError(f"the admin API at {self.url} cannot be reached: {exc}") from None
+        if answer.status_code < 300:
+            return answer
         try:
             document = answer.json()
         except ValueError:
             document = {"error": answer.text[:300]}
         if answer.status_code == 401:
             raise CliError(f"the admin API refused the token: {document.get('error')}")
-        if answer.status_code >= 300:
-            raise AdminRefusalError(answer.status_code, str(document.get("error") or document))
-        return document
+        raise AdminRefusalError(answer.status_code, str(document.get("error") or document))
 
 
 class AdminRefusalError(Exception):

@@ -1,12 +1,14 @@
 """`dispersion report`: the reconciliation report for accounting, one line per transfer of every batch that ended
 (COMPLETED or FAILED) in a time window, with totals per batch and currency (through the admin API).
 
-    dispersion report --since 2026-11-01T00:00:00Z --until 2026-12-01T00:00:00Z [--format csv|json] [--output F]
-                      [--vrp]
+    dispersion report --since 2026-11-01 [--until 2026-12-01] [--format csv|json] [--output F] [--vrp]
 
 CSV: a header line, then one line per transfer (batch_id, index, employee_reference, amount, currency, status,
 reason_code, reason_text, consent_id, file_payment_id, completed_at); the totals go to standard error (and into
-the JSON form as `totals`). Amounts have two decimals; times are UTC with milliseconds. A text cell a spreadsheet
+the JSON form as `totals`), then the grand totals of the payrolls submitted in the window per currency (an
+original batch with its retries, each transfer counted once by its final outcome: paid, failed, outstanding, in
+progress, scheduled, not paid) and the net outstanding (`grand_totals` in JSON). Amounts have two decimals;
+times are UTC with milliseconds; `--since 2026-11-01` is that day's midnight UTC. A text cell a spreadsheet
 would run as a formula (it starts with `=`, `+`, `-`, `@`, a tab or a carriage return) is written with a leading
 `'` (OWASP's rule against CSV injection); the JSON form keeps the text as it is.
 
@@ -36,8 +38,8 @@ from processor.engine.vrp_views import VRP_REPORT_COLUMNS
 def parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion report`."""
     p = argparse.ArgumentParser(prog="dispersion report", description="Per-transfer reconciliation report.")
-    p.add_argument("--since", required=True, help="from this time (ISO 8601 with offset), inclusive")
-    p.add_argument("--until", required=True, help="to this time, exclusive")
+    p.add_argument("--since", required=True, help="from this day (2026-11-01, midnight UTC) or time, inclusive")
+    p.add_argument("--until", help="to this day or time, exclusive (default: now)")
     p.add_argument("--format", choices=("csv", "json"), default="csv")
     p.add_argument("--output", "-o", help="write to this file (default: standard output)")
     p.add_argument("--vrp", action="store_true", help="CSV: the VRP payments of the window instead of the transfers")
@@ -69,7 +71,8 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         client = AdminClient.from_args(args)
-        document = client.call("GET", "/report", params={"since": args.since, "until": args.until})
+        window = {"since": args.since, **({"until": args.until} if args.until else {})}
+        document = client.call("GET", "/report", params=window)
     except CliError as exc:
         print(f"dispersion report: {exc}", file=sys.stderr)
         return 2
@@ -88,8 +91,33 @@ def main(argv: list[str]) -> int:
             f"{total['transfers_failed']} failed {total['amount_failed']}",
             file=sys.stderr,
         )
+    for line in grand_total_lines(document.get("grand_totals") or []):
+        print(line, file=sys.stderr)
     for total in _vrp(document)["totals"]:
         states = ", ".join(f"{n['payments']} {state} {n['amount']}" for state, n in total["by_state"].items())
         head = f"vrp total {total['mandate_id']} {total['currency']}"
         print(f"{head}: {total['payments']} payments ({states})", file=sys.stderr)
     return 0
+
+
+def grand_total_lines(totals: list[dict[str, Any]]) -> list[str]:
+    """The payrolls submitted in the window, per currency, each transfer counted once (and its net outstanding)."""
+    lines: list[str] = []
+    for total in totals:
+        parts = []
+        for name, label in _BUCKETS:
+            bucket = total[name]
+            parts.append(f"{label} {bucket['transfers']} {bucket['amount']}")
+        lines.append(f"grand total {total['currency']} ({total['batches']} batches): {', '.join(parts)}")
+        lines.append(f"net outstanding {total['currency']}: {total['outstanding']['amount']}")
+    return lines
+
+
+_BUCKETS = (
+    ("paid", "paid"),
+    ("failed", "failed"),
+    ("outstanding", "outstanding"),
+    ("in_progress", "in progress"),
+    ("scheduled", "scheduled"),
+    ("not_paid", "not paid"),
+)

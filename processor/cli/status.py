@@ -25,7 +25,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
@@ -143,11 +142,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], out: IO[str] | None = None) -> int:
     """`dispersion status`."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
     import schemas
     from processor.cli.config import settings_from_config
-    from producers.kafka import KafkaSetupError, librdkafka_logger
+    from producers.clients import new_consumer, reader_config
+    from producers.kafka import KafkaSetupError
     from schemas.topics import STATUS_TOPIC, VRP_STATUS_TOPIC
 
     args = parser().parse_args(argv)
@@ -169,16 +169,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
     topic = args.topic or settings.topic(logical)
     codec = schemas.WireCodec(logical, settings.wire)  # either wire format
     wanted = args.key.encode("utf-8") if args.key else None
-    consumer = Consumer(
-        settings.config(
-            **{
-                "group.id": f"dispersion-status-{uuid.uuid4().hex[:12]}",  # never joined: partitions are assigned
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "logger": librdkafka_logger("status"),
-            }
-        )
-    )
+    consumer = new_consumer(reader_config(settings, "status", **{"enable.partition.eof": True}))
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_stop) if main_thread else None
     seen: set[str] = set()

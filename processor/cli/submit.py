@@ -672,11 +672,13 @@ def _produce(
     started: float,
     *,
     note: bool = True,
+    source: str = SOURCE,
 ) -> int:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import KafkaError, Message
 
     import schemas
     from consumers.records import batch_record
+    from producers.clients import new_producer
     from producers.kafka import KafkaSetupError, producer_config, settings_from
     from schemas.topics import BATCHES_TOPIC
 
@@ -690,13 +692,13 @@ def _produce(
     topic = args.topic or settings.topic(BATCHES_TOPIC)
     progress.update("encoding", force=True)
     try:
-        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=SOURCE), topic)
+        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=source), topic)
     except schemas.RegistryUnavailableError as exc:
         progress.done("")
         print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
         return EXIT_KAFKA
     progress.update(f"producing {len(value):,} bytes to {topic}", force=True)
-    producer = Producer(
+    producer = new_producer(
         producer_config(
             settings,
             "submit",

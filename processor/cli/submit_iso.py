@@ -66,7 +66,11 @@ def read_message(
     except Pain001Error as exc:
         return Read([], exc.problems, [])
     found, unpayable = batches(
-        message, integration=integration, requested_at=now, source="dispersion-submit", today=calendar.today(now)
+        message,
+        integration=integration,
+        requested_at=now,
+        source=f"dispersion-submit {message.version}",  # pain.002 names the original message's version
+        today=calendar.today(now),
     )
     problems = totals_problems(message) + unpayable
     if integrations is not None and integration not in integrations:
@@ -131,7 +135,8 @@ def submit_pain001(args: argparse.Namespace, context: _Context, progress: Progre
         print("\n".join(f"valid {summary}" for summary in summaries))
         return 0
     for position, (batch, summary) in enumerate(zip(read.batches, summaries, strict=True)):
-        code = _produce(args, context, batch, summary, progress, started, note=position == len(read.batches) - 1)
+        last = position == len(read.batches) - 1
+        code = _produce(args, context, batch, summary, progress, started, note=last, source=batch.source)
         if code != 0:
             return code
     return 0

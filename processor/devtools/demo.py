@@ -341,26 +341,18 @@ class Demo(Progress):
 
     def follow(self, config: Path, batch_id: str) -> dict[str, Any]:
         """Print the batch's status events until its final status (approving it on the way); that event."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         import schemas
         from processor.cli.config import settings_from_config
         from processor.cli.status import as_text
-        from producers.kafka import librdkafka_logger
+        from producers.clients import new_consumer, reader_config
         from schemas.topics import STATUS_TOPIC
 
         settings = settings_from_config(str(config))
         topic = settings.topic(STATUS_TOPIC)
         codec = schemas.WireCodec(STATUS_TOPIC, settings.wire)
-        consumer = Consumer(
-            settings.config(
-                **{
-                    "group.id": f"dispersion-demo-status-{secrets.token_hex(4)}",  # assigned, never joined
-                    "enable.auto.commit": False,
-                    "logger": librdkafka_logger("demo-status"),
-                }
-            )
-        )
+        consumer = new_consumer(reader_config(settings, "demo-status"))
         seen: set[str] = set()
         wanted = batch_id.encode()
         try:

@@ -430,7 +430,7 @@ def broker_answers(bootstrap: str, timeout: float = 5.0, cluster_id: str | None 
 
     With `cluster_id`, only that cluster counts (not some other broker that took the port meanwhile).
     """
-    from confluent_kafka.admin import AdminClient  # imported late: fetching jars needs no client library
+    from producers.clients import new_admin  # imported late: fetching jars needs no client library
 
     quiet = logging.getLogger("dispersion.kafka_local.librdkafka")
     quiet.addHandler(logging.NullHandler())
@@ -440,7 +440,7 @@ def broker_answers(bootstrap: str, timeout: float = 5.0, cluster_id: str | None 
         "logger": quiet,
         "socket.connection.setup.timeout.ms": 2000,
     }
-    admin = AdminClient(config)
+    admin = new_admin(config)
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception:  # KafkaException while the broker is still coming up

@@ -41,8 +41,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta
 from enum import Enum
 from typing import Protocol, runtime_checkable
 from urllib.parse import quote
@@ -52,7 +52,7 @@ import structlog
 from processor.bank import BankClient, BankError, TokenResponse, new_pkce, new_state
 from processor.domain.kinds import Kind
 from processor.domain.steps import Approval
-from processor.domain.time import Clock, SystemClock, iso_ms
+from processor.domain.time import Clock, SystemClock
 from processor.engine.banks import BankPool, UnknownIntegrationError
 from processor.engine.consent_watch import consent_status
 from processor.engine.redirect_checks import approval_url_problem, issuer_problem
@@ -180,6 +180,7 @@ class Outcome:
     location: str | None = None
     kind: str | None = None
     flow_id: str | None = None
+    paid_on: str | None = None  # a scheduled batch's payday as people write it (`28 Nov 2026`), for the approver
 
     @property
     def ok(self) -> bool:
@@ -239,11 +240,15 @@ class Authorizer:
             return Outcome(
                 410,
                 "deadline_passed",
-                f"The deadline to authorise this payment passed at {iso_ms(pending.deadline)}.",
+                f"The deadline to authorise this payment passed on {pending.deadline:%d %b %Y at %H:%M} UTC, so"
+                " nothing will be paid under this link. Ask the payroll team to submit the batch again.",
                 **where,
             )
         if not pending.awaiting or pending.consent_id is None:
-            return _not_awaiting(kind.approval(pending.state), where)
+            refusal = _not_awaiting(kind.approval(pending.state), where)
+            if refusal.code == "already_authorized":
+                return replace(refusal, paid_on=_day_text(await self._payday(kind, flow_id)))
+            return refusal
         try:
             bank = await self.banks.get(pending.integration)
         except (UnknownIntegrationError, BankError) as exc:
@@ -447,7 +452,19 @@ class Authorizer:
             return Outcome(409, "not_awaiting", "This payment no longer awaits authorization.", **where)
         log.info("authorization received", flow_id=attempt.flow_id, consent_id=attempt.consent_id)
         self.notify()
+        paid_on = await self._payday(attempt.flow_kind, attempt.flow_id)
+        if paid_on is not None:
+            day = _day_text(paid_on)
+            message = f"Authorization received. The payment will be made on {day}."
+            return Outcome(200, "authorized", message, paid_on=day, **where)
         return Outcome(200, "authorized", "Authorization received. The payment will now be made.", **where)
+
+    async def _payday(self, kind: str, flow_id: str) -> date | None:
+        """A scheduled file payment's `execute_on` (None for any other flow)."""
+        if kind != Kind.FILE.value:
+            return None
+        flow = await self.store.arun(lambda tx: tx.flows.get(flow_id), write=False)
+        return None if flow is None else flow.execute_on
 
     async def _repeated(
         self, kind: Kind, attempt: AuthAttempt, code: str, error: str, where: dict[str, str]
@@ -553,6 +570,10 @@ class Authorizer:
             return None
         log.warning("repeating a code exchange that left no tokens", flow_id=attempt.flow_id)
         return await self._exchange(kind, attempt, code, where)
+
+
+def _day_text(day: date | None) -> str | None:
+    return None if day is None else f"{day.day} {day:%b %Y}"
 
 
 def _preparing_again(where: dict[str, str]) -> Outcome:

@@ -20,6 +20,7 @@ from processor.domain.money import money_text
 from processor.domain.outcomes import outcome_totals, retry_of, split_reason
 from processor.domain.time import iso_ms
 from processor.engine.file_events import results_of
+from processor.engine.ledger import payroll_of, totals_between
 from processor.store import StoreTx
 from processor.store.operator import BatchRow
 
@@ -51,6 +52,7 @@ def batch_summary(row: BatchRow) -> dict[str, Any]:
         "bank_status": row.bank_status,
         "last_error": row.last_error,
         "retry_of": retry_of(row.batch_id),
+        "execute_on": None if row.execute_on is None else row.execute_on.isoformat(),
         "created_at": iso_ms(row.created_at),
         "updated_at": iso_ms(row.updated_at),
     }
@@ -73,11 +75,14 @@ def transfer_lines(tx: StoreTx, row: BatchRow) -> list[dict[str, Any]]:
     currency = origin.get("currency") if isinstance(origin, Mapping) else None
     results = {int(r["index"]): r for r in results_of(tx.flows.report(row.batch_id))}
     ended = row.state in (FlowState.COMPLETED, FlowState.FAILED)
+    made = tx.operator.retry(row.batch_id)
+    numbers = made.transfer_indexes if made is not None else ()  # a retry keeps the original transfer numbers
     lines: list[dict[str, Any]] = []
-    for index, item in enumerate(document["transactions"]):
+    for position, item in enumerate(document["transactions"]):
         if not isinstance(item, Mapping):
             continue
-        result = results.get(index)
+        index = numbers[position] if position < len(numbers) else position
+        result = results.get(position)
         destination = item.get("destination_account")
         account = destination.get("account_number") if isinstance(destination, Mapping) else None
         code, text = split_reason(result.get("reason") if result else None)
@@ -105,17 +110,27 @@ def transfer_lines(tx: StoreTx, row: BatchRow) -> list[dict[str, Any]]:
 
 
 def batch_detail(tx: StoreTx, batch_id: str) -> dict[str, Any] | None:
-    """One batch with every transfer's result and its retries; None for an unknown batch."""
+    """One batch with every transfer's result and its retries, and its payroll (the original and its retries):
+    totals counted once and each transfer's final outcome (`outcome`, `paid_by`); None for an unknown batch."""
     row = tx.operator.batch(batch_id)
     if row is None:
         return None
     lines = transfer_lines(tx, row)
+    payroll = payroll_of(tx, batch_id)
+    if payroll is not None:
+        for line in lines:
+            outcome = payroll.outcomes.get(line["index"])
+            line["outcome"] = outcome.final if outcome else None
+            line["paid_by"] = outcome.by if outcome and outcome.final == "PAID" else None
     known = [line for line in lines if line["status"] != "PENDING"] if lines else None
     totals = outcome_totals(known) if row.state in (FlowState.COMPLETED, FlowState.FAILED) else outcome_totals(None)
     return {
         **batch_summary(row),
         **{k: (money_text(v) if isinstance(v, Decimal) else v) for k, v in totals.items()},
         "transfers": lines,
+        "payroll": None
+        if payroll is None
+        else {"original_batch_id": payroll.original, "totals": payroll.totals.as_dict()},
         "retries": [
             {"batch_id": r.retry_batch_id, "number": r.number, "transfer_indexes": list(r.transfer_indexes)}
             for r in tx.operator.retries_of(batch_id)
@@ -125,7 +140,9 @@ def batch_detail(tx: StoreTx, batch_id: str) -> dict[str, Any] | None:
 
 def report(tx: StoreTx, since: datetime, until: datetime) -> dict[str, Any]:
     """Every transfer of the batches that ended (COMPLETED or FAILED) in [since, until), and totals per batch and
-    currency: transfers, completed / failed counts and amounts."""
+    currency: transfers, completed / failed counts and amounts; `grand_totals`: the payrolls submitted in the
+    window (each original batch with its retries) per currency, each transfer counted once by its final outcome
+    (paid, failed, outstanding, in progress, scheduled, not paid: `processor.domain.ledger`)."""
     lines: list[dict[str, Any]] = []
     totals: list[dict[str, Any]] = []
     for row in tx.operator.ended_between(since, until):
@@ -148,4 +165,5 @@ def report(tx: StoreTx, since: datetime, until: datetime) -> dict[str, Any]:
                     "amount_failed": money_text(sums["amount_failed"]),
                 }
             )
-    return {"since": iso_ms(since), "until": iso_ms(until), "lines": lines, "totals": totals}
+    grand = [t.as_dict() for t in totals_between(tx, since, until)]
+    return {"since": iso_ms(since), "until": iso_ms(until), "lines": lines, "totals": totals, "grand_totals": grand}

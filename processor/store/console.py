@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -19,7 +19,10 @@ from processor.domain.time import utc_ms
 from processor.store.db import Row, Tx, to_datetime
 from processor.store.values import read_money
 
-_COLUMNS = "batch_id, integration, state, file_reference, number_of_transactions, control_sum, created_at, updated_at"
+_COLUMNS = (
+    "batch_id, integration, state, file_reference, number_of_transactions, control_sum, created_at, updated_at,"
+    " execute_on"
+)
 _CURRENCY = re.compile(r'"currency"\s*:\s*"([A-Za-z]{3})"')
 
 
@@ -35,6 +38,7 @@ class BatchSummary:
     control_sum: Decimal | None
     created_at: datetime
     updated_at: datetime
+    execute_on: date | None = None  # a scheduled batch's payday
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class BatchFilter:
                 params.append(utc_ms(moment))
         if self.text:
             where.append("(" + " OR ".join(f"lower({c}) LIKE ? ESCAPE '\\'" for c in text_columns) + ")")
-            params.extend([_like(self.text)] * len(text_columns))
+            params.extend([like_pattern(self.text)] * len(text_columns))
         return (f" WHERE {' AND '.join(where)}" if where else ""), params
 
 
@@ -91,6 +95,7 @@ def _summary(row: Row) -> BatchSummary:
         control_sum=read_money(row["control_sum"]),
         created_at=created,
         updated_at=updated,
+        execute_on=date.fromisoformat(str(row["execute_on"])) if row["execute_on"] else None,
     )
 
 
@@ -99,7 +104,7 @@ def _escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _like(text: str) -> str:
+def like_pattern(text: str) -> str:
     """A LIKE pattern matching `text` (lower case) anywhere."""
     return f"%{_escaped(text.lower())}%"
 
@@ -160,6 +165,15 @@ class ConsoleReads:
         rows = self.tx.fetchall(
             f"SELECT {_COLUMNS} FROM flows WHERE state IN ({marks}) ORDER BY created_at, batch_id LIMIT ?",  # noqa: S608
             (*states, limit),
+        )
+        return [_summary(row) for row in rows]
+
+    def scheduled(self, *, limit: int = 20) -> list[BatchSummary]:
+        """Approved batches waiting for their payday (`execute_on`), the nearest first."""
+        rows = self.tx.fetchall(
+            f"SELECT {_COLUMNS} FROM flows WHERE state = 'AUTHORIZED' AND execute_on IS NOT NULL"  # noqa: S608
+            " ORDER BY execute_on, batch_id LIMIT ?",
+            (limit,),
         )
         return [_summary(row) for row in rows]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -37,11 +37,12 @@ class BatchRow:
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    execute_on: date | None = None  # a scheduled batch's payday
 
 
 _BATCH_COLUMNS = (
     "batch_id, integration, state, number_of_transactions, control_sum, consent_id, file_payment_id, bank_status,"
-    " last_error, created_at, updated_at"
+    " last_error, created_at, updated_at, execute_on"
 )
 
 
@@ -60,6 +61,7 @@ def _batch(row: Row) -> BatchRow:
         last_error=row["last_error"],
         created_at=created,
         updated_at=updated,
+        execute_on=date.fromisoformat(str(row["execute_on"])) if row["execute_on"] else None,
     )
 
 

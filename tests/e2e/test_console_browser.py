@@ -37,6 +37,11 @@ CHROMIUM_FLAGS = [
 CONSOLE_LINE = re.compile(r"console: (http://\S+/console/) \(sign in as (\S+), password (\S+)\)")
 APPROVAL_LINE = re.compile(r"approval link: (http://\S+)")
 BATCH_LINE = re.compile(r"following \S+ for batch (demo-\S+)")
+# The elements (of those the selector names) whose box reaches outside the window, as "tag#id text".
+OFF_SCREEN = """(selector) => Array.from(document.querySelectorAll(selector)).filter((element) => {
+  const box = element.getBoundingClientRect();
+  return box.width > 0 && (box.left < -0.5 || box.right > window.innerWidth + 0.5);
+}).map((element) => `${element.tagName}#${element.id} ${element.textContent.trim().slice(0, 40)}`)"""
 
 
 class DemoRun:
@@ -153,6 +158,18 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         expect(page.locator("#amount-failed")).to_contain_text("1 transfer(s), 6,100.25 GTQ")
         _shot(page, shots, "batch-completed")
 
+        # On a 375 px phone: nothing of the transfers table or the retry form is off-screen.
+        phone = browser.new_context(viewport={"width": 375, "height": 812}, device_scale_factor=1, is_mobile=True)
+        phone.add_cookies(context.cookies())
+        small = phone.new_page()
+        small.goto(console_url + f"batches/{batch_id}")
+        expect(small.locator("#correction-3")).to_be_visible()
+        off_screen = small.evaluate(OFF_SCREEN, "#transfer-table, #transfer-table *, #retry-form, #retry-form *")
+        assert off_screen == [], off_screen
+        assert small.evaluate("document.documentElement.scrollWidth") <= 375
+        _shot(small, shots, "phone-batch")
+        phone.close()
+
         # Only the failures, sorted; retry the closed account with a corrected one.
         page.click("#show-failed")
         expect(page.locator("#transfer-table tbody tr")).to_have_count(1)
@@ -166,14 +183,37 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         refused = page.request.post(console_url + "retry", form={"batch_id": batch_id, "account_3": "2001002004"})
         assert refused.status == 403 and "CSRF" in refused.text()
         page.fill("#correction-3", "2001002004")
-        page.click("#retry")
+        page.click("#retry")  # first the confirmation: what will be paid, to which (masked) account
+        expect(page.locator("#retry-count")).to_have_text("1")
+        expect(page.locator("#retry-amount")).to_have_text("6,100.25 GTQ")
+        expect(page.locator("#retry-plan")).to_contain_text("****2004")
+        expect(page.locator("#retry-plan")).to_contain_text("E-1004")
+        assert "2001002004" not in page.locator("main").inner_text()
+        _shot(page, shots, "retry-confirm")
+        page.click("#confirm-retry")
         expect(page.locator("h1.batch-id")).to_have_text(f"{batch_id}.retry-1")
-        expect(page.locator("#notice")).to_contain_text(f"created {batch_id}.retry-1 with 1 failed transfer")
+        expect(page.locator("#notice")).to_have_text(
+            f"Created {batch_id}.retry-1 from {batch_id}; it needs its own approval: send the approver its link below."
+        )
         expect(page.locator("#status")).to_have_text("AUTHORIZATION_REQUIRED", timeout=30_000)
         expect(page.locator("#transfer-table")).to_contain_text("****2004")
+        expect(page.locator("#transfer-3")).to_be_visible()  # the retry keeps the original transfer number
         _shot(page, shots, "retry-batch")
+        # The approver pays the retry; the original then reads as one payroll: transfer 3 paid by the retry,
+        # nothing outstanding, no retry offered.
+        approver = context.new_page()
+        approver.goto(page.input_value("#approval-link"))
+        approver.click("#approve")
+        approver.wait_for_load_state()
+        approver.close()
+        expect(page.locator("#status")).to_have_text("COMPLETED", timeout=60_000)
         page.click("#retry-of")
         expect(page.locator("#retries")).to_contain_text(f"{batch_id}.retry-1")
+        expect(page.locator("#transfer-3 .outcome")).to_have_text(f"paid by {batch_id}.retry-1")
+        expect(page.locator("#payroll-outstanding")).to_have_text("outstanding 0: 0.00 GTQ")
+        expect(page.locator("#payroll-paid")).to_contain_text("43,226.50 GTQ")
+        assert page.locator("#retry-form").count() == 0
+        _shot(page, shots, "batch-after-retry")
 
         # Dead letters: bytes that are no batch at all (shown as hex), and a batch for an integration that does not
         # exist (decoded); the first is replayed with a reason, dead-letters again, and the chain is shown.
@@ -203,7 +243,7 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         assert page.locator("#notice").count() == 0
         page.fill("#replay-reason", "checked the producer; replay once")
         page.click("#replay")
-        expect(page.locator("#notice")).to_contain_text("replayed to")
+        expect(page.locator("#notice")).to_contain_text("replayed")
         expect(page.locator("#replays")).to_contain_text(f"by {operator}: checked the producer; replay once")
         _shot(page, shots, "dead-letter-replayed")
         page.fill("#replay-reason", "once more")
@@ -228,15 +268,6 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         expect(page.locator("svg.chart rect.bar")).not_to_have_count(0)
         expect(page.locator("#day-totals")).to_contain_text("COMPLETED")
         _shot(page, shots, "overview")
-
-        # On a phone.
-        phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1, is_mobile=True)
-        phone.add_cookies(context.cookies())
-        small = phone.new_page()
-        small.goto(console_url + f"batches/{batch_id}")
-        expect(small.locator("#status")).to_have_text("COMPLETED")
-        _shot(small, shots, "phone-batch")
-        phone.close()
 
         # Sign out: the pages want a session again.
         page.click("#sign-out")

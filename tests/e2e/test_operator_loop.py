@@ -182,7 +182,7 @@ def test_a_month_end_day(
         (batch_id, "0", "COMPLETED"),
         (batch_id, "1", "COMPLETED"),
         (batch_id, "2", "FAILED"),
-        (retry_id, "0", "COMPLETED"),
+        (retry_id, "2", "COMPLETED"),  # a retry keeps the original transfer numbers
     ]
     assert lines[2]["reason_code"] == "AC04" and lines[2]["amount"] == "750.25"
     for key in (batch_id, retry_id):
@@ -192,6 +192,12 @@ def test_a_month_end_day(
         total += f", {event.record['transfers_completed']} paid {event.record['amount_completed']}"
         total += f", {event.record['transfers_failed']} failed {event.record['amount_failed']}"
         assert total in report.err.splitlines()
+    grand = [line for line in report.err.splitlines() if line.startswith("grand total GTQ")]
+    assert len(grand) == 1 and ", outstanding 0 0.00," in grand[0], report.err  # the retry paid the failure
+    assert "net outstanding GTQ: 0.00" in report.err.splitlines()
+    found = shown(dispersion(deployment, "find", "--employee", "E-0002"))
+    assert found.code == 0, found.err
+    assert f"{batch_id}  #2  E-0002  ****9902  750.25 GTQ  paid by {retry_id}" in found.out
 
     bad_id = unique_id("BAD")
     bad = payroll_batch(bad_id, [("200100300", "10.00")])

@@ -5,7 +5,8 @@
     POST /console/retry                  retry the failed transfers of a batch (optional corrections)
     GET  /console/dead-letters           Dead letters;  GET /console/dead-letters/{id}: one, decoded or as hex
     POST /console/dead-letters/{id}/replay   replay it (a reason is required)
-    GET  /console/overview?day=D         Month-end overview (SVG chart, oldest batches awaiting approval)
+    GET  /console/overview?day=D | month=M | from=D&to=D   Month-end: money counted once (paid, failed, outstanding,
+                                         in progress, scheduled) per currency, SVG chart, batches waiting
     GET  /console/mandates               Mandates (VRP: filters, counts, limits with used and left this period)
     GET  /console/mandates/{mandate_id}  Mandate (limits and ledger, payments, timeline, approval link while asking)
     GET|POST /console/sign-in, POST /console/sign-out
@@ -47,11 +48,13 @@ from processor.api.console.views import (
     batches_page,
     money_text,
     overview_page,
+    payday_text,
     shown_status,
 )
+from processor.domain.ledger import month_window
 from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, within_range
-from processor.engine.retries import Correction, RetryError, retry_failed
+from processor.engine.retries import Correction, RetryError, preview, retry_failed
 from processor.store import Store, StoreError
 from processor.store.console import BatchFilter
 from processor.store.vrp import MandateFilter
@@ -72,6 +75,20 @@ HEADERS = {
 PRE_COOKIE = "dispersion_console_signin"
 MAX_TEXT = 500
 Page = Callable[[Request, Operator], Awaitable[Response]]
+
+
+# The only banners a page shows: the server's own messages, picked by `?done=` (a text in the URL is never shown,
+# so a link cannot put words in the console's mouth); `{id}` is the page's own batch or dead letter.
+NOTICES = {
+    "retry": "Created {id} from {original}; it needs its own approval: send the approver its link below.",
+    "replayed": "Dead letter {id} replayed: where it landed is in its replays below.",
+}
+
+
+def notice(key: str | None, shown_id: str, original: str) -> str | None:
+    """The fixed banner `?done=key` asks for, or None."""
+    text = NOTICES.get(key or "")
+    return None if text is None else text.format(id=shown_id, original=original)
 
 
 class BadFormError(ValueError):
@@ -157,6 +174,23 @@ def _listing(request: Request, statuses: Mapping[str, tuple[str, ...]]) -> _List
     return _Listing(wanted, int(page_text), shown)
 
 
+def _period(form: Mapping[str, str], now: datetime) -> tuple[datetime, datetime, str]:
+    """The overview's window: `month=2026-11`, `from`/`to` days (both included), or `day` (default today, UTC)."""
+    if form["month"]:
+        try:
+            since, until = month_window(form["month"])
+        except ValueError:
+            raise BadFormError("month must be like 2026-11") from None
+        return since, until, f"in {since:%B %Y}"
+    start, end = _day(form["from"], "from"), _day(form["to"], "to")
+    if start or end:
+        if start is None or end is None or end < start:
+            raise BadFormError("give both from and to, to not before from")
+        return start, end + timedelta(days=1), f"from {start.date()} to {end.date()}"
+    day = _day(form["day"], "day") or now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day, day + timedelta(days=1), f"on {day.date()}"
+
+
 def console_app(
     store: Store,
     auth: ConsoleAuth,
@@ -175,6 +209,7 @@ def console_app(
     env.filters["money"] = money_text
     env.filters["status"] = shown_status
     env.filters["q"] = lambda value: quote(str(value), safe="")
+    env.filters["day"] = payday_text
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         operator: Operator | None = context.pop("operator", None)
@@ -308,7 +343,7 @@ def console_app(
             sort=sort,
             descending=descending,
             only_failed=only_failed,
-            notice=q.get("notice"),
+            notice=notice(q.get("done"), data.batch.batch_id, data.original),
         )
 
     async def retry(request: Request, operator: Operator) -> Response:
@@ -318,28 +353,32 @@ def console_app(
         fixes: dict[int, Correction] = {}
         for key, value in form.multi_items():
             if key.startswith("account_") and key[8:].isdigit() and len(key) < 16:
-                number = _field(value, f"new account of transfer {key[8:]}", limit=64)
+                number = _field(value, f"new account of transfer #{key[8:]}", limit=64)
                 if number is not None:
                     fixes[int(key[8:])] = Correction(number)
         base = request.scope.get("root_path", "")
+        back = f"{base}/batches/{quote(batch_id, safe='')}"
+        confirmed = form.get("confirm") == "yes"
         try:
-            outcome = await retry_failed(
-                store, batch_id, fixes, by=operator.name, now=time.now(), integrations=integrations
-            )
+            if not confirmed:  # the confirmation step: what would be created, nothing written yet
+                plan = await preview(store, batch_id, fixes, now=time.now(), integrations=integrations)
+            else:
+                outcome = await retry_failed(
+                    store, batch_id, fixes, by=operator.name, now=time.now(), integrations=integrations
+                )
         except RetryError as exc:
+            return render(request, "error.html", exc.status, operator=operator, message=str(exc), back=back)
+        if not confirmed:
+            if plan.outcome.retry_batch_id is None:
+                return render(request, "error.html", 409, operator=operator, message=plan.outcome.message, back=back)
+            corrections = sorted((index, fix.account_number) for index, fix in fixes.items())
             return render(
-                request,
-                "error.html",
-                exc.status,
-                operator=operator,
-                message=str(exc),
-                back=f"{base}/batches/{quote(batch_id, safe='')}",
+                request, "retry_confirm.html", operator=operator, plan=plan, batch_id=batch_id, corrections=corrections
             )
         log.info("console_retry", batch_id=batch_id, retry_batch_id=outcome.retry_batch_id, operator=operator.name)
-        target = outcome.retry_batch_id or batch_id
-        return RedirectResponse(
-            f"{base}/batches/{quote(target, safe='')}?notice={quote(outcome.message, safe='')}", status_code=303
-        )
+        if outcome.retry_batch_id is None:
+            return render(request, "error.html", 409, operator=operator, message=outcome.message, back=back)
+        return RedirectResponse(f"{base}/batches/{quote(outcome.retry_batch_id, safe='')}?done=retry", 303)
 
     async def dead_letters(request: Request, operator: Operator) -> Response:
         after_text = request.query_params.get("after") or "0"
@@ -366,9 +405,8 @@ def console_app(
         if data is None:
             return render(request, "error.html", 404, operator=operator, message=f"Dead letter {letter_id} is unknown.")
         await asyncio.to_thread(fill_record, data, replayer)
-        return render(
-            request, "dead_letter.html", operator=operator, data=data, notice=request.query_params.get("notice")
-        )
+        shown = notice(request.query_params.get("done"), str(letter_id), "")
+        return render(request, "dead_letter.html", operator=operator, data=data, notice=shown)
 
     async def replay(request: Request, operator: Operator) -> Response:
         letter_id = _letter_id(request)
@@ -388,7 +426,7 @@ def console_app(
                 message="This instance has no Kafka connection (role api): replay on a processor instance.",
             )
         try:
-            done = await asyncio.to_thread(
+            await asyncio.to_thread(
                 replay_dead_letter,
                 store,
                 replayer,
@@ -401,14 +439,13 @@ def console_app(
         except ReplayError as exc:
             return render(request, "error.html", exc.status, operator=operator, message=str(exc), back=back)
         log.info("console_replay", dead_letter=letter_id, operator=operator.name)
-        notice = f"replayed to {done.letter.source_topic}/{done.partition}/{done.offset}"
-        return RedirectResponse(f"{back}?notice={quote(notice, safe='')}", status_code=303)
+        return RedirectResponse(f"{back}?done=replayed", status_code=303)
 
     async def overview(request: Request, operator: Operator) -> Response:
-        day = _day(request.query_params.get("day"), "day") or time.now().astimezone(UTC).replace(
-            hour=0, minute=0, second=0, microsecond=0
-        )
-        data = await store.arun(lambda tx: overview_page(tx, day, day + timedelta(days=1)), write=False)
+        q = request.query_params
+        form = {k: q.get(k) or "" for k in ("day", "month", "from", "to")}
+        since, until, label = _period(form, time.now())
+        data = await store.arun(lambda tx: overview_page(tx, since, until, label=label, form=form), write=False)
         return render(request, "overview.html", operator=operator, data=data)
 
     async def mandates(request: Request, operator: Operator) -> Response:

@@ -5,20 +5,23 @@ templates, account numbers already masked, no token other than the waiting batch
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
 from processor.domain.file_states import FILE_PUBLISHES, FlowState
 from processor.domain.kinds import Kind
+from processor.domain.ledger import Outcome, Totals
 from processor.domain.masking import mask_account
 from processor.domain.outcomes import outcome_totals, retry_of
 from processor.domain.time import iso_ms
 from processor.engine.authorization import approval_link
 from processor.engine.file_events import results_of
+from processor.engine.finding import Wanted, find_transfers
+from processor.engine.ledger import payroll_of, totals_between, totals_of
 from processor.store import StoreTx
-from processor.store.console import BatchFilter, BatchSummary, ConsoleReads, DayTotal
+from processor.store.console import BatchFilter, BatchSummary, ConsoleReads
 from schemas.topics import STATUS_TOPIC
 
 PAGE_SIZE = 50
@@ -59,6 +62,11 @@ def money_text(amount: Decimal | None) -> str:
     return "" if amount is None else f"{amount:,.2f}"
 
 
+def payday_text(day: date | None) -> str:
+    """A payday as people write it: `28 Nov 2026` (blank when none)."""
+    return "" if day is None else f"{day.day} {day:%b %Y}"
+
+
 R = TypeVar("R")
 
 
@@ -73,9 +81,6 @@ class ListingPage(Generic[R]):
     has_next: bool
 
 
-BatchesPage = ListingPage[BatchSummary]
-
-
 def status_counts(
     by_state: Mapping[str, int], shown: Callable[[str], str], wanted: tuple[str, ...]
 ) -> tuple[dict[str, int], int]:
@@ -87,12 +92,25 @@ def status_counts(
     return counts, total
 
 
+@dataclass(frozen=True)
+class BatchesPage(ListingPage[BatchSummary]):
+    """The Batches page."""
+
+    money: dict[str, Totals] = field(default_factory=dict)  # each row's payroll (a retry: itself)
+    retry_ids: frozenset[str] = frozenset()
+    transfers: list[dict[str, Any]] = field(default_factory=list)  # transfers matching the search text
+
+
 def batches_page(tx: StoreTx, wanted: BatchFilter, page: int) -> BatchesPage:
     """One page of batches matching the filter, with the counts per status."""
     reads = ConsoleReads(tx.raw)
     rows = reads.batches(wanted, offset=page * PAGE_SIZE, limit=PAGE_SIZE + 1)
     counts, total = status_counts(reads.state_counts(wanted), shown_status, wanted.states)
-    return BatchesPage(rows[:PAGE_SIZE], counts, total, reads.integrations(), len(rows) > PAGE_SIZE)
+    shown = rows[:PAGE_SIZE]
+    money = totals_of(tx, [row.batch_id for row in shown])
+    retry_ids = frozenset(row.batch_id for row in shown if retry_of(row.batch_id))
+    found = find_transfers(tx, Wanted(text=wanted.text), limit=PAGE_SIZE) if wanted.text else []
+    return BatchesPage(shown, counts, total, reads.integrations(), len(rows) > PAGE_SIZE, money, retry_ids, found)
 
 
 @dataclass(frozen=True)
@@ -117,6 +135,8 @@ class TransferRow:
     concept: str
     status: str
     reason: str
+    outcome: str = ""  # the final outcome across the payroll's retries: PAID, OUTSTANDING, IN_PROGRESS, NOT_PAID
+    outcome_by: str = ""  # the batch that paid it (or holds it now)
 
 
 @dataclass
@@ -141,21 +161,28 @@ class BatchPage:
     terminal: bool
     requested_by: str | None = None
     retryable: list[TransferRow] = field(default_factory=list)
+    payroll: Totals | None = None
+    original: str = ""
+    execute_on: date | None = None
 
 
-def _transfer_rows(document: Any, results: Sequence[Mapping[str, Any]], state: str) -> list[TransferRow]:
+def _transfer_rows(
+    document: Any, results: Sequence[Mapping[str, Any]], state: str, numbers: Sequence[int] = ()
+) -> list[TransferRow]:
     """The batch's transfers with their results; without a per-line report a transfer has its batch's outcome
-    (a file that failed whole failed every transfer; one that completed paid every transfer, as retries count)."""
+    (a file that failed whole failed every transfer; one that completed paid every transfer, as retries count).
+    `numbers`: a retry batch's transfers keep their numbers in the original batch."""
     items = document.get("transactions") if isinstance(document, Mapping) else None
     if not isinstance(items, list):
         return []
     by_index = {int(r["index"]): r for r in results if isinstance(r.get("index"), int)}
     rows: list[TransferRow] = []
-    for index, item in enumerate(items):
+    for position, item in enumerate(items):
         if not isinstance(item, Mapping):
             continue
+        index = numbers[position] if position < len(numbers) else position
         account = item.get("destination_account") if isinstance(item.get("destination_account"), Mapping) else {}
-        result = by_index.get(index)
+        result = by_index.get(position)
         if result is not None:
             status, reason = str(result.get("status") or ""), str(result.get("reason") or "")
         else:
@@ -202,6 +229,7 @@ def batch_page(
         flow.control_sum,
         flow.created_at,
         flow.updated_at,
+        flow.execute_on,
     )
     document = tx.flows.payload_document(batch_id)
     source = document.get("source") if isinstance(document, Mapping) else None
@@ -226,7 +254,10 @@ def batch_page(
         timeline.append(TimelineEntry(iso_ms(retry.created_at), "RETRY", moved, retry.retry_batch_id))
     timeline.sort(key=lambda entry: entry.at)
     results = results_of(tx.flows.report(batch_id))
-    rows = _transfer_rows(document, results, flow.state)
+    rows = _transfer_rows(document, results, flow.state, made.transfer_indexes if made else ())
+    payroll = payroll_of(tx, batch_id)
+    if payroll is not None:
+        rows = [_with_outcome(row, payroll.outcomes.get(row.index)) for row in rows]
     currency = ""
     origin = document.get("origin_account") if isinstance(document, Mapping) else None
     if isinstance(origin, Mapping):
@@ -250,12 +281,21 @@ def batch_page(
         failed_count=len(failed),
         totals=outcome_totals(results) if results else {},
         retry_of=retry_of(batch_id),
-        retries=reads.retries_of(batch_id),
+        retries=reads.retries_of(payroll.original if payroll else batch_id),
         terminal=flow.terminal,
+        payroll=payroll.totals if payroll else None,
+        original=payroll.original if payroll else batch_id,
+        execute_on=flow.execute_on,
     )
     if flow.terminal and flow.state in (FlowState.COMPLETED, FlowState.FAILED):
-        page.retryable = failed[:TRANSFER_PAGE]
+        page.retryable = [r for r in failed if r.outcome == "OUTSTANDING"][:TRANSFER_PAGE]
     return page
+
+
+def _with_outcome(row: TransferRow, outcome: Outcome | None) -> TransferRow:
+    if outcome is None:
+        return row
+    return replace(row, outcome=outcome.final, outcome_by=outcome.by or "")
 
 
 @dataclass(frozen=True)
@@ -266,42 +306,51 @@ class Bar:
     count: int
     y: float
     width: float
-    amounts: str
 
 
 @dataclass(frozen=True)
 class OverviewPage:
-    """The Month-end overview."""
+    """The Month-end overview: a day, a month or a range of days."""
 
+    label: str
     day: str
-    totals: list[DayTotal]
+    month: str
+    since: str
+    until: str
     bars: list[Bar]
     height: int
+    money: list[Totals]
     waiting: list[BatchSummary]
+    scheduled: list[BatchSummary]
 
 
 CHART_WIDTH, BAR_HEIGHT, BAR_GAP, LABEL_WIDTH = 560.0, 22, 10, 200.0
 
 
-def overview_page(tx: StoreTx, day: datetime, until: datetime) -> OverviewPage:
-    """Batches and amounts per status created on `day`, as chart bars, and the oldest batches awaiting approval."""
+def overview_page(
+    tx: StoreTx, since: datetime, until: datetime, *, label: str, form: Mapping[str, str]
+) -> OverviewPage:
+    """Batches per status created in `[since, until)` as chart bars, the money of the payrolls submitted then
+    (each transfer counted once: `engine.ledger`), the oldest batches awaiting approval and the scheduled ones."""
     reads = ConsoleReads(tx.raw)
-    totals = reads.day_totals(day, until)
-    per_status: dict[str, tuple[int, dict[str, Decimal]]] = {}
-    for total in totals:
+    per_status: dict[str, int] = {}
+    for total in reads.day_totals(since, until):
         status = shown_status(total.state)
-        count, amounts = per_status.get(status, (0, {}))
-        amounts[total.currency] = amounts.get(total.currency, Decimal("0.00")) + total.amount
-        per_status[status] = (count + total.batches, amounts)
-    widest = max((count for count, _ in per_status.values()), default=0) or 1
-    bars: list[Bar] = []
-    for position, (status, (count, amounts)) in enumerate(sorted(per_status.items())):
-        text = ", ".join(f"{money_text(amount)} {currency}" for currency, amount in sorted(amounts.items()))
-        bars.append(Bar(status, count, position * (BAR_HEIGHT + BAR_GAP), max(1.0, CHART_WIDTH * count / widest), text))
+        per_status[status] = per_status.get(status, 0) + total.batches
+    widest = max(per_status.values(), default=0) or 1
+    bars = [
+        Bar(status, count, position * (BAR_HEIGHT + BAR_GAP), max(1.0, CHART_WIDTH * count / widest))
+        for position, (status, count) in enumerate(sorted(per_status.items()))
+    ]
     return OverviewPage(
-        day=day.date().isoformat(),
-        totals=totals,
+        label=label,
+        day=form.get("day", ""),
+        month=form.get("month", ""),
+        since=form.get("from", ""),
+        until=form.get("to", ""),
         bars=bars,
         height=max(1, len(bars)) * (BAR_HEIGHT + BAR_GAP),
+        money=totals_between(tx, since, until),
         waiting=reads.oldest_in(WAITING, limit=10),
+        scheduled=reads.scheduled(limit=20),
     )

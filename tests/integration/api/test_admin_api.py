@@ -102,7 +102,13 @@ async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(stor
         assert completed.payload["retry_of"] == batch_id
         assert (completed.payload["transfers_completed"], completed.payload["transfers_failed"]) == (1, 0)
         after = (await http.get(f"/batches/{batch_id}", headers=AUTH)).json()
-        assert after["transfers"] == before["transfers"]  # the original is untouched
+        outcomes = [(t.pop("outcome"), t.pop("paid_by")) for t in after["transfers"]]
+        for line in before["transfers"]:
+            del line["outcome"], line["paid_by"]
+        assert after["transfers"] == before["transfers"]  # the original is untouched ...
+        assert outcomes == [("PAID", batch_id), ("PAID", batch_id), ("PAID", retry_id)]  # ... and reads as paid
+        assert after["payroll"]["totals"]["outstanding"] == {"transfers": 0, "amount": "0.00"}
+        assert after["payroll"]["totals"]["paid"] == {"transfers": 3, "amount": "4250.75"}
         assert after["retries"] == [{"batch_id": retry_id, "number": 1, "transfer_indexes": [2]}]
         assert rig.count("file_payment") == 2  # the original and the retry, nothing else
 
@@ -121,7 +127,7 @@ async def test_concurrent_retry_requests_create_one_retry_batch(store: Store) ->
         created = await http.get(f"/batches/{batch_id}", headers=AUTH)
         assert [r["batch_id"] for r in created.json()["retries"]] == [f"{batch_id}.retry-1"]
         not_final = await http.post(f"/batches/{batch_id}.retry-1/retry", headers=AUTH)
-        assert not_final.status_code == 400 and "is a retry of" in not_final.json()["error"]
+        assert not_final.status_code == 409 and "not final" in not_final.json()["error"]
         unknown = await http.post("/batches/no-such-batch/retry", headers=AUTH)
         assert unknown.status_code == 404
 

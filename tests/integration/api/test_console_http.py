@@ -14,6 +14,7 @@ from html import unescape
 from urllib.parse import quote
 
 import httpx
+from console_support import CSRF, PASSWORD, operator_auth
 from engine_support import Rig, batch, bound_socket, engine_rig, pay, serve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,12 +22,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from processor.api.console.app import console_app
-from processor.api.console.auth import ConsoleAuth, console_auth, hash_password
 from processor.domain.file_states import FlowState
 from processor.store import Store
-
-PASSWORD = "correct horse battery"
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 @dataclass
@@ -51,12 +48,6 @@ class Console:
         return found.group(1)
 
 
-def _auth() -> ConsoleAuth:
-    auth = console_auth({"operators": {"ana": hash_password(PASSWORD)}, "session_key": "k" * 40})
-    assert auth is not None
-    return auth
-
-
 @asynccontextmanager
 async def console(store: Store) -> AsyncIterator[Console]:
     async with engine_rig(store) as rig:
@@ -66,7 +57,7 @@ async def console(store: Store) -> AsyncIterator[Console]:
                 Mount(
                     "/console",
                     app=console_app(
-                        store, _auth(), public_url=rig.public_url, integrations=set(rig.config.integrations)
+                        store, operator_auth(), public_url=rig.public_url, integrations=set(rig.config.integrations)
                     ),
                 )
             ]
@@ -149,7 +140,7 @@ async def test_values_are_escaped_accounts_masked_and_filters_work(store: Store)
 
         paid = await c.http.get(f"{c.url}/batches/{paid_id}?only=failed")
         assert "approval-link" not in paid.text  # the link is shown only while the batch waits
-        rows = re.findall(r'<tr class="t-(\w+)">', paid.text)
+        rows = re.findall(r'<tr class="t-(\w+)"', paid.text)
         assert rows == ["FAILED"]
         assert "AC04" in paid.text and 'name="account_2"' in paid.text
         assert f"{c.rig.approval_url(paid_id).split('?t=')[1]}" not in paid.text
@@ -173,12 +164,16 @@ async def test_retry_with_a_correction_is_recorded_with_the_operator(store: Stor
         batch_id = await pay(c.rig)
         await c.sign_in()
         token = await c.csrf(f"/batches/{batch_id}")
-        answer = await c.http.post(
-            f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id, "account_2": "200100399"}
-        )
+        form = {"csrf": token, "batch_id": batch_id, "account_2": "200100399"}
+        review = await c.http.post(f"{c.url}/retry", data=form)  # the confirmation step writes nothing
         retry_id = f"{batch_id}.retry-1"
+        assert review.status_code == 200 and 'id="confirm-retry"' in review.text
+        assert re.search(r'id="retry-count">1<', review.text) and "750.25 GTQ" in review.text
+        assert "****0399" in review.text and "corrected" in review.text
+        assert store.run(lambda tx: tx.flows.get(retry_id), write=False) is None
+        answer = await c.http.post(f"{c.url}/retry", data={**form, "confirm": "yes"})
         assert answer.status_code == 303
-        assert answer.headers["location"].startswith(f"/console/batches/{retry_id}?notice=")
+        assert answer.headers["location"] == f"/console/batches/{retry_id}?done=retry"
         document = store.run(lambda tx: tx.flows.payload_document(retry_id), write=False)
         assert [t["destination_account"]["account_number"] for t in document["transactions"]] == ["200100399"]
         record = store.run(lambda tx: tx.operator.retry(retry_id), write=False)
@@ -189,9 +184,10 @@ async def test_retry_with_a_correction_is_recorded_with_the_operator(store: Stor
         original = await c.http.get(f"{c.url}/batches/{batch_id}")
         assert retry_id in original.text and "ana asked to retry 1 failed transfer(s)" in original.text
 
-        # Again: the failed transfer is in flight in retry-1, so nothing is created.
-        again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id})
-        assert again.status_code == 303 and "nothing%20created" in again.headers["location"]
+        assert f"Created {retry_id} from {batch_id}" in page.text  # the server's own banner
+        # Again: the failed transfer is in flight in retry-1, so nothing is created, and it is not a success.
+        again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id, "confirm": "yes"})
+        assert again.status_code == 409 and "nothing created" in again.text and 'class="problem"' in again.text
         assert store.run(lambda tx: tx.flows.get(f"{batch_id}.retry-2"), write=False) is None
 
 

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from kafka_fixtures import create_topic
 
+from producers.clients import new_producer
 from producers.kafka import KafkaSettings, producer_config
 
 pytestmark = pytest.mark.kafka
@@ -70,8 +71,11 @@ def java_partition(key: bytes, partitions: int) -> int:
     return (java_murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-def produced_partitions(config: Mapping[str, Any], topic: str, keys: Iterable[bytes]) -> dict[bytes, int]:
-    """Produce one message per key; the partition of each, from the broker's acknowledgement."""
+def produced_partitions(
+    config: Mapping[str, Any], topic: str, keys: Iterable[bytes], *, factory: bool = True
+) -> dict[bytes, int]:
+    """Produce one message per key (through the project's client factory, or a bare librdkafka producer as an
+    ERP might use); the partition of each, from the broker's acknowledgement."""
     chosen: dict[bytes, int] = {}
     errors: list[KafkaError] = []
 
@@ -81,7 +85,7 @@ def produced_partitions(config: Mapping[str, Any], topic: str, keys: Iterable[by
         else:
             chosen[message.key() or b""] = message.partition() or 0
 
-    producer = Producer(dict(config))
+    producer = new_producer(config) if factory else Producer(dict(config))
     for key in keys:
         producer.produce(topic, key=key, value=b"{}", on_delivery=delivered)
     assert producer.flush(60) == 0, "messages left unacknowledged"
@@ -107,9 +111,11 @@ def test_our_producers_put_every_key_where_the_java_client_does(kafka_bootstrap:
     assert produced_partitions(producer_config(overridden, "partition-test", partitioner="random"), topic, KEYS) == (
         expected
     )
+    # The factory itself insists, whatever configuration it is handed.
+    assert produced_partitions({"bootstrap.servers": kafka_bootstrap, "partitioner": "random"}, topic, KEYS) == expected
 
     # The test can tell: librdkafka's default partitioner (CRC32) puts most of these keys elsewhere.
-    default = produced_partitions({"bootstrap.servers": kafka_bootstrap}, topic, KEYS)
+    default = produced_partitions({"bootstrap.servers": kafka_bootstrap}, topic, KEYS, factory=False)
     moved = sorted(key for key in KEYS if default[key] != expected[key])
     print(f"{len(moved)} of {len(KEYS)} keys land elsewhere with librdkafka's default partitioner")
     assert len(moved) > len(KEYS) // 2

@@ -22,6 +22,15 @@
     });
   }
 
+  // A part holding the field the operator is in, or a field they filled, is left alone until they are done.
+  function typing(part) {
+    var active = document.activeElement;
+    if (part.contains(active) && active.tagName === "INPUT" && !active.readOnly) { return true; }
+    return Array.prototype.some.call(part.querySelectorAll("input:not([type=hidden]):not([readonly])"), function (field) {
+      return field.value !== "";
+    });
+  }
+
   function refresh(seconds) {
     var busy = false;
     window.setInterval(function () {
@@ -36,7 +45,7 @@
           var fresh = new DOMParser().parseFromString(text, "text/html");
           document.querySelectorAll("[data-live][id]").forEach(function (part) {
             var replacement = fresh.getElementById(part.id);
-            if (replacement && replacement.innerHTML !== part.innerHTML) {
+            if (replacement && replacement.innerHTML !== part.innerHTML && !typing(part)) {
               part.innerHTML = replacement.innerHTML;
               wireCopy(part);
             }

@@ -1,0 +1,150 @@
+"""The bank's results as ISO 20022 documents: a batch's `pain.002` status report for the ERP, and `camt.054`
+debit notifications for the ledger. The data comes from the same per-transfer lines as the admin API and
+`dispersion report` (`processor.engine.reporting.transfer_lines`); the XML is written by `processor.exports`.
+
+A transfer that failed and was then paid (or failed again) by a retry batch (`ID.retry-N`) reports the retry's
+outcome, the last retry winning, and names the retry that paid it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from processor.domain.file_states import FlowState
+from processor.domain.masking import mask_account
+from processor.domain.outcomes import retry_of
+from processor.engine.reporting import transfer_lines
+from processor.exports.camt054 import Entry, Notification, Notifications, PaidTransfer
+from processor.exports.pain002 import StatusReport, TransferStatus
+from processor.store import StoreTx
+
+_ISO_STATUS: dict[str, Literal["ACSC", "RJCT", "ACCP"]] = {"COMPLETED": "ACSC", "FAILED": "RJCT"}
+_PAIN001 = re.compile(r"pain\.001\.001\.(03|09)")
+_UNPAID_ENDS = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID, FlowState.FAILED)
+
+
+def report_message_id(kind: str, key: str, now: datetime) -> str:
+    """`<kind><yyyymmddHHMMSS>-<8 hex of key>`: at most 35 characters, different per batch and second."""
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
+    return f"{kind}{now.strftime('%Y%m%d%H%M%S')}-{digest}"
+
+
+def original_ids(batch_id: str, file_reference: str | None) -> tuple[str, str]:
+    """(MsgId, PmtInfId) of the pain.001 a batch came from (`MsgId/PmtInfId`, the PmtInfId also its file
+    reference); for a batch from another export, its batch id and file reference."""
+    if file_reference and batch_id.endswith("/" + file_reference):
+        return batch_id[: -len(file_reference) - 1], file_reference
+    return batch_id, file_reference or batch_id
+
+
+def ids_of(tx: StoreTx, batch_id: str) -> tuple[str, str, str | None]:
+    """`original_ids` of a stored batch, and the pain.001 version it was read from (`submit` names it in the
+    batch's `source`; None for other exports). A retry `ID.retry-N` answers for its original ID."""
+    original = retry_of(batch_id) or batch_id
+    document = tx.flows.payload_document(original)
+    document = document if isinstance(document, Mapping) else {}
+    reference, source = document.get("file_reference"), str(document.get("source") or "")
+    found = _PAIN001.search(source)
+    ids = original_ids(original, reference if isinstance(reference, str) else None)
+    return ids[0], ids[1], found.group(0) if found else None
+
+
+def _status(line: Mapping[str, Any]) -> TransferStatus:
+    return TransferStatus(
+        end_to_end_id=line.get("employee_reference"),
+        status=_ISO_STATUS.get(str(line["status"]), "ACCP"),
+        reason_code=line.get("reason_code"),
+        reason_text=line.get("reason_text"),
+    )
+
+
+def status_report(tx: StoreTx, batch_id: str, now: datetime) -> StatusReport | None:
+    """The `pain.002` content of a batch; None for an unknown batch."""
+    row = tx.operator.batch(batch_id)
+    if row is None:
+        return None
+    lines = transfer_lines(tx, row)
+    statuses = [_status(line) for line in lines]
+    ended_at = row.updated_at if row.state in (FlowState.COMPLETED, FlowState.FAILED) else None
+    statuses = [
+        TransferStatus(s.end_to_end_id, s.status, s.reason_code, s.reason_text, None, ended_at) for s in statuses
+    ]
+    for retry in tx.operator.retries_of(batch_id):
+        retry_row = tx.operator.batch(retry.retry_batch_id)
+        if retry_row is None:
+            continue
+        retry_ended = retry_row.updated_at if retry_row.state in (FlowState.COMPLETED, FlowState.FAILED) else None
+        for line, index in zip(transfer_lines(tx, retry_row), retry.transfer_indexes, strict=False):
+            again = _status(line)
+            paid_by = retry.retry_batch_id if again.status == "ACSC" else None
+            note = again.reason_text if again.status != "ACCP" else f"being retried in {retry.retry_batch_id}"
+            statuses[index] = TransferStatus(
+                statuses[index].end_to_end_id, again.status, again.reason_code, note, paid_by, retry_ended
+            )
+    message_id, block_id, version = ids_of(tx, batch_id)
+    total = sum((Decimal(str(line["amount"])) for line in lines), Decimal(0))
+    note = f"the batch ended {row.state}" if row.state in _UNPAID_ENDS else None
+    return StatusReport(
+        message_id=report_message_id("PSR", batch_id, now),
+        created_at=now,
+        original_message_id=message_id,
+        original_payment_information_id=block_id,
+        original_message_name=version,
+        control_sum=total,
+        transfers=tuple(statuses),
+        batch_note=note,
+    )
+
+
+def _paid(tx: StoreTx, batch_id: str, lines: list[dict[str, Any]], masked: bool) -> list[PaidTransfer]:
+    document = tx.flows.payload_document(batch_id)
+    items = document.get("transactions") if isinstance(document, Mapping) else None
+    paid: list[PaidTransfer] = []
+    for line in lines:
+        if line["status"] != "COMPLETED" or not isinstance(items, list):
+            continue
+        item = items[int(line["index"])]
+        destination = item.get("destination_account") if isinstance(item, Mapping) else None
+        account = str(destination.get("account_number", "")) if isinstance(destination, Mapping) else ""
+        paid.append(
+            PaidTransfer(
+                end_to_end_id=line.get("employee_reference"),
+                amount=Decimal(str(line["amount"])),
+                account=mask_account(account) if masked else account,
+                concept=str(item.get("concept") or ""),
+            )
+        )
+    return paid
+
+
+def debit_notifications(tx: StoreTx, since: datetime, until: datetime, now: datetime, *, masked: bool) -> Notifications:
+    """The `camt.054` content of the batches that ended in [since, until), the window and batches of
+    `dispersion report`: one notification per origin account and currency, one entry per batch that paid
+    anything, one detail per paid transfer (its creditor account masked when `masked`)."""
+    groups: dict[tuple[str, str], list[Entry]] = {}
+    for row in tx.operator.ended_between(since, until):
+        lines = transfer_lines(tx, row)
+        paid = _paid(tx, row.batch_id, lines, masked)
+        document = tx.flows.payload_document(row.batch_id)
+        origin = document.get("origin_account") if isinstance(document, Mapping) else None
+        if not paid or not isinstance(origin, Mapping):
+            continue
+        message_id, block_id, _ = ids_of(tx, row.batch_id)
+        key = (str(origin.get("account_number", "")), str(lines[0]["currency"] or origin.get("currency", "")))
+        groups.setdefault(key, []).append(
+            Entry(row.batch_id, message_id, block_id, row.updated_at, row.file_payment_id, tuple(paid))
+        )
+    return Notifications(
+        message_id=report_message_id("DCN", f"{since.isoformat()}/{until.isoformat()}", now),
+        created_at=now,
+        since=since,
+        until=until,
+        notifications=tuple(
+            Notification(account, currency, tuple(entries)) for (account, currency), entries in sorted(groups.items())
+        ),
+    )

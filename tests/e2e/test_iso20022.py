@@ -1,0 +1,146 @@
+"""ISO 20022 end to end (issue 21), as deployed: a real Kafka broker, PostgreSQL, the sandbox bank and
+`dispersion processor` as a subprocess; the commands run as an operator types them.
+
+A pain.001.001.03 written as SAP writes it (two PmtInf: one due today with an IBAN, an `Othr` account and a
+closed account, one for a later payday) and a pain.001.001.09 written as Oracle writes it are submitted; one
+with a control sum that does not match is refused and produces nothing. The due batches are paid; `pain002`
+reports the partly paid batch (PART, the closed account RJCT AC04), and after `retry-failed` pays that transfer,
+reports it ACSC naming the retry. `camt054` (.02 and .08) books every paid batch, its totals equal to `report`'s.
+Every document is validated against ISO's schema here.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from pain001_support import Block, Tx, oracle_pain001, sap_pain001, texts, valid
+from processor_support import (
+    STATUS_TOPIC,
+    ApproveEach,
+    DeploymentFactory,
+    deployment_factory_fixture,  # noqa: F401  (the fixture deployment_factory)
+    e2e_database_fixture,  # noqa: F401  (the fixture e2e_database)
+    unique_id,
+)
+from test_operator_loop import Ran, dispersion, has
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
+
+ADMIN_TOKEN = "iso20022-admin-token-0123456789"
+IBAN = "GT82TRAJ01020000001210029690"
+
+
+def shown(ran: Ran) -> Ran:
+    print(f"--- exit {ran.code}\n{ran.out}{ran.err}")  # the real output, for the docs
+    return ran
+
+
+def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
+    kafka_bootstrap: str, deployment_factory: DeploymentFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISPERSION_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
+    deployment = deployment_factory(kafka_bootstrap, tables={"admin": {"token_env": "DISPERSION_TEST_ADMIN_TOKEN"}})
+    instance = deployment.start(0)
+    statuses = deployment.topic_log(STATUS_TOPIC)
+    approve = ApproveEach(deployment.approver(), lambda: instance.url)
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    today, payday = datetime.now(UTC).date(), datetime.now(UTC).date() + timedelta(days=5)
+    sap_id, oracle_id = unique_id("F110"), unique_id("ORA")
+    sap = deployment.directory / "sap.xml"
+    sap.write_bytes(
+        sap_pain001(
+            sap_id,
+            [
+                Block(
+                    "NOV-A",
+                    today,
+                    "100200300",
+                    [
+                        Tx("E2E-A1", "1500.50", IBAN, email="ana@example.com"),
+                        Tx("E2E-A2", "2000.00", "200100301", email="bruno@example.com"),
+                        Tx("E2E-A3", "750.25", "200109902", email="carla@example.com"),  # 9902: closed, AC04
+                    ],
+                ),
+                Block("NOV-B", payday, "100200300", [Tx("E2E-B1", "3200.00", "200100304")]),
+            ],
+        )
+    )
+    oracle = deployment.directory / "oracle.xml"
+    oracle.write_bytes(
+        oracle_pain001(
+            oracle_id,
+            [Block("PAYRUN-7", today, "100200300", [Tx("O-1", "99.99", "200100305"), Tx("O-2", "10.01", IBAN)])],
+        )
+    )
+    mismatch = deployment.directory / "mismatch.xml"
+    mismatch.write_bytes(
+        oracle_pain001(unique_id("BAD"), [Block("X", today, "100200300", [Tx("X-1", "1", "2")])], total="2")
+    )
+
+    refused = shown(dispersion(deployment, "submit", str(mismatch), "--quiet"))
+    assert refused.code == 1 and "GrpHdr/CtrlSum: says 2, the amounts add up to 1" in refused.err
+    submitted = shown(dispersion(deployment, "submit", str(sap), "--quiet"))
+    assert submitted.code == 0, submitted.err
+    assert f"submitted batch {sap_id}/NOV-B: 1 transactions, control sum 3200.00 GTQ, to be paid on {payday}" in (
+        submitted.out
+    )
+    assert dispersion(deployment, "submit", str(oracle), "--quiet").code == 0
+    a, b, c = f"{sap_id}/NOV-A", f"{sap_id}/NOV-B", f"{oracle_id}/PAYRUN-7"
+    statuses.wait_until(
+        lambda log: all(log.find(key, "COMPLETED") for key in (a, c)) and log.find(b, "AUTHORIZED") is not None,
+        timeout=120,
+        what="the due batches paid, the later one approved",
+        each=approve,
+    )
+    assert statuses.find(b, "COMPLETED") is None  # paid on its day, not before
+
+    part = shown(dispersion(deployment, "pain002", "--batch", a))
+    assert part.code == 0, part.err
+    root = valid(part.out, "pain.002.001.03")
+    assert texts(root, "pain.002.001.03", "CstmrPmtStsRpt/OrgnlGrpInfAndSts/OrgnlMsgId") == [sap_id]
+    assert texts(root, "pain.002.001.03", "CstmrPmtStsRpt/OrgnlGrpInfAndSts/GrpSts") == ["PART"]
+    tx = "CstmrPmtStsRpt/OrgnlPmtInfAndSts/TxInfAndSts"
+    assert texts(root, "pain.002.001.03", f"{tx}/OrgnlEndToEndId") == ["E2E-A1", "E2E-A2", "E2E-A3"]
+    assert texts(root, "pain.002.001.03", f"{tx}/TxSts") == ["ACSC", "ACSC", "RJCT"]
+    assert texts(root, "pain.002.001.03", f"{tx}/StsRsnInf/Rsn/Cd") == ["AC04"]
+
+    corrections = deployment.directory / "corrections.csv"
+    corrections.write_text("index,account_number\n2,200100303\n")
+    retried = dispersion(deployment, "retry-failed", "--batch", a, "--corrections", str(corrections))
+    assert retried.code == 0, retried.err
+    statuses.wait_until(has(f"{a}.retry-1", "COMPLETED"), timeout=90, what="the retry paid", each=approve)
+    report_file = deployment.directory / "status.xml"
+    paid = shown(dispersion(deployment, "pain002", "--batch", a, "--version", "10", "--output", str(report_file)))
+    assert paid.code == 0, paid.err
+    print(report_file.read_text())  # the real output, for the docs
+    root = valid(report_file.read_bytes(), "pain.002.001.10")
+    assert texts(root, "pain.002.001.10", "CstmrPmtStsRpt/OrgnlGrpInfAndSts/GrpSts") == ["ACSC"]
+    assert texts(root, "pain.002.001.10", "CstmrPmtStsRpt/OrgnlGrpInfAndSts/OrgnlMsgNmId") == ["pain.001.001.03"]
+    assert texts(root, "pain.002.001.10", f"{tx}/StsRsnInf/AddtlInf") == [f"paid by retry {a}.retry-1"]
+    unknown = dispersion(deployment, "pain002", "--batch", "no-such-batch")
+    assert unknown.code == 1 and "batch no-such-batch is unknown" in unknown.err
+
+    until = datetime.now(UTC) + timedelta(minutes=1)
+    window = ("--since", since.isoformat(), "--until", until.isoformat())
+    report = dispersion(deployment, "report", *window, "--format", "json")
+    assert report.code == 0, report.err
+    totals = json.loads(report.out)["totals"]
+    paid_total = sum((Decimal(t["amount_completed"]) for t in totals), Decimal(0))
+    for version, message in (("08", "camt.054.001.08"), ("02", "camt.054.001.02")):
+        booked = shown(dispersion(deployment, "camt054", *window, "--version", version, "--accounts", "clear"))
+        assert booked.code == 0, booked.err
+        root = valid(booked.out, message)
+        entries = texts(root, message, "BkToCstmrDbtCdtNtfctn/Ntfctn/Ntry/Amt")
+        assert sum((Decimal(e) for e in entries), Decimal(0)) == paid_total == Decimal("4360.75")
+        assert texts(root, message, "BkToCstmrDbtCdtNtfctn/Ntfctn/Ntry/NtryRef") == [a, c, f"{a}.retry-1"]
+        batches = "BkToCstmrDbtCdtNtfctn/Ntfctn/Ntry/NtryDtls/Btch"
+        assert texts(root, message, f"{batches}/MsgId") == [sap_id, oracle_id, sap_id]  # the retry: its original's
+        assert texts(root, message, f"{batches}/PmtInfId") == ["NOV-A", "PAYRUN-7", "NOV-A"]
+        accounts = "BkToCstmrDbtCdtNtfctn/Ntfctn/Ntry/NtryDtls/TxDtls/RltdPties/CdtrAcct/Id/IBAN"
+        assert texts(root, message, accounts) == [IBAN, IBAN]
+    masked = dispersion(deployment, "camt054", *window)
+    assert "200100301" not in masked.out and "****0301" in masked.out
+    assert instance.terminate() == 0
