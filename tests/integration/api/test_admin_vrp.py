@@ -31,6 +31,7 @@ from vrp_engine_support import (
 )
 
 from processor.api.admin import admin_app, token_digest
+from processor.domain.roles import AdminToken, Role
 from processor.store import Store
 
 TOKEN = "admin-token-for-vrp-tests-0123456789"
@@ -42,7 +43,8 @@ async def admin_vrp_rig(sandbox: SandboxProcess, store: Store) -> AsyncIterator[
     """The VRP rig plus the admin API served on its own loopback port (under `/admin`, as the processor mounts it)."""
     async with vrp_rig(sandbox, store) as rig:
         sock, port = bound_socket()
-        app = admin_app(store, token_sha256=token_digest(TOKEN), integrations={"sandbox"}, clock=rig.clock)
+        tokens = {"vera": AdminToken("vera", token_digest(TOKEN), Role.VIEWER)}  # reading needs no more than a viewer
+        app = admin_app(store, tokens=tokens, integrations={"sandbox"}, clock=rig.clock)
         base = f"http://127.0.0.1:{port}/admin"
         mounted = Starlette(routes=[Mount("/admin", app=app)])
         async with serve(mounted, sock), httpx.AsyncClient(base_url=base, timeout=30) as http:
