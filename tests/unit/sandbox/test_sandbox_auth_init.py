@@ -33,6 +33,8 @@ AGREED_KEYS = {
         "grant_parameter",
         "assertion_signing",
     ],
+    "console": ["operators", "session_key"],
+    "admin": ["token_sha256"],
 }
 
 
