@@ -1,6 +1,8 @@
 # The one image of every deployable: `dispersion processor` (role all or api), `dispersion sandbox`, and the CLI
 # (`topics`, `submit`, `status`, `sandbox init`). Used by docker-compose.yml; see docs/operations.md.
-FROM python:3.11-slim
+# PYTHON_IMAGE: the base, python:3.11-slim; docker-compose.offline.yml names a stand-in built from Debian's Python.
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -8,7 +10,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-# constraints.txt pins every run-time dependency to the version the tests ran with (deploy/constraints.py).
+# constraints.txt pins every run-time dependency to the version the tests ran with (deploy/constraints.py). They are
+# installed in a layer of their own, so a code change rebuilds only the layers below.
+COPY constraints.txt ./
+RUN pip install -r constraints.txt
 COPY pyproject.toml README.md constraints.txt ./
 COPY processor ./processor
 COPY sandbox ./sandbox

@@ -118,8 +118,10 @@ def replay_dead_letter(
     reason: str,
     now: datetime,
     force: bool = False,
+    audit: Callable[[StoreTx, Replayed], None] | None = None,
 ) -> Replayed:
-    """Replay one recorded dead letter (see the module docstring)."""
+    """Replay one recorded dead letter (see the module docstring). `audit` writes the replay's audit entry in the
+    transaction that records where it landed."""
 
     def begin(tx: StoreTx) -> tuple[DeadLetterRow, ReplayRow]:
         letter = tx.operator.dead_letter(letter_id, for_update=True)
@@ -144,8 +146,15 @@ def replay_dead_letter(
     except BaseException:
         store.run(lambda tx: tx.operator.drop_replay(replay.id))
         raise
-    store.run(lambda tx: tx.operator.complete_replay(replay.id, partition, offset))
-    return Replayed(letter, replay, partition, offset)
+    done = Replayed(letter, replay, partition, offset)
+
+    def complete(tx: StoreTx) -> None:
+        tx.operator.complete_replay(replay.id, partition, offset)
+        if audit is not None:
+            audit(tx, done)
+
+    store.run(complete)
+    return done
 
 
 def store_recorder(store: Store, now: Callable[[], datetime]) -> Callable[[DeadLetterReceipt], None]:

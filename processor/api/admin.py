@@ -1,26 +1,33 @@
 """The admin API (issue 11): JSON over the processor's HTTP port under `/admin`, for the operator's commands
-(`dispersion retry-failed`, `dlq`, `report`) and a later operator console.
+(`dispersion retry-failed`, `dlq`, `report`, `requests`, `audit`).
 
-Every request carries `Authorization: Bearer <token>`; the token's SHA-256 is compared in constant time with the
-configured `[admin] token_sha256` (or the hash of the `token_env` variable's value). Missing, wrong or no token
-configured: 401. The token never reaches a log or an answer.
+Every request carries `Authorization: Bearer <token>`, a personal token (`[admin.tokens.NAME]`; the older single
+`[admin] token_sha256` is the token named `admin` with the `admin` role): its SHA-256 is compared in constant time
+with every configured one. The token's NAME is who acts: it is what the audit trail and the records keep, and a
+`requested_by` / `replayed_by` in a body that differs from it is refused (403). Its role decides what it may do
+(`processor.domain.roles`: viewers read, operators ask, approvers decide others' requests). Missing, wrong or no
+token configured: 401. The token never reaches a log or an answer.
 
     GET  /admin/batches?status=COMPLETED,FAILED&since=T&until=T&limit=N&cursor=C   batches, oldest first
     GET  /admin/batches/{batch_id}                           one batch, every transfer's result, its retries
-    POST /admin/batches/{batch_id}/retry                     {"corrections": [{"index": 2, "account_number": "..."}],
-                                                              "requested_by": "ana"}  -> the retry batch
+    POST /admin/batches/{batch_id}/retry                     {"corrections": [{"index": 2, "account_number": "..."}]}
+                                                             -> the retry batch (201), or with corrections the
+                                                             request that waits for a second person (202)
     GET  /admin/dead-letters?since=T&batch_id=B&after=ID&limit=N                   recorded dead letters
     GET  /admin/dead-letters/{id}                            one, with its replays and the chain
-    POST /admin/dead-letters/{id}/replay                     {"reason": "...", "replayed_by": "ana", "force": false}
+    POST /admin/dead-letters/{id}/replay                     {"reason": "...", "force": false}
     GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report)
+    GET  /admin/requests?state=PENDING&after=ID&limit=N      requests for a second person, oldest first
+    POST /admin/requests/{id}/approve | /decline             decide one (not your own approval: 403)
+    GET  /admin/audit?since=T&after=ID&limit=N               the audit trail, oldest first
     GET  /admin/find?employee=E&account=1234&amount=A        an employee's transfers and their final outcome
     GET  /admin/totals?day=D | month=M | since=T&until=T     money counted once: paid, failed, outstanding, in
                                                              progress, scheduled, not paid, per currency
     GET  /admin/batches/{batch_id}/pain002, /admin/camt054   ISO 20022 documents (`processor.api.admin_iso`)
 
-Times are ISO 8601 with an offset (`2026-11-30T00:00:00Z`). Bad input is a 400 naming the problem; an unknown
-batch or dead letter 404; a refused action (not final yet, already replayed, in flight) 409; the store
-unreachable 503. Never another 5xx.
+Times are ISO 8601 with an offset (`2026-11-30T00:00:00Z`). Bad input is a 400 naming the problem; a role that
+may not do it 403; an unknown batch, dead letter or request 404; a refused action (not final yet, already
+replayed, decided already, in flight) 409; the store unreachable 503. Never another 5xx.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import binascii
 import hashlib
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -42,14 +49,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from processor.api.people import audit_view, replay_audit, request_view
 from processor.domain.file_states import FlowState
 from processor.domain.ledger import day_window, month_window
+from processor.domain.roles import Action, Actor, AdminToken, Controls
 from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, iso_ms, within_range
 from processor.engine.finding import Wanted, find_transfers
 from processor.engine.ledger import totals_between
 from processor.engine.reporting import batch_detail, batch_summary, report
-from processor.engine.retries import Correction, RetryError, retry_failed
+from processor.engine.requests import Where, ask_retry, decide_request
+from processor.engine.retries import Correction, RetryError
 from processor.store import Store, StoreError, StoreTx
 from processor.store.operator import DeadLetterRow
 from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
@@ -60,7 +70,8 @@ MAX_BODY = 256 * 1024
 MAX_LIMIT = 500
 MAX_ID = 200
 STATES = frozenset(str(state) for state in FlowState)
-Handler = Callable[[Request], Awaitable[Response]]
+REQUEST_STATES = frozenset({"PENDING", "APPROVED", "DECLINED"})
+Handler = Callable[[Request, Actor], Awaitable[Response]]
 
 
 class BadRequestError(ValueError):
@@ -76,7 +87,7 @@ def _ok(body: Any, status: int = 200) -> JSONResponse:
 
 
 def token_digest(token: str) -> str:
-    """The SHA-256 (hex) of an admin token, as `[admin] token_sha256` holds it."""
+    """The SHA-256 (hex) of an admin token, as `token_sha256` holds it."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
@@ -225,32 +236,62 @@ def _corrections(value: object) -> dict[int, Correction]:
 # -- the app --------------------------------------------------------------------------------------------------
 
 
+def _holder(request: Request, tokens: Collection[AdminToken]) -> Actor | None:
+    """The holder of the request's bearer token: every configured digest is compared (constant time each)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    given = token_digest(token.strip()) if scheme.lower() == "bearer" and token.strip() else ""
+    found: Actor | None = None
+    for holder in tokens:
+        if hmac.compare_digest(given.encode(), holder.sha256.encode()) and given:
+            found = Actor(holder.name, holder.role)
+    return found
+
+
+def _same_person(actor: Actor, body: Mapping[str, Any], field: str) -> None:
+    """A body's `requested_by` / `replayed_by` may only repeat the token's name."""
+    claimed = body.get(field)
+    if claimed is not None and claimed != actor.name:
+        raise ForbiddenError(
+            f"{field} must be the token's own name ({actor.name}) or left out: the token says who acts"
+        )
+
+
+class ForbiddenError(ValueError):
+    """The token's holder may not do this (403)."""
+
+
 def admin_app(
     store: Store,
     *,
-    token_sha256: str | None,
+    tokens: Mapping[str, AdminToken],
     integrations: Collection[str] | None = None,
     replayer: DeadLetterReplayer | None = None,
     clock: Clock | None = None,
+    controls: Controls | None = None,
 ) -> Starlette:
-    """The admin API over `store` (see the module docstring). `token_sha256` None: every request is refused.
+    """The admin API over `store` (see the module docstring). No `tokens`: every request is refused.
     `replayer` None (an instance without Kafka): replays are refused with 409."""
     time: Clock = clock or SystemClock()
-    expected = token_sha256.lower() if token_sha256 else None
+    rules = controls or Controls()
+    holders = tuple(tokens.values())
 
-    def guarded(handler: Handler) -> Handler:
+    def guarded(handler: Handler, action: Action = Action.READ) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
-            if expected is None:
-                return _error(401, "the admin API is not configured: set [admin] token_sha256 or token_env")
-            header = request.headers.get("authorization", "")
-            scheme, _, token = header.partition(" ")
-            given = token_digest(token.strip()) if scheme.lower() == "bearer" and token.strip() else ""
-            if not hmac.compare_digest(given.encode(), expected.encode()):
+            if not holders:
+                return _error(401, "the admin API is not configured: set [admin.tokens.NAME] (or [admin] token_sha256)")
+            actor = _holder(request, holders)
+            if actor is None:
                 return _error(401, "a valid admin token is required (Authorization: Bearer ...)")
+            if not actor.may(action):
+                log.info("admin_refused_role", actor=actor.name, role=str(actor.role), path=request.url.path)
+                return _error(403, f"{actor.name} has the {actor.role} role, which may not {action.value} here")
             try:
-                return await handler(request)
+                return await handler(request, actor)
             except BadRequestError as exc:
                 return _error(400, str(exc))
+            except ForbiddenError as exc:
+                return _error(403, str(exc))
             except (RetryError, ReplayError) as exc:
                 return _error(exc.status, str(exc))
             except StoreError as exc:
@@ -259,7 +300,10 @@ def admin_app(
 
         return run
 
-    async def batches(request: Request) -> Response:
+    def where(request: Request) -> Where:
+        return Where("admin-api", request.client.host if request.client else None)
+
+    async def batches(request: Request, actor: Actor) -> Response:
         states = tuple(s for s in (_single(request, "status") or "").split(",") if s)
         unknown = [s for s in states if s not in STATES]
         if unknown:
@@ -273,34 +317,46 @@ def admin_app(
         following = _encode_cursor(rows[-1].created_at, rows[-1].batch_id) if len(rows) == limit else None
         return _ok({"batches": [batch_summary(row) for row in rows], "next_cursor": following})
 
-    async def batch(request: Request) -> Response:
+    async def batch(request: Request, actor: Actor) -> Response:
         batch_id = _path_id(request, "batch_id")
         found = await store.arun(lambda tx: batch_detail(tx, batch_id), write=False)
         return _error(404, f"batch {batch_id} is unknown") if found is None else _ok(found)
 
-    async def retry(request: Request) -> Response:
+    async def retry(request: Request, actor: Actor) -> Response:
         batch_id = _path_id(request, "batch_id")
         body = await _body(request)
         unknown = set(body) - {"corrections", "requested_by"}
         if unknown:
             raise BadRequestError(f"unknown field(s) {', '.join(sorted(unknown))}")
+        _text(body.get("requested_by"), "requested_by", limit=100, required=False)
+        _same_person(actor, body, "requested_by")
         fixes = _corrections(body.get("corrections"))
-        by = _text(body.get("requested_by", "admin-api"), "requested_by", limit=100) or "admin-api"
-        outcome = await retry_failed(store, batch_id, fixes, by=by, now=time.now(), integrations=integrations)
-        log.info("retry_requested", batch_id=batch_id, retry_batch_id=outcome.retry_batch_id, by=by)
-        return _ok(
-            {
-                "batch_id": outcome.original_batch_id,
-                "retry_batch_id": outcome.retry_batch_id,
-                "transfer_indexes": list(outcome.transfer_indexes),
-                "corrected": list(outcome.corrected),
-                "in_flight": {str(k): v for k, v in outcome.in_flight.items()},
-                "message": outcome.message,
-            },
-            201 if outcome.retry_batch_id else 200,
+        answer = await ask_retry(
+            store,
+            batch_id,
+            fixes,
+            actor=actor,
+            controls=rules,
+            where=where(request),
+            now=time.now(),
+            integrations=integrations,
         )
+        outcome = answer.outcome
+        log.info("retry_requested", batch_id=batch_id, retry_batch_id=outcome.retry_batch_id, by=actor.name)
+        document = {
+            "batch_id": outcome.original_batch_id,
+            "retry_batch_id": outcome.retry_batch_id,
+            "transfer_indexes": list(outcome.transfer_indexes),
+            "corrected": list(outcome.corrected),
+            "in_flight": {str(k): v for k, v in outcome.in_flight.items()},
+            "requested_by": actor.name,
+            "request": None if answer.request is None else request_view(answer.request),
+            "message": outcome.message,
+        }
+        pending = answer.request is not None and answer.request.state == "PENDING"
+        return _ok(document, 202 if pending else 201 if outcome.retry_batch_id else 200)
 
-    async def dead_letters(request: Request) -> Response:
+    async def dead_letters(request: Request, actor: Actor) -> Response:
         since, limit = _instant(request, "since"), _limit(request)
         batch_id = _text(_single(request, "batch_id"), "batch_id", required=False)
         after_text = _single(request, "after") or "0"
@@ -313,7 +369,7 @@ def admin_app(
         following = rows[-1].id if len(rows) == limit else None
         return _ok({"dead_letters": [_letter(row) for row in rows], "next_after": following})
 
-    async def dead_letter(request: Request) -> Response:
+    async def dead_letter(request: Request, actor: Actor) -> Response:
         letter_id = _letter_id(request)
 
         def read(tx: StoreTx) -> dict[str, Any] | None:
@@ -341,63 +397,127 @@ def admin_app(
         found = await store.arun(read, write=False)
         return _error(404, f"dead letter {letter_id} is unknown") if found is None else _ok(found)
 
-    async def replay(request: Request) -> Response:
+    async def replay(request: Request, actor: Actor) -> Response:
         letter_id = _letter_id(request)
         body = await _body(request)
         unknown = set(body) - {"reason", "replayed_by", "force"}
         if unknown:
             raise BadRequestError(f"unknown field(s) {', '.join(sorted(unknown))}")
         reason = _text(body.get("reason"), "reason", limit=500)
-        by = _text(body.get("replayed_by", "admin-api"), "replayed_by", limit=100)
+        _text(body.get("replayed_by"), "replayed_by", limit=100, required=False)
+        _same_person(actor, body, "replayed_by")
         force = body.get("force", False)
         if not isinstance(force, bool):
             raise BadRequestError("force must be true or false")
-        assert reason is not None and by is not None
+        assert reason is not None
         if replayer is None:
             return _error(409, "this instance has no Kafka connection (role api): replay on a processor instance")
+        now = time.now()
         done = await asyncio.to_thread(
-            replay_dead_letter, store, replayer, letter_id, by=by, reason=reason, now=time.now(), force=force
+            replay_dead_letter,
+            store,
+            replayer,
+            letter_id,
+            by=actor.name,
+            reason=reason,
+            now=now,
+            force=force,
+            audit=replay_audit(actor, where(request), reason, now),
         )
-        log.info("dead_letter_replayed", dead_letter=letter_id, by=by, topic=done.letter.source_topic)
+        log.info("dead_letter_replayed", dead_letter=letter_id, by=actor.name, topic=done.letter.source_topic)
         return _ok(
             {
                 "dead_letter": letter_id,
                 "topic": done.letter.source_topic,
                 "partition": done.partition,
                 "offset": done.offset,
-                "replayed_by": by,
+                "replayed_by": actor.name,
                 "replayed_at": iso_ms(done.replay.replayed_at),
                 "reason": reason,
             }
         )
 
-    async def reconciliation(request: Request) -> Response:
+    async def requests(request: Request, actor: Actor) -> Response:
+        states = tuple(s for s in (_single(request, "state") or "").split(",") if s)
+        if set(states) - REQUEST_STATES:
+            raise BadRequestError(f"state must be among {', '.join(sorted(REQUEST_STATES))}")
+        after, limit = _whole(request, "after"), _limit(request)
+        rows = await store.arun(lambda tx: tx.requests.listed(states=states, after_id=after, limit=limit), write=False)
+        following = rows[-1].id if len(rows) == limit else None
+        return _ok({"requests": [request_view(row) for row in rows], "next_after": following})
+
+    def decision(approve: bool) -> Handler:
+        async def decide(request: Request, actor: Actor) -> Response:
+            text = str(request.path_params.get("request_id", ""))
+            if not text.isdigit() or len(text) > 18:
+                raise BadRequestError("a request id is a whole number")
+            body = await _body(request)
+            if set(body) - {"decided_by"}:
+                raise BadRequestError(f"unknown field(s) {', '.join(sorted(set(body) - {'decided_by'}))}")
+            _text(body.get("decided_by"), "decided_by", limit=100, required=False)
+            _same_person(actor, body, "decided_by")
+            decided = await decide_request(
+                store,
+                int(text),
+                approve=approve,
+                actor=actor,
+                where=where(request),
+                now=time.now(),
+                integrations=integrations,
+            )
+            log.info("request_decided", request=decided.id, state=decided.state, by=actor.name)
+            return _ok(request_view(decided))
+
+        return decide
+
+    async def audit(request: Request, actor: Actor) -> Response:
+        since = _instant(request, "since")
+        if since is None:
+            raise BadRequestError("since is required (an ISO 8601 time such as 2026-11-30T00:00:00Z)")
+        after, limit = _whole(request, "after"), _limit(request)
+        rows = await store.arun(lambda tx: tx.audit.since(since, after_id=after, limit=limit), write=False)
+        following = rows[-1].id if len(rows) == limit else None
+        return _ok({"entries": [audit_view(row) for row in rows], "next_after": following})
+
+    async def reconciliation(request: Request, actor: Actor) -> Response:
         since, until = window(request, time.now())
         return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
 
-    async def money(request: Request) -> Response:
+    async def money(request: Request, actor: Actor) -> Response:
         since, until = window(request, time.now())
         totals = await store.arun(lambda tx: totals_between(tx, since, until), write=False)
         return _ok({"since": iso_ms(since), "until": iso_ms(until), "totals": [t.as_dict() for t in totals]})
 
-    async def find(request: Request) -> Response:
+    async def find(request: Request, actor: Actor) -> Response:
         wanted = _wanted(request)
         found = await store.arun(lambda tx: find_transfers(tx, wanted, limit=_limit(request)), write=False)
         return _ok({"transfers": found})
 
+    def readers(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """`guarded` for a handler that only reads (any role), whoever the holder is."""
+
+        async def as_actor(request: Request, actor: Actor) -> Response:
+            return await handler(request)
+
+        return guarded(as_actor)
+
     from processor.api.admin_iso import iso_routes
 
     routes = [
-        *iso_routes(store, time, guarded),
+        *iso_routes(store, time, readers),
         Route("/find", guarded(find), methods=["GET"]),
         Route("/totals", guarded(money), methods=["GET"]),
         Route("/batches", guarded(batches), methods=["GET"]),
-        Route("/batches/{batch_id:path}/retry", guarded(retry), methods=["POST"]),
+        Route("/batches/{batch_id:path}/retry", guarded(retry, Action.RETRY), methods=["POST"]),
         Route("/batches/{batch_id:path}", guarded(batch), methods=["GET"]),
         Route("/dead-letters", guarded(dead_letters), methods=["GET"]),
         Route("/dead-letters/{letter_id}", guarded(dead_letter), methods=["GET"]),
-        Route("/dead-letters/{letter_id}/replay", guarded(replay), methods=["POST"]),
+        Route("/dead-letters/{letter_id}/replay", guarded(replay, Action.REPLAY), methods=["POST"]),
         Route("/report", guarded(reconciliation), methods=["GET"]),
+        Route("/requests", guarded(requests), methods=["GET"]),
+        Route("/requests/{request_id}/approve", guarded(decision(True)), methods=["POST"]),
+        Route("/requests/{request_id}/decline", guarded(decision(False)), methods=["POST"]),
+        Route("/audit", guarded(audit), methods=["GET"]),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -407,6 +527,13 @@ def admin_app(
         return _error(405, "method not allowed")
 
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+
+
+def _whole(request: Request, name: str) -> int:
+    text = _single(request, name) or "0"
+    if not text.isdigit() or len(text) > 18:
+        raise BadRequestError(f"{name} must be a whole number")
+    return int(text)
 
 
 def _letter_id(request: Request) -> int:

@@ -34,6 +34,8 @@ commands:
   retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
   report      reconciliation report and money totals: `report --since DAY [--until DAY] [--format csv|json]`
+  requests    requests for a second person: `requests list`, `requests approve ID`, `requests decline ID`
+  audit       the audit trail of operator actions: `audit --since T` (admin API)
   find        an employee's transfers and their outcome: `find --employee REF | --account LAST4 | --amount A`
   pain002     a batch's ISO 20022 status report for the ERP: `pain002 --batch ID [--version 03|10] [--output F]`
   camt054     ISO 20022 debit notifications for the ledger: `camt054 --since T --until T [--accounts clear|masked]`
@@ -58,6 +60,8 @@ MODULES: dict[str, str] = {
     "retry-failed": "processor.cli.retry_failed",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
+    "requests": "processor.cli.requests",
+    "audit": "processor.cli.audit",
     "find": "processor.cli.find",
     "pain002": "processor.cli.pain002",
     "camt054": "processor.cli.camt054",

@@ -3,12 +3,14 @@
 The address is `--url`, else `[admin] url`, else `[processor] public_url` of the configuration (`--config`, else
 `$DISPERSION_CONFIG`, else `./dispersion.toml`); the token is `$DISPERSION_ADMIN_TOKEN`, else the variable that
 `[admin] token_env` names. The token is sent as `Authorization: Bearer ...` and never printed.
+
+Who acts is the token's name (`[admin.tokens.NAME]`), not the user running the command: `--requested-by NAME`
+(optional) only asserts it, and the processor refuses the call when the token is someone else's.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,12 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the answer (default 60)")
 
 
-def operator_name() -> str:
-    """Who runs the command (recorded with a retry or a replay)."""
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):
-        return "unknown"
+def add_requested_by(parser: argparse.ArgumentParser) -> None:
+    """`--requested-by NAME`: who the caller says they are; checked against the token's name (a mismatch is
+    refused), never taken instead of it."""
+    parser.add_argument(
+        "--requested-by",
+        metavar="NAME",
+        help="your name as the processor knows your token (optional: the token's name is recorded; a different"
+        " name is refused)",
+    )
 
 
 @dataclass

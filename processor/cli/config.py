@@ -80,6 +80,8 @@ from processor.cli.config_source import (
     type_name,
     unknown_key,
 )
+from processor.domain.roles import NAME_PATTERN as _TOKEN_NAME
+from processor.domain.roles import ROLE_NAMES, AdminToken, Controls, Role, controls_from, role_of
 from processor.domain.settings import ConfigError, Secret
 from processor.engine.settings import EngineSettings, engine_settings
 from producers.kafka import KNOWN_OPTIONS, settings_from
@@ -107,6 +109,7 @@ CONFIG_ENV = "DISPERSION_CONFIG"
 # Tables the models here describe: `K_env` keys are resolved at every depth. In the tables other parts own, only
 # their top-level keys are (as before): their nested names are theirs.
 _MODELLED = ("processor", "kafka", "integrations", "engine")
+_RESOLVED_DEEP = (*_MODELLED, "admin")  # `[admin.tokens.NAME] token_env` too
 
 
 @dataclass(frozen=True)
@@ -132,21 +135,40 @@ class KafkaSettings:
 
 
 ADMIN_TOKEN_ENV = "DISPERSION_ADMIN_TOKEN"
-_ADMIN_KEYS = {"token_sha256", "token", "url"}
+_ADMIN_KEYS = {"token_sha256", "token", "url", "tokens"}
+_TOKEN_KEYS = {"token_sha256", "token", "role"}
 _HEX64 = frozenset("0123456789abcdef")
+LEGACY_TOKEN_NAME = "admin"
 
 
 @dataclass(frozen=True)
 class AdminSettings:
-    """The `[admin]` table: the admin API's token as its SHA-256 (`token_sha256 = "..."`, or `token_env = "VAR"`
-    whose value is hashed here) and, for the commands that call it, `url` (default: `[processor] public_url`)."""
+    """The `[admin]` table: the personal tokens of the admin API (`[admin.tokens.NAME]`, each a `token_sha256`
+    or a `token_env` whose value is hashed here, and a `role`) and, for the commands that call it, `url` (default:
+    `[processor] public_url`). The older single `token_sha256` / `token_env` is the token named `admin`, with the
+    `admin` role."""
 
-    token_sha256: str | None = None
+    tokens: Mapping[str, AdminToken] = field(default_factory=dict)
     url: str | None = None
-    token: Secret | None = None  # only when given through token_env (the commands send it)
+    token: Secret | None = None  # only when the older single token came through token_env (the commands send it)
 
     def __repr__(self) -> str:
-        return f"AdminSettings(configured={self.token_sha256 is not None}, url={self.url!r})"
+        return f"AdminSettings(tokens={sorted(self.tokens)!r}, url={self.url!r})"
+
+
+def _token_digest(raw: Mapping[str, Any], where: str) -> str:
+    digest, token = raw.get("token_sha256"), raw.get("token")
+    if digest is not None and token is not None:
+        raise ConfigError(f"{where}: give token_sha256 or token_env, not both")
+    if digest is None and token is None:
+        raise ConfigError(f"{where}: give token_sha256 or token_env")
+    if digest is not None and (not isinstance(digest, str) or len(digest) != 64 or set(digest.lower()) - _HEX64):
+        raise ConfigError(f"{where}.token_sha256: must be 64 hex digits (sha256sum of the token)")
+    if token is not None and (not isinstance(token, str) or len(token) < 16):
+        raise ConfigError(f"{where}.token_env: the token must be at least 16 characters")
+    if token is not None:
+        return hashlib.sha256(str(token).encode("utf-8")).hexdigest()
+    return str(digest).lower()
 
 
 def admin_settings(raw: Mapping[str, Any] | None, *, source: str = "<memory>") -> AdminSettings:
@@ -155,21 +177,34 @@ def admin_settings(raw: Mapping[str, Any] | None, *, source: str = "<memory>") -
         return AdminSettings()
     for key in raw:
         if key not in _ADMIN_KEYS:
-            raise ConfigError(f"{source}: admin.{key}: unknown key (known: token_sha256, token_env, url)")
-    digest, token, url = raw.get("token_sha256"), raw.get("token"), raw.get("url")
-    if digest is not None and token is not None:
-        raise ConfigError(f"{source}: admin: give token_sha256 or token_env, not both")
-    if digest is not None and (not isinstance(digest, str) or len(digest) != 64 or set(digest.lower()) - _HEX64):
-        raise ConfigError(f"{source}: admin.token_sha256: must be 64 hex digits (sha256sum of the token)")
-    if token is not None and (not isinstance(token, str) or len(token) < 16):
-        raise ConfigError(f"{source}: admin.token_env: the token must be at least 16 characters")
+            raise ConfigError(f"{source}: admin.{key}: unknown key (known: token_sha256, token_env, tokens, url)")
+    url = raw.get("url")
     if url is not None and (not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https")):
         raise ConfigError(f"{source}: admin.url: must be an http(s) address")
-    if token is not None:
-        digest = hashlib.sha256(token.encode("utf-8")).hexdigest()
-    return AdminSettings(
-        digest.lower() if isinstance(digest, str) else None, url, Secret(token) if token is not None else None
-    )
+    tokens: dict[str, AdminToken] = {}
+    if "token_sha256" in raw or "token" in raw:
+        tokens[LEGACY_TOKEN_NAME] = AdminToken(LEGACY_TOKEN_NAME, _token_digest(raw, f"{source}: admin"), Role.ADMIN)
+    table = raw.get("tokens") or {}
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: admin.tokens: must be a table of [admin.tokens.NAME] tables")
+    for name, entry in table.items():
+        where = f"{source}: admin.tokens.{name}"
+        if not isinstance(entry, Mapping) or not _TOKEN_NAME.match(str(name)):
+            raise ConfigError(f"{where}: must be a table (token_sha256 or token_env, role); a name is 1-64 ._@-")
+        unknown = sorted(set(entry) - _TOKEN_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown key (known: role, token_env, token_sha256)")
+        role = role_of(entry.get("role"))
+        if role is None:
+            raise ConfigError(f"{where}.role: must be one of {ROLE_NAMES}, got {entry.get('role')!r}")
+        if name in tokens:
+            raise ConfigError(f"{where}: the name {name} is taken by [admin] token_sha256/token_env")
+        tokens[str(name)] = AdminToken(str(name), _token_digest(entry, where), role)
+    digests = [t.sha256 for t in tokens.values()]
+    if len(set(digests)) != len(digests):
+        raise ConfigError(f"{source}: admin.tokens: two names share one token (each person has their own)")
+    legacy = raw.get("token")
+    return AdminSettings(tokens, url, Secret(legacy) if isinstance(legacy, str) else None)
 
 
 @dataclass(frozen=True)
@@ -196,6 +231,14 @@ class Config:
     def admin(self) -> AdminSettings:
         """The `[admin]` table, validated (no token: the admin API refuses every request)."""
         return admin_settings(self.sections.get("admin"), source=self.source)
+
+    @property
+    def controls(self) -> Controls:
+        """The `[controls]` table, validated (defaults when absent: four eyes, changed accounts held)."""
+        try:
+            return controls_from(self.sections.get("controls"))
+        except ValueError as exc:
+            raise ConfigError(f"{self.source}: {exc}") from None
 
     @property
     def otlp_endpoint(self) -> str | None:
@@ -294,7 +337,7 @@ def _parse(
 def _resolve(data: Mapping[str, Any], environ: Mapping[str, str], problems: Problems) -> dict[str, Any]:
     """The document with `K_env` keys replaced by their variables' values."""
     return {
-        name: resolve_env_keys(table, (name,), environ, problems, recursive=name in _MODELLED)
+        name: resolve_env_keys(table, (name,), environ, problems, recursive=name in _RESOLVED_DEEP)
         if isinstance(table, Mapping)
         else table
         for name, table in data.items()

@@ -1,7 +1,10 @@
-"""`dispersion console hash-password NAME`: the line for an operator in the `[console]` table (docs/console.md).
+"""`dispersion console hash-password NAME [--role ROLE]`: the operator's table for the configuration
+(docs/console.md).
 
-    $ dispersion console hash-password ana          # asks twice; or: printf '%s' "$PW" | dispersion console ...
-    operators = { ana = "scrypt:16384:8:1:...:..." }
+    $ dispersion console hash-password ana --role approver   # asks twice; or pipe the password on stdin
+    [console.operators.ana]
+    password = "scrypt:16384:8:1:...:..."
+    role = "approver"
 
 The password is read from the terminal (not echoed) or, when standard input is not a terminal, from its first
 line; only its scrypt hash is printed. Exit status 0, 2 on bad usage or a password shorter than 12 characters.
@@ -11,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import re
 import sys
 
 from processor.api.console.auth import hash_password
+from processor.domain.roles import NAME_PATTERN as _NAME
+from processor.domain.roles import Role
 
 MIN_LENGTH = 12
-_NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,6 +29,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True)
     hashing = sub.add_parser("hash-password", help="print an operator's hashed password for [console] operators")
     hashing.add_argument("name", help="the operator's name (letters, digits, ._@-)")
+    hashing.add_argument(
+        "--role", choices=[role.value for role in Role], default=Role.OPERATOR.value, help="default: operator"
+    )
     return p
 
 
@@ -45,5 +51,5 @@ def main(argv: list[str]) -> int:
     if len(password) < MIN_LENGTH:
         print(f"dispersion console: a password needs at least {MIN_LENGTH} characters", file=sys.stderr)
         return 2
-    print(f'operators = {{ {args.name} = "{hash_password(password)}" }}')
+    print(f'[console.operators.{args.name}]\npassword = "{hash_password(password)}"\nrole = "{args.role}"')
     return 0

@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments, operator_name
+from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments, add_requested_by
 from processor.cli.common import CliError
 from processor.domain.text import printable
 
@@ -41,6 +41,7 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("id", help="the dead letter's id (from list)")
     replay.add_argument("--reason", required=True, help="why it is replayed (recorded and sent as a header)")
     replay.add_argument("--force", action="store_true", help="replay even if it was replayed before")
+    add_requested_by(replay)
     add_arguments(replay)
     return p
 
@@ -83,7 +84,9 @@ def _show(client: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _replay(client: AdminClient, args: argparse.Namespace) -> int:
-    body = {"reason": args.reason, "replayed_by": operator_name(), "force": args.force}
+    body: dict[str, Any] = {"reason": args.reason, "force": args.force}
+    if args.requested_by:
+        body["replayed_by"] = args.requested_by
     done = client.call("POST", f"/dead-letters/{args.id}/replay", body=body)
     print(
         f"dead letter {done['dead_letter']} replayed to {done['topic']}/{done['partition']}/{done['offset']} "

@@ -10,7 +10,11 @@ or still has in flight is left out. The new batch is paid through the normal flo
 `dispersion status --batch ID.retry-N --until-terminal` and approve it at the link its AUTHORIZATION_REQUIRED
 carries.
 
-Exit status: 0 a retry batch was created; 1 nothing to retry (no failed transfer, or all in flight), or the retry
+With `--corrections` the retry is a request that waits for a second person (`[controls] four_eyes`, default on):
+`dispersion requests approve ID` by someone else with the approver or admin role makes the retry batch.
+
+Exit status: 0 a retry batch was created; 5 the corrected retry waits as a request for a second person; 1 nothing
+to retry (no failed transfer, or all in flight), or the retry
 was refused (the batch is not final, a correction names a transfer that did not fail, the corrected batch is
 invalid); 2 usage or configuration (no token, unreadable corrections file, processor not reachable).
 """
@@ -25,10 +29,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments, operator_name
+from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments, add_requested_by
 from processor.cli.common import CliError
 from processor.domain.masking import mask_account
 from processor.domain.text import printable
+
+EXIT_PENDING = 5
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch", required=True, help="the batch whose failed transfers to pay again")
     p.add_argument("--corrections", type=Path, help="CSV (index,account_number[,account_type]) or JSON list")
+    add_requested_by(p)
     add_arguments(p)
     return p
 
@@ -78,7 +85,9 @@ def main(argv: list[str]) -> int:
     try:
         corrections = read_corrections(args.corrections) if args.corrections else None
         client = AdminClient.from_args(args)
-        body = {"requested_by": operator_name(), "corrections": corrections}
+        body: dict[str, Any] = {"corrections": corrections}
+        if args.requested_by:
+            body["requested_by"] = args.requested_by
         answer = client.call("POST", f"/batches/{args.batch}/retry", body=body)
     except CliError as exc:
         print(f"dispersion retry-failed: {exc}", file=sys.stderr)
@@ -89,6 +98,12 @@ def main(argv: list[str]) -> int:
     print(printable(answer["message"]))
     for index, retry_id in sorted(answer.get("in_flight", {}).items(), key=lambda kv: int(kv[0])):
         print(f"  transfer {index}: still in {retry_id}")
+    request = answer.get("request")
+    if request is not None and request["state"] == "PENDING":
+        for item in request["corrections"]:
+            print(f"  transfer {item['index']}: {item['old_account']} -> {item['new_account']}")
+        print(f"a second person approves it: dispersion requests approve {request['id']} (approver or admin)")
+        return EXIT_PENDING
     if not answer.get("retry_batch_id"):
         return 1
     fixed = {int(c["index"]): c["account_number"] for c in corrections or []}

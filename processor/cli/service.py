@@ -209,9 +209,10 @@ class Processor:
         replayer = None if self.kafka is None else DeadLetterReplayer(self.kafka.config())
         admin = admin_app(
             self.store,
-            token_sha256=self.config.admin.token_sha256,
+            tokens=self.config.admin.tokens,
             integrations=self.config.integrations,
             replayer=replayer,
+            controls=self.config.controls,
         )
         routes: list[BaseRoute] = [Route("/metrics", metrics, methods=["GET"]), Mount("/admin", app=admin)]
         if self.console_auth is not None:  # the operator console, when [console] names operators
@@ -222,6 +223,7 @@ class Processor:
                 integrations=self.config.integrations,
                 replayer=replayer,
                 clock=self.engine.ctx.clock,
+                controls=self.config.controls,
             )
             routes.append(Route("/console", lambda request: RedirectResponse("/console/", 308), methods=["GET"]))
             routes.append(Mount("/console", app=console))
@@ -358,8 +360,9 @@ def console_line(auth: ConsoleAuth | None, public_url: str, source: str) -> str:
 
 def validate_tables(config: Config) -> None:
     """The checks the processor runs at start on the tables other parts own (`dispersion config check` runs the
-    same): a bad `[admin]` or `[console]` table is a ConfigError naming the key."""
+    same): a bad `[admin]`, `[controls]` or `[console]` table is a ConfigError naming the key."""
     config.admin  # noqa: B018
+    config.controls  # noqa: B018
     console_auth(config.sections.get("console"), source=config.source)
 
 

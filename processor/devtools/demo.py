@@ -191,6 +191,9 @@ def demo_config(
             "engine": dict(DEMO_ENGINE),
             **({"console": dict(console)} if console else {}),
             **({"admin": dict(admin)} if admin else {}),
+            # one person runs the demo: their corrected retries are approved by themselves (the audit trail says
+            # so); a production deployment keeps four eyes on (docs/operations.md, "Controls")
+            **({"controls": {"four_eyes": False}} if console else {}),
             f"integrations.{INTEGRATION}": dict(integrations[INTEGRATION]),
         }
     )
@@ -292,12 +295,13 @@ class Demo(Progress):
         return config
 
     def console_table(self) -> dict[str, Any]:
-        """The `[console]` table: one operator `demo` with this run's password (hashed), a session key."""
+        """The `[console]` table: one operator `demo` (the admin role) with this run's password (hashed), a session
+        key."""
         from processor.api.console.auth import hash_password
 
         return {
             "session_key": secrets.token_urlsafe(32),
-            "operators": {CONSOLE_OPERATOR: hash_password(self.console_password)},
+            "operators": {CONSOLE_OPERATOR: {"password": hash_password(self.console_password), "role": "admin"}},
         }
 
     def create_topics(self, config: Path) -> None:

@@ -6,7 +6,8 @@ Which transfers: those the bank rejected in batch `ID` (every transfer when the 
 an earlier retry paid, minus those an earlier retry still has in flight (never two payments of one transfer at
 once). A transfer that failed again in a finished retry may be retried again: retrying `ID.retry-N` retries
 those of its transfers still outstanding (as transfers of `ID`). `plan` decides without writing (the console's
-confirmation step shows it); `plan_and_create` decides and writes. Everything is decided and written
+confirmation step shows it; a corrected retry's request keeps it for the second person); `create` writes it
+(`processor.engine.requests` decides who may and when). Everything is decided and written
 in one transaction; two concurrent requests for the same batch cannot both create retry N (the second fails on
 the retry record's key and is told to try again).
 """
@@ -28,7 +29,7 @@ from processor.domain.time import iso_ms
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.file_events import results_of
 from processor.engine.intake import PreparedBatch, prepare_batch, store_batch
-from processor.store import ConstraintError, Store, StoreTx
+from processor.store import Store, StoreTx
 
 SOURCE = "dispersion-retry-failed"
 _NOT_ATTEMPTED = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID)
@@ -251,18 +252,8 @@ def plan(
     return RetryPlan(outcome, number, currency, planned, prepared)
 
 
-def plan_and_create(
-    tx: StoreTx,
-    batch_id: str,
-    corrections: Mapping[int, Correction],
-    *,
-    by: str,
-    now: datetime,
-    integrations: Collection[str] | None,
-    limits: ValidationLimits,
-) -> RetryOutcome:
-    """The retry of `batch_id`'s failed transfers, decided and stored in `tx` (see the module docstring)."""
-    planned = plan(tx, batch_id, corrections, now=now, integrations=integrations, limits=limits)
+def create(tx: StoreTx, planned: RetryPlan, *, by: str, now: datetime) -> RetryOutcome:
+    """Store a planned retry in `tx` (the retry record and its batch); its outcome (nothing when none planned)."""
     outcome = planned.outcome
     if outcome.retry_batch_id is None or planned.prepared is None:
         return outcome
@@ -284,28 +275,8 @@ async def preview(
     integrations: Collection[str] | None = None,
     limits: ValidationLimits = DEFAULT_LIMITS,
 ) -> RetryPlan:
-    """What `retry_failed` would create now (nothing is written); `RetryError` when it would be refused."""
+    """What a retry would create now (nothing is written); `RetryError` when it would be refused."""
     fixes = dict(corrections or {})
     return await store.arun(
         lambda tx: plan(tx, batch_id, fixes, now=now, integrations=integrations, limits=limits), write=False
     )
-
-
-async def retry_failed(
-    store: Store,
-    batch_id: str,
-    corrections: Mapping[int, Correction] | None = None,
-    *,
-    by: str,
-    now: datetime,
-    integrations: Collection[str] | None = None,
-    limits: ValidationLimits = DEFAULT_LIMITS,
-) -> RetryOutcome:
-    """Create the retry batch of `batch_id`'s failed transfers (or say why none); `RetryError` when refused."""
-    fixes = dict(corrections or {})
-    try:
-        return await store.arun(
-            lambda tx: plan_and_create(tx, batch_id, fixes, by=by, now=now, integrations=integrations, limits=limits)
-        )
-    except ConstraintError:
-        raise RetryError(409, f"another retry of {batch_id} was created at the same moment: look again") from None

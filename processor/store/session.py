@@ -31,7 +31,9 @@ from processor.store.flows import FlowRepo
 from processor.store.observe import Observer
 from processor.store.operator import OperatorRepo
 from processor.store.outbox import Outbox
+from processor.store.people import AuditTrail, ConsoleSessions, SignInFailures
 from processor.store.refresh_claims import RefreshClaims
+from processor.store.requests import PaidAccounts, Requests
 from processor.store.schema import migrate
 from processor.store.side_effects import SideEffects
 from processor.store.tokens import TokenRepo
@@ -101,6 +103,31 @@ class StoreTx:
     def operator(self) -> OperatorRepo:
         """Batch listings, dead letters and their replays, retry batches (the admin API's)."""
         return OperatorRepo(self.raw)
+
+    @property
+    def audit(self) -> AuditTrail:
+        """The append-only audit trail of people's actions."""
+        return AuditTrail(self.raw)
+
+    @property
+    def sessions(self) -> ConsoleSessions:
+        """Console sessions (server-side, ended at sign-out)."""
+        return ConsoleSessions(self.raw)
+
+    @property
+    def sign_in_failures(self) -> SignInFailures:
+        """Failed sign-ins per operator and per address, and their locks."""
+        return SignInFailures(self.raw)
+
+    @property
+    def requests(self) -> Requests:
+        """Requests that wait for a second person's decision."""
+        return Requests(self.raw)
+
+    @property
+    def paid_accounts(self) -> PaidAccounts:
+        """The account each employee reference was last paid to."""
+        return PaidAccounts(self.raw)
 
 
 class Store:

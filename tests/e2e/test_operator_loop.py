@@ -4,7 +4,9 @@ bank and `dispersion processor` as a subprocess; the operator's commands run as 
 - the same export submitted twice is one batch, with no dead letter; the batch id reused with other transfers
   is a conflict (dead letter) and changes nothing;
 - a month-end day: a batch with a closed account exits 4 and names the failed transfer; `retry-failed` with a
-  correction pays only that transfer (its own approval) and leaves the original untouched; `report` totals are
+  correction by ana (an operator's personal token) waits as a request (exit 5, no consent) that ana may not
+  approve and bob (an approver) does; it pays only that transfer (its own approval) and leaves the original
+  untouched; `audit` shows who did what with their roles; `report` totals are
   the status events' amounts; an invalid batch's dead letter is listed, replayed (recorded), refused a second
   time, and dead-lettered again with the chain visible.
 """
@@ -128,13 +130,22 @@ def test_the_same_export_submitted_twice_is_one_batch_without_dead_letter(
 
 
 ADMIN_TOKEN = "month-end-admin-token-0123456789"
+ANA_TOKEN, BOB_TOKEN = "month-end-ana-operator-0123456789", "month-end-bob-approver-0123456789"
+AS_ANA, AS_BOB = {"DISPERSION_ADMIN_TOKEN": ANA_TOKEN}, {"DISPERSION_ADMIN_TOKEN": BOB_TOKEN}
 
 
 def test_a_month_end_day(
     kafka_bootstrap: str, deployment_factory: DeploymentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DISPERSION_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
-    deployment = deployment_factory(kafka_bootstrap, tables={"admin": {"token_env": "DISPERSION_TEST_ADMIN_TOKEN"}})
+    monkeypatch.setenv("DISPERSION_TEST_ANA_TOKEN", ANA_TOKEN)
+    monkeypatch.setenv("DISPERSION_TEST_BOB_TOKEN", BOB_TOKEN)
+    tokens = {
+        "ana": {"token_env": "DISPERSION_TEST_ANA_TOKEN", "role": "operator"},
+        "bob": {"token_env": "DISPERSION_TEST_BOB_TOKEN", "role": "approver"},
+    }
+    admin = {"token_env": "DISPERSION_TEST_ADMIN_TOKEN", "tokens": tokens}
+    deployment = deployment_factory(kafka_bootstrap, tables={"admin": admin})
     instance = deployment.start(0)
     statuses = deployment.topic_log(STATUS_TOPIC)
     letters = deployment.topic_log(DLQ_TOPIC)
@@ -158,11 +169,21 @@ def test_a_month_end_day(
 
     corrections = deployment.directory / "corrections.csv"
     corrections.write_text("index,account_number\n2,200100303\n")
-    retried = shown(dispersion(deployment, "retry-failed", "--batch", batch_id, "--corrections", str(corrections)))
-    assert retried.code == 0, retried.err
+    fix = ("retry-failed", "--batch", batch_id, "--corrections", str(corrections))
+    posing = shown(dispersion(deployment, *fix, "--requested-by", "bob", env=AS_ANA))
+    assert posing.code == 1 and "requested_by must be the token's own name (ana)" in posing.err
+    retried = shown(dispersion(deployment, *fix, "--requested-by", "ana", env=AS_ANA))
+    assert retried.code == 5, retried.out + retried.err  # waits for a second person
     retry_id = f"{batch_id}.retry-1"
-    assert f"created {retry_id} with 1 failed transfer(s) of {batch_id}" in retried.out
-    assert "transfer 2 -> ****0303" in retried.out
+    assert "transfer 2: ****9902 -> ****0303" in retried.out and "dispersion requests approve 1" in retried.out
+    assert statuses.find(retry_id, "RECEIVED") is None and deployment.bank_counts()["file_consent"] == 1
+    pending = shown(dispersion(deployment, "requests", "list", env=AS_BOB))
+    assert pending.code == 0 and f"1  PENDING  retry  {batch_id}  asked by ana" in pending.out
+    own = shown(dispersion(deployment, "requests", "approve", "1", env=AS_ANA))
+    assert own.code == 1 and "another approver or admin must approve it" in own.err
+    approved = shown(dispersion(deployment, "requests", "approve", "1", env=AS_BOB))
+    assert approved.code == 0, approved.err
+    assert "approved by bob" in approved.out and f"-> {retry_id}" in approved.out
     statuses.wait_until(has(retry_id, "COMPLETED"), timeout=90, what="the retry COMPLETED", each=approve)
     retry_paid = shown(dispersion(deployment, "status", "--batch", retry_id, "--until-terminal", "--timeout", "60"))
     assert retry_paid.code == 0, retry_paid.out + retry_paid.err
@@ -216,4 +237,13 @@ def test_a_month_end_day(
     assert chain.code == 0, chain.err
     assert "replayed " in chain.out and "by " in chain.out and "(bank-not-configured added)" in chain.out
     assert "dead-lettered again as " in chain.out
+    trail = shown(dispersion(deployment, "audit", "--since", since.isoformat(), env=AS_BOB))
+    assert trail.code == 0, trail.err
+    actions = [line.split("  ")[1:3] for line in trail.out.splitlines()]
+    assert actions == [
+        ["ana (operator)", "retry_requested"],
+        ["bob (approver)", "request_approved"],
+        ["admin (admin)", "replay"],
+    ]
+    assert "200100303" not in trail.out and '"new_account": "****0303"' in trail.out
     assert instance.terminate() == 0

@@ -10,7 +10,7 @@
     GET|POST /console/sign-in, POST /console/sign-out
 
 Every page but sign-in needs a session (else a redirect to sign-in); every POST needs its form's CSRF token
-(else 403). The actions call the same application functions as the admin API (`engine.retries.retry_failed`,
+(else 403). The actions call the same application functions as the admin API (`engine.requests.ask_retry`,
 `producers.replay.replay_dead_letter`) with the operator's name. Pages are Jinja2 templates with autoescape;
 the only script is a static file (copy button, refresh of the live parts every few seconds), so the CSP allows
 no inline script and no eval.
@@ -34,6 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from processor.api.console import signin
 from processor.api.console.auth import ConsoleAuth, Operator
 from processor.api.console.letters import fill_record, letter_page, letters_page
 from processor.api.console.views import (
@@ -47,11 +48,14 @@ from processor.api.console.views import (
     payday_text,
     shown_status,
 )
+from processor.api.people import audit_view, replay_audit, request_view
 from processor.domain.ledger import month_window
+from processor.domain.roles import Action, Controls
 from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, within_range
-from processor.engine.retries import Correction, RetryError, preview, retry_failed
-from processor.store import Store, StoreError
+from processor.engine.requests import Where, ask_retry, decide_request
+from processor.engine.retries import Correction, RetryError, preview
+from processor.store import Store, StoreError, StoreTx
 from processor.store.console import BatchFilter
 from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
 
@@ -130,6 +134,11 @@ def _field(value: object, name: str, *, required: bool = False, limit: int = MAX
     return text
 
 
+def _address(request: Request) -> str:
+    """The client's address (the proxy's, behind one: the console does not trust forwarded-for headers)."""
+    return request.client.host if request.client else "unknown"
+
+
 def _day(value: str | None, name: str) -> datetime | None:
     if not value:
         return None
@@ -165,9 +174,11 @@ def console_app(
     replayer: DeadLetterReplayer | None = None,
     clock: Clock | None = None,
     refresh_seconds: float = 3.0,
+    controls: Controls | None = None,
 ) -> ASGIApp:
     """The console (see the module docstring), to be mounted at `/console`."""
     time: Clock = clock or SystemClock()
+    rules = controls or Controls()
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
@@ -187,13 +198,16 @@ def console_app(
         )
         return HTMLResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
-    def signed_in(handler: Page) -> Callable[[Request], Awaitable[Response]]:
+    def signed_in(handler: Page, action: Action = Action.READ) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
             operator = auth.session(request.cookies.get(auth.cookie))
             base = request.scope.get("root_path", "")
-            if operator is None:
-                return RedirectResponse(f"{base}/sign-in", status_code=303)
             try:
+                if operator is None or not await signin.session_alive(store, auth, operator, now=time.now()):
+                    return RedirectResponse(f"{base}/sign-in", status_code=303)
+                if not operator.actor.may(action):
+                    message = f"{operator.name} has the {operator.role} role, which may not {action.value}."
+                    return render(request, "error.html", 403, operator=operator, message=message)
                 if request.method == "POST":
                     form = await request.form(max_files=0, max_fields=20_000)
                     if not auth.csrf_ok(operator.session_id, form.get("csrf")):
@@ -241,16 +255,25 @@ def console_app(
         if not auth.csrf_ok(pre, form.get("csrf")):
             return await sign_in_form(request, "The sign-in form expired; please try again.", 403)
         name, password = form.get("name"), form.get("password")
-        ok = isinstance(name, str) and isinstance(password, str) and len(password) <= 1024 and len(name) <= 64
-        if not ok or not await asyncio.to_thread(auth.check_password, str(name), str(password)):
-            log.info("console_sign_in_refused")
+        ok = isinstance(name, str) and isinstance(password, str) and len(password) <= 1024 and 0 < len(name) <= 64
+        if not ok:
+            await asyncio.sleep(0.5)
+            return await sign_in_form(request, "Unknown operator or wrong password.", 401)
+        address = _address(request)
+        attempt = await signin.sign_in(store, auth, str(name), str(password), address=address, now=time.now())
+        if attempt.locked_until is not None:
+            await asyncio.sleep(0.5)
+            until = attempt.locked_until.strftime("%H:%M:%S UTC")
+            message = f"Too many failed sign-ins: signing in is locked until {until}."
+            return await sign_in_form(request, message, 429)
+        if attempt.cookie is None:
             await asyncio.sleep(0.5)
             return await sign_in_form(request, "Unknown operator or wrong password.", 401)
         base = request.scope.get("root_path", "")
         response = RedirectResponse(f"{base}/", status_code=303)
         response.set_cookie(
             auth.cookie,
-            auth.new_session(str(name)),
+            attempt.cookie,
             max_age=int(auth.session_seconds),
             path=base or "/",
             httponly=True,
@@ -258,14 +281,13 @@ def console_app(
             secure=_secure(request, public_url),
         )
         response.delete_cookie(PRE_COOKIE, path=base or "/")
-        log.info("console_signed_in", operator=name)
         return response
 
     async def sign_out(request: Request, operator: Operator) -> Response:
         base = request.scope.get("root_path", "")
+        await signin.sign_out(store, operator, address=_address(request), now=time.now())
         response = RedirectResponse(f"{base}/sign-in", status_code=303)
         response.delete_cookie(auth.cookie, path=base or "/", httponly=True, samesite="strict")
-        log.info("console_signed_out", operator=operator.name)
         return response
 
     # -- pages -----------------------------------------------------------------------------------------------
@@ -343,8 +365,15 @@ def console_app(
             if not confirmed:  # the confirmation step: what would be created, nothing written yet
                 plan = await preview(store, batch_id, fixes, now=time.now(), integrations=integrations)
             else:
-                outcome = await retry_failed(
-                    store, batch_id, fixes, by=operator.name, now=time.now(), integrations=integrations
+                answer = await ask_retry(
+                    store,
+                    batch_id,
+                    fixes,
+                    actor=operator.actor,
+                    controls=rules,
+                    where=Where("console", _address(request)),
+                    now=time.now(),
+                    integrations=integrations,
                 )
         except RetryError as exc:
             return render(request, "error.html", exc.status, operator=operator, message=str(exc), back=back)
@@ -355,7 +384,10 @@ def console_app(
             return render(
                 request, "retry_confirm.html", operator=operator, plan=plan, batch_id=batch_id, corrections=corrections
             )
+        outcome = answer.outcome
         log.info("console_retry", batch_id=batch_id, retry_batch_id=outcome.retry_batch_id, operator=operator.name)
+        if answer.request is not None and answer.request.state == "PENDING":
+            return RedirectResponse(f"{base}/requests#request-{answer.request.id}", status_code=303)
         if outcome.retry_batch_id is None:
             return render(request, "error.html", 409, operator=operator, message=outcome.message, back=back)
         return RedirectResponse(f"{base}/batches/{quote(outcome.retry_batch_id, safe='')}?done=retry", 303)
@@ -405,6 +437,7 @@ def console_app(
                 back=back,
                 message="This instance has no Kafka connection (role api): replay on a processor instance.",
             )
+        now = time.now()
         try:
             await asyncio.to_thread(
                 replay_dead_letter,
@@ -413,8 +446,9 @@ def console_app(
                 letter_id,
                 by=operator.name,
                 reason=reason,
-                now=time.now(),
+                now=now,
                 force=force,
+                audit=replay_audit(operator.actor, Where("console", _address(request)), reason, now),
             )
         except ReplayError as exc:
             return render(request, "error.html", exc.status, operator=operator, message=str(exc), back=back)
@@ -428,6 +462,66 @@ def console_app(
         data = await store.arun(lambda tx: overview_page(tx, since, until, label=label, form=form), write=False)
         return render(request, "overview.html", operator=operator, data=data)
 
+    async def requests(request: Request, operator: Operator) -> Response:
+        def read(tx: StoreTx) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            pending = tx.requests.listed(states=("PENDING",), limit=200)
+            decided = tx.requests.listed(states=("APPROVED", "DECLINED"), limit=PAGE_SIZE, newest_first=True)
+            return [request_view(r) for r in pending], [request_view(r) for r in decided]
+
+        pending, decided = await store.arun(read, write=False)
+        return render(
+            request,
+            "requests.html",
+            operator=operator,
+            pending=pending,
+            decided=decided,
+            may_decide=operator.actor.may(Action.DECIDE),
+        )
+
+    def decision(approve: bool) -> Page:
+        async def decide(request: Request, operator: Operator) -> Response:
+            text = str(request.path_params["request_id"])
+            if not text.isdigit() or len(text) > 18:
+                raise BadFormError("a request id is a whole number")
+            base = request.scope.get("root_path", "")
+            try:
+                decided = await decide_request(
+                    store,
+                    int(text),
+                    approve=approve,
+                    actor=operator.actor,
+                    where=Where("console", _address(request)),
+                    now=time.now(),
+                    integrations=integrations,
+                )
+            except RetryError as exc:
+                back = f"{base}/requests"
+                return render(request, "error.html", exc.status, operator=operator, message=str(exc), back=back)
+            log.info("console_request_decided", request=decided.id, state=decided.state, operator=operator.name)
+            return RedirectResponse(f"{base}/requests#request-{decided.id}", status_code=303)
+
+        return decide
+
+    async def audit(request: Request, operator: Operator) -> Response:
+        q = request.query_params
+        since = _day(q.get("since"), "since") or time.now().astimezone(UTC).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        ) - timedelta(days=6)
+        after_text = q.get("after") or "0"
+        if not after_text.isdigit() or len(after_text) > 18:
+            raise BadFormError("after must be an entry id")
+        rows = await store.arun(
+            lambda tx: tx.audit.since(since, after_id=int(after_text), limit=PAGE_SIZE + 1), write=False
+        )
+        return render(
+            request,
+            "audit.html",
+            operator=operator,
+            rows=[audit_view(r) for r in rows[:PAGE_SIZE]],
+            since=since.date().isoformat(),
+            next_after=rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None,
+        )
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return render(request, "error.html", 404, message="No such page.")
 
@@ -440,11 +534,15 @@ def console_app(
         Route("/sign-out", signed_in(sign_out), methods=["POST"]),
         Route("/", signed_in(batches), methods=["GET"]),
         Route("/batches/{batch_id:path}", signed_in(batch), methods=["GET"]),
-        Route("/retry", signed_in(retry), methods=["POST"]),
+        Route("/retry", signed_in(retry, Action.RETRY), methods=["POST"]),
         Route("/dead-letters", signed_in(dead_letters), methods=["GET"]),
         Route("/dead-letters/{letter_id}", signed_in(dead_letter), methods=["GET"]),
-        Route("/dead-letters/{letter_id}/replay", signed_in(replay), methods=["POST"]),
+        Route("/dead-letters/{letter_id}/replay", signed_in(replay, Action.REPLAY), methods=["POST"]),
         Route("/overview", signed_in(overview), methods=["GET"]),
+        Route("/requests", signed_in(requests), methods=["GET"]),
+        Route("/requests/{request_id}/approve", signed_in(decision(True)), methods=["POST"]),
+        Route("/requests/{request_id}/decline", signed_in(decision(False)), methods=["POST"]),
+        Route("/audit", signed_in(audit), methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})

@@ -2,10 +2,14 @@
 
 Configuration (the `[console]` table; without operators the console is not served)::
 
+    [console.operators.ana]
+    password = "scrypt:16384:8:1:<salt>:<hash>"              # `dispersion console hash-password ana`
+    role = "operator"                                         # viewer | operator | approver | admin
     [console]
-    operators = { ana = "scrypt:16384:8:1:<salt>:<hash>" }   # `dispersion console hash-password ana`
     session_key_env = "DISPERSION_CONSOLE_SESSION_KEY"        # or session_key = "..."; the same on every instance
     session_hours = 8
+
+The older form `operators = { ana = "scrypt:..." }` is still read: each such operator has the `operator` role.
 
 Passwords are stored as scrypt hashes (salt and hash base64url), never in clear. A session is a signed cookie
 (HMAC-SHA256 over the operator's name, its expiry and a random session id) so any instance with the same
@@ -21,17 +25,17 @@ import functools
 import hashlib
 import hmac
 import json
-import re
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from processor.domain.roles import NAME_PATTERN as _NAME
+from processor.domain.roles import ROLE_NAMES, Actor, Role, role_of
 from processor.domain.settings import ConfigError, Secret
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
-_NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 _KEYS = {"operators", "session_key", "session_hours"}
 
 
@@ -71,28 +75,53 @@ def _unknown_operator() -> str:
 
 
 @dataclass(frozen=True)
+class Person:
+    """A configured operator: the stored password (scrypt form) and the role."""
+
+    password: str = field(repr=False)
+    role: Role = Role.OPERATOR
+
+
+@dataclass(frozen=True)
 class Operator:
-    """A signed-in operator: the name actions are recorded with."""
+    """A signed-in operator: the name actions are recorded with, the session and the role."""
 
     name: str
     session_id: str
+    role: Role = Role.OPERATOR
+
+    @property
+    def actor(self) -> Actor:
+        """The operator as the one who acts."""
+        return Actor(self.name, self.role)
+
+    @property
+    def session_sha256(self) -> str:
+        """The session's id as the store keeps it (a hash: the store never holds what a cookie carries)."""
+        return hashlib.sha256(self.session_id.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class ConsoleAuth:
     """The operators and the session key (see the module docstring)."""
 
-    operators: Mapping[str, str] = field(repr=False)
+    operators: Mapping[str, Person] = field(repr=False)
     session_key: Secret = field(repr=False)
     session_seconds: float = 8 * 3600.0
     cookie: str = "dispersion_console"
 
     def check_password(self, name: str, password: str) -> bool:
         """Whether `password` is the operator's; unknown names cost the same time as known ones."""
-        stored = self.operators.get(name)
-        n, r, p, salt, digest = _parse_hash(stored or _unknown_operator())
+        person = self.operators.get(name)
+        n, r, p, salt, digest = _parse_hash(person.password if person else _unknown_operator())
         candidate = _scrypt(password, salt, n, r, p)
-        return stored is not None and hmac.compare_digest(candidate, digest)
+        return person is not None and hmac.compare_digest(candidate, digest)
+
+    def stamp(self, name: str) -> str:
+        """A short fingerprint of the operator's configured password: a session made before a password change
+        carries the old one and is refused ("" for an unknown name)."""
+        person = self.operators.get(name)
+        return "" if person is None else hashlib.sha256(person.password.encode()).hexdigest()[:16]
 
     def _mac(self, purpose: str, text: str) -> str:
         key = self.session_key.reveal().encode()
@@ -116,9 +145,10 @@ class ConsoleAuth:
             name, expires, sid = str(data["n"]), int(data["e"]), str(data["s"])
         except (ValueError, KeyError, TypeError):
             return None
-        if expires <= (now or time.time()) or name not in self.operators:
+        person = self.operators.get(name)
+        if expires <= (now or time.time()) or person is None:
             return None
-        return Operator(name, sid)
+        return Operator(name, sid, person.role)
 
     @staticmethod
     def new_form_id() -> str:
@@ -145,17 +175,9 @@ def console_auth(table: Mapping[str, Any] | None, *, source: str = "<memory>") -
         raise ConfigError(f"{source}: console.{unknown[0]}: unknown key (known: {', '.join(sorted(_KEYS))})")
     operators = table.get("operators", {})
     if not isinstance(operators, Mapping):
-        raise ConfigError(f'{source}: console.operators: must be a table of name = "scrypt:..."')
-    for name, stored in operators.items():
-        if not _NAME.match(name):
-            raise ConfigError(f"{source}: console.operators.{name}: a name is 1-64 letters, digits or ._@-")
-        try:
-            _parse_hash(str(stored))
-        except ValueError as exc:
-            raise ConfigError(
-                f"{source}: console.operators.{name}: {exc} (make one with `dispersion console hash-password`)"
-            ) from None
-    if not operators:
+        raise ConfigError(f"{source}: console.operators: must be a table of [console.operators.NAME] tables")
+    people = {str(name): _person(name, entry, source) for name, entry in operators.items()}
+    if not people:
         return None
     key = table.get("session_key")
     if key is not None and (not isinstance(key, str) or len(key) < 32):
@@ -164,7 +186,28 @@ def console_auth(table: Mapping[str, Any] | None, *, source: str = "<memory>") -
     if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 24 * 7:
         raise ConfigError(f"{source}: console.session_hours: must be a number of hours in (0, 168], got {hours!r}")
     return ConsoleAuth(
-        operators={str(k): str(v) for k, v in operators.items()},
+        operators=people,
         session_key=Secret(key or secrets.token_urlsafe(32)),
         session_seconds=float(hours) * 3600.0,
     )
+
+
+def _person(name: object, entry: object, source: str) -> Person:
+    """One `[console.operators.NAME]` table (`password`, `role`), or the older `NAME = "scrypt:..."` (an operator)."""
+    where = f"{source}: console.operators.{name}"
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{where}: a name is 1-64 letters, digits or ._@-")
+    if isinstance(entry, Mapping):
+        unknown = sorted(set(entry) - {"password", "role"})
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown key (known: password, role)")
+        stored, role = entry.get("password"), role_of(entry.get("role"))
+        if role is None:
+            raise ConfigError(f"{where}.role: must be one of {ROLE_NAMES}, got {entry.get('role')!r}")
+    else:
+        stored, role = entry, Role.OPERATOR
+    try:
+        _parse_hash(str(stored))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc} (make one with `dispersion console hash-password`)") from None
+    return Person(str(stored), role)

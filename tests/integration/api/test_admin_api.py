@@ -37,9 +37,25 @@ from starlette.routing import Mount
 
 from processor.api.admin import admin_app, token_digest
 from processor.domain.file_states import FlowState
+from processor.domain.roles import AdminToken, Role
 from processor.store import Store
 
-TOKEN = "admin-token-for-tests-0123456789"
+TOKEN = "admin-token-for-tests-0123456789"  # the older single [admin] token: named admin, the admin role
+ANA, BOB, VERA = "ana-operator-token-0123456789", "bob-approver-token-0123456789", "vera-viewer-token-0123456789"
+TOKENS = {
+    name: AdminToken(name, token_digest(token), role)
+    for name, token, role in (
+        ("admin", TOKEN, Role.ADMIN),
+        ("ana", ANA, Role.OPERATOR),
+        ("bob", BOB, Role.APPROVER),
+        ("vera", VERA, Role.VIEWER),
+    )
+}
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header of a token."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 def mounted(app: Starlette) -> Starlette:
@@ -55,7 +71,7 @@ async def admin_rig(store: Store) -> AsyncIterator[tuple[Rig, httpx.AsyncClient]
     """The engine rig plus the admin API served on its own loopback port; a client with its base URL."""
     async with engine_rig(store) as rig:
         sock, port = bound_socket()
-        app = admin_app(store, token_sha256=token_digest(TOKEN), integrations={"sandbox"}, clock=rig.clock)
+        app = admin_app(store, tokens=TOKENS, integrations={"sandbox"}, clock=rig.clock)
         base = f"http://127.0.0.1:{port}/admin"
         async with serve(mounted(app), sock), httpx.AsyncClient(base_url=base, timeout=30) as http:
             yield rig, http
@@ -72,16 +88,47 @@ async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(stor
         assert before["transfers"][2]["account"] == "****9902"
         assert (before["transfers_failed"], before["amount_failed"]) == (1, "750.25")
 
-        fix = {"corrections": [{"index": 2, "account_number": "200100303"}], "requested_by": "ana"}
+        fix = {"corrections": [{"index": 2, "account_number": "200100303"}]}
         refused = await http.post(
             f"/batches/{batch_id}/retry", json={"corrections": [{"index": 0, "account_number": "1"}]}, headers=AUTH
         )
         assert refused.status_code == 400 and "did not fail" in refused.json()["error"]
-        created = await http.post(f"/batches/{batch_id}/retry", json=fix, headers=AUTH)
-        assert created.status_code == 201, created.text
-        retry_id = created.json()["retry_batch_id"]
+        viewer = await http.post(f"/batches/{batch_id}/retry", json=fix, headers=bearer(VERA))
+        assert viewer.status_code == 403 and "viewer" in viewer.json()["error"]
+        posing = await http.post(f"/batches/{batch_id}/retry", json={**fix, "requested_by": "bob"}, headers=bearer(ANA))
+        assert posing.status_code == 403 and "requested_by" in posing.json()["error"]
+
+        # ana's corrected retry waits for a second person: nothing reaches the bank until bob approves it
+        asked = await http.post(f"/batches/{batch_id}/retry", json={**fix, "requested_by": "ana"}, headers=bearer(ANA))
+        assert asked.status_code == 202, asked.text
+        request = asked.json()["request"]
+        assert asked.json()["retry_batch_id"] is None and request["state"] == "PENDING"
+        assert request["corrections"] == [
+            {
+                "index": 2,
+                "employee_reference": "E-0002",
+                "amount": "750.25",
+                "currency": "GTQ",
+                "old_account": "****9902",
+                "new_account": "****0303",
+            }
+        ]
+        assert "200100303" not in asked.text
+        assert (await http.get(f"/batches/{batch_id}.retry-1", headers=AUTH)).status_code == 404
+        assert rig.count("file_consent") == 1  # the original's only
+        pending = (await http.get("/requests", params={"state": "PENDING"}, headers=bearer(VERA))).json()["requests"]
+        assert [r["id"] for r in pending] == [request["id"]]
+        own = await http.post(f"/requests/{request['id']}/approve", headers=bearer(ANA))
+        assert own.status_code == 403 and "another approver" in own.json()["error"]
+        not_approver = await http.post(f"/requests/{request['id']}/approve", headers=bearer(VERA))
+        assert not_approver.status_code == 403
+        approved = await http.post(f"/requests/{request['id']}/approve", headers=bearer(BOB))
+        assert approved.status_code == 200, approved.text
+        assert approved.json()["state"] == "APPROVED" and approved.json()["decided_by"] == "bob"
+        retry_id = approved.json()["outcome"]
         assert retry_id == f"{batch_id}.retry-1"
-        assert created.json()["transfer_indexes"] == [2]
+        twice = await http.post(f"/requests/{request['id']}/approve", headers=AUTH)
+        assert twice.status_code == 409
 
         # While it runs, nothing else is created for that transfer.
         again = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
@@ -115,6 +162,16 @@ async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(stor
         nothing = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
         assert nothing.status_code == 200 and nothing.json()["retry_batch_id"] is None
         assert "no failed transfer" in nothing.json()["message"]
+
+        trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=bearer(VERA))).json()
+        actions = [(e["actor"], e["role"], e["action"], e["subject"]) for e in trail["entries"]]
+        assert actions == [
+            ("ana", "operator", "retry_requested", batch_id),
+            ("bob", "approver", "request_approved", batch_id),
+        ]
+        first, second = trail["entries"]
+        assert first["detail"]["corrections"][0]["old_account"] == "****9902" and "200100303" not in str(trail)
+        assert second["detail"]["requested_by"] == "ana" and first["detail"]["via"] == "admin-api"
 
 
 async def test_concurrent_retry_requests_create_one_retry_batch(store: Store) -> None:
@@ -213,6 +270,10 @@ ENDPOINTS = [
     ("GET", "/dead-letters/1"),
     ("POST", "/dead-letters/1/replay"),
     ("GET", "/report"),
+    ("GET", "/requests"),
+    ("POST", "/requests/1/approve"),
+    ("POST", "/requests/1/decline"),
+    ("GET", "/audit"),
 ]
 
 
@@ -222,12 +283,12 @@ async def test_every_endpoint_refuses_a_missing_or_wrong_token(
     store: Store, method: str, path: str, header: str | None
 ) -> None:
     sock, port = bound_socket()
-    app = admin_app(store, token_sha256=token_digest(TOKEN))
+    app = admin_app(store, tokens=TOKENS)
     async with serve(mounted(app), sock), httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/admin") as http:
         answer = await http.request(method, path, headers={"Authorization": header} if header else {}, json={})
         assert answer.status_code == 401, answer.text
         assert TOKEN not in answer.text
-        unconfigured = admin_app(store, token_sha256=None)
+        unconfigured = admin_app(store, tokens={})
     sock2, port2 = bound_socket()
     base = f"http://127.0.0.1:{port2}/admin"
     async with serve(mounted(unconfigured), sock2), httpx.AsyncClient(base_url=base) as http:

@@ -8,12 +8,14 @@ import asyncio
 import re
 import string
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from html import unescape
 from urllib.parse import quote
 
 import httpx
+import structlog
 from console_support import CSRF, PASSWORD, operator_auth
 from engine_support import Rig, batch, bound_socket, engine_rig, pay, serve
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +33,7 @@ class Console:
     rig: Rig
     url: str
     http: httpx.AsyncClient
+    stack: AsyncExitStack
 
     async def sign_in(self, name: str = "ana", password: str = PASSWORD, **headers: str) -> httpx.Response:
         form = await self.http.get(f"{self.url}/sign-in")
@@ -39,6 +42,14 @@ class Console:
         return await self.http.post(
             f"{self.url}/sign-in", data={"csrf": token.group(1), "name": name, "password": password}, headers=headers
         )
+
+    async def person(self, name: str) -> Console:
+        """Another person signed in on their own client (closed with the rig)."""
+        other = Console(
+            self.rig, self.url, await self.stack.enter_async_context(httpx.AsyncClient(timeout=10)), self.stack
+        )
+        assert (await other.sign_in(name)).status_code == 303
+        return other
 
     async def csrf(self, path: str) -> str:
         page = await self.http.get(f"{self.url}{path}")
@@ -57,13 +68,17 @@ async def console(store: Store) -> AsyncIterator[Console]:
                 Mount(
                     "/console",
                     app=console_app(
-                        store, operator_auth(), public_url=rig.public_url, integrations=set(rig.config.integrations)
+                        store,
+                        operator_auth(),
+                        public_url=rig.public_url,
+                        integrations=set(rig.config.integrations),
+                        clock=rig.clock,
                     ),
                 )
             ]
         )
-        async with serve(app, sock), httpx.AsyncClient(timeout=10) as http:
-            yield Console(rig, f"http://127.0.0.1:{port}/console", http)
+        async with serve(app, sock), httpx.AsyncClient(timeout=10) as http, AsyncExitStack() as stack:
+            yield Console(rig, f"http://127.0.0.1:{port}/console", http, stack)
 
 
 async def test_pages_need_a_session_and_forms_their_csrf_token(store: Store) -> None:
@@ -159,7 +174,7 @@ async def test_values_are_escaped_accounts_masked_and_filters_work(store: Store)
         assert waiting_id in overview.text.split("Oldest batches awaiting approval")[1]
 
 
-async def test_retry_with_a_correction_is_recorded_with_the_operator(store: Store) -> None:
+async def test_a_corrected_retry_waits_for_a_second_person_and_is_recorded(store: Store) -> None:
     async with console(store) as c:
         batch_id = await pay(c.rig)
         await c.sign_in()
@@ -172,23 +187,111 @@ async def test_retry_with_a_correction_is_recorded_with_the_operator(store: Stor
         assert "****0399" in review.text and "corrected" in review.text
         assert store.run(lambda tx: tx.flows.get(retry_id), write=False) is None
         answer = await c.http.post(f"{c.url}/retry", data={**form, "confirm": "yes"})
-        assert answer.status_code == 303
-        assert answer.headers["location"] == f"/console/batches/{retry_id}?done=retry"
+        assert answer.status_code == 303 and answer.headers["location"] == "/console/requests#request-1"
+        assert store.run(lambda tx: tx.flows.get(retry_id), write=False) is None  # nothing before a second person
+        waiting = await c.http.get(f"{c.url}/requests")
+        assert "****9902" in waiting.text and "****0399" in waiting.text and "200100399" not in waiting.text
+        assert 'id="approve-1"' not in waiting.text  # not for the requester
+        own = await c.http.post(f"{c.url}/requests/1/approve", data={"csrf": token})
+        assert own.status_code == 403 and "another approver" in unescape(own.text)
+
+        viewer = await c.person("vera")
+        refused = await viewer.http.post(f"{c.url}/retry", data={"csrf": await viewer.csrf("/"), "batch_id": batch_id})
+        assert refused.status_code == 403 and "viewer" in refused.text
+        bob = await c.person("bob")
+        page = await bob.http.get(f"{c.url}/requests")
+        assert 'id="approve-1"' in page.text
+        approved = await bob.http.post(f"{c.url}/requests/1/approve", data={"csrf": await bob.csrf("/requests")})
+        assert approved.status_code == 303, approved.text
         document = store.run(lambda tx: tx.flows.payload_document(retry_id), write=False)
         assert [t["destination_account"]["account_number"] for t in document["transactions"]] == ["200100399"]
         record = store.run(lambda tx: tx.operator.retry(retry_id), write=False)
         assert record is not None and record.requested_by == "ana"
-        page = await c.http.get(f"{c.url.removesuffix('/console')}{answer.headers['location']}")
+        page = await c.http.get(f"{c.url}/batches/{retry_id}")
         assert f'href="/console/batches/{batch_id}" id="retry-of"' in page.text
         assert f"retry of {batch_id} requested by ana" in page.text  # the timeline names the operator
         original = await c.http.get(f"{c.url}/batches/{batch_id}")
         assert retry_id in original.text and "ana asked to retry 1 failed transfer(s)" in original.text
 
-        assert f"Created {retry_id} from {batch_id}" in page.text  # the server's own banner
+        shown = await c.http.get(f"{c.url}/batches/{retry_id}", params={"done": "retry"})
+        assert f"Created {retry_id} from {batch_id}" in shown.text  # the server's own banner
         # Again: the failed transfer is in flight in retry-1, so nothing is created, and it is not a success.
         again = await c.http.post(f"{c.url}/retry", data={"csrf": token, "batch_id": batch_id, "confirm": "yes"})
         assert again.status_code == 409 and "nothing created" in again.text and 'class="problem"' in again.text
         assert store.run(lambda tx: tx.flows.get(f"{batch_id}.retry-2"), write=False) is None
+
+        trail = await viewer.http.get(f"{c.url}/audit", params={"since": "2026-11-01"})
+        actions = re.findall(r'<td class="actor">(\w+)</td><td>(\w*)</td>\s*<td class="action">(\w+)</td>', trail.text)
+        assert actions == [
+            ("ana", "operator", "sign_in"),
+            ("ana", "operator", "retry_requested"),
+            ("vera", "viewer", "sign_in"),
+            ("bob", "approver", "sign_in"),
+            ("bob", "approver", "request_approved"),
+        ]
+
+
+async def sign_in_from(address: str, url: str, name: str) -> httpx.Response:
+    """Sign in with the right password from another loopback address, on a fresh client."""
+    transport = httpx.AsyncHTTPTransport(local_address=address)
+    async with httpx.AsyncClient(timeout=10, transport=transport) as http:
+        form = await http.get(f"{url}/sign-in")
+        token = CSRF.search(form.text)
+        assert token is not None
+        return await http.post(f"{url}/sign-in", data={"csrf": token[1], "name": name, "password": PASSWORD})
+
+
+async def test_the_sixth_wrong_password_locks_and_a_cookie_dies_at_sign_out(store: Store) -> None:
+    async with console(store) as c:
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(6):
+                assert (await c.sign_in(password="not the password")).status_code == 401
+            locked = await c.sign_in()  # the right password, but locked now
+        assert locked.status_code == 429 and "locked until" in locked.text
+        refusals = [e for e in logs if e["event"] == "console_sign_in_refused"]
+        assert [(e["operator"], e["address"], e["failures"]) for e in refusals][-1] == ("ana", "127.0.0.1", 6)
+        assert any(e["event"] == "console_sign_in_locked" and e["operator"] == "ana" for e in logs)
+        # the address is locked too (bob from it), and the operator from any address (ana from 127.0.0.2)
+        assert (await sign_in_from("127.0.0.1", c.url, "bob")).status_code == 429
+        assert (await sign_in_from("127.0.0.2", c.url, "ana")).status_code == 429
+        assert (await sign_in_from("127.0.0.2", c.url, "bob")).status_code == 303
+        c.rig.clock.advance(61)  # the first lock lasts a minute
+        signed = await c.sign_in()
+        assert signed.status_code == 303
+        cookie = c.http.cookies.get("dispersion_console")
+        assert cookie is not None and (await c.http.get(f"{c.url}/")).status_code == 200
+        out = await c.http.post(f"{c.url}/sign-out", data={"csrf": await c.csrf("/")})
+        assert out.status_code == 303
+        async with httpx.AsyncClient(timeout=10, cookies={"dispersion_console": cookie}) as copied:
+            answer = await copied.get(f"{c.url}/")
+            assert answer.status_code == 303 and answer.headers["location"] == "/console/sign-in"
+        trail = store.run(lambda tx: tx.audit.since(c.rig.clock.now() - timedelta(hours=1)), write=False)
+        assert [(e.action, e.address) for e in trail if e.actor == "ana"] == [
+            *[("sign_in_failed", "127.0.0.1")] * 6,
+            ("sign_in_refused", "127.0.0.1"),
+            ("sign_in_refused", "127.0.0.2"),
+            ("sign_in", "127.0.0.1"),
+            ("sign_out", "127.0.0.1"),
+        ]
+        assert trail[5].detail["failures"] == 6 and trail[5].detail["locked_until"] is not None
+
+
+async def test_a_password_change_ends_the_sessions_made_with_the_old_one(store: Store) -> None:
+    async with engine_rig(store) as rig:
+        sock, port = bound_socket()
+        before, after = operator_auth(), operator_auth("a new password, long enough")
+        apps = {"old": console_app(store, before, public_url=rig.public_url, clock=rig.clock)}
+        apps["new"] = console_app(store, after, public_url=rig.public_url, clock=rig.clock)
+        app = Starlette(routes=[Mount("/console", app=apps["old"]), Mount("/next", app=apps["new"])])
+        async with serve(app, sock), httpx.AsyncClient(timeout=10) as http, AsyncExitStack() as stack:
+            c = Console(rig, f"http://127.0.0.1:{port}/console", http, stack)
+            assert (await c.sign_in()).status_code == 303
+            cookie = http.cookies.get("dispersion_console")
+            assert (await http.get(f"{c.url}/")).status_code == 200
+            # the same session key, the same operator, another password: the old session is refused
+            async with httpx.AsyncClient(timeout=10, cookies={"dispersion_console": str(cookie)}) as moved_client:
+                moved = await moved_client.get(f"http://127.0.0.1:{port}/next/")
+            assert moved.status_code == 303 and moved.headers["location"].endswith("/sign-in")
 
 
 async def test_batches_are_paged_newest_first(store: Store) -> None:

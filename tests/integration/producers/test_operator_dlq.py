@@ -31,6 +31,7 @@ from consumers.batches import BatchHandler, EngineIntake, IntakeOutcome
 from consumers.loop import AtLeastOnceConsumer, consumer_config
 from processor.api.admin import admin_app, token_digest
 from processor.domain.file_states import FlowState
+from processor.domain.roles import AdminToken, Role
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import KafkaSettings, producer_config
@@ -40,6 +41,13 @@ from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 TOKEN = "dlq-admin-token-for-tests-0123456789"
+
+
+def personal(name: str) -> dict[str, AdminToken]:
+    """TOKEN as `name`'s personal token with the operator role (the replay is recorded with that name)."""
+    return {name: AdminToken(name, token_digest(TOKEN), Role.OPERATOR)}
+
+
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -137,9 +145,7 @@ async def test_a_dead_letter_replayed_after_the_fix_is_paid_once_and_recorded(
 ) -> None:
     async with engine_rig(store) as rig:
         sock, port = bound_socket()
-        app = admin_app(
-            store, token_sha256=token_digest(TOKEN), replayer=DeadLetterReplayer(kafka.config()), clock=rig.clock
-        )
+        app = admin_app(store, tokens=personal("ana"), replayer=DeadLetterReplayer(kafka.config()), clock=rig.clock)
         base = f"http://127.0.0.1:{port}/admin"
         async with serve(Starlette(routes=[Mount("/admin", app=app)]), sock), httpx.AsyncClient(timeout=60) as http:
             intake.broken.set()
@@ -181,6 +187,9 @@ async def test_a_dead_letter_replayed_after_the_fix_is_paid_once_and_recorded(
             shown = (await http.get(f"{base}/dead-letters/{letter.id}", headers=AUTH)).json()
             assert [(r["replayed_by"], r["reason"]) for r in shown["replays"]] == [("ana", body["reason"])] * 2
             assert all(r["offset"] is not None for r in shown["replays"])
+            trail = await http.get(f"{base}/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=AUTH)
+            entries = [(e["actor"], e["role"], e["action"], e["subject"]) for e in trail.json()["entries"]]
+            assert entries == [("ana", "operator", "replay", str(letter.id))] * 2  # the token's name, its role
 
             await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
             approval = await rig.approve(rig.approval_url(batch_id))
@@ -204,7 +213,7 @@ async def test_an_invalid_batch_replayed_is_dead_lettered_again_with_the_chain(
     assert first.reason.startswith("invalid: ") and first.replay_of is None
 
     sock, port = bound_socket()
-    app = admin_app(store, token_sha256=token_digest(TOKEN), replayer=DeadLetterReplayer(kafka.config()))
+    app = admin_app(store, tokens=personal("bruno"), replayer=DeadLetterReplayer(kafka.config()))
     base = f"http://127.0.0.1:{port}/admin"
     async with serve(Starlette(routes=[Mount("/admin", app=app)]), sock), httpx.AsyncClient(timeout=60) as http:
         body = {"reason": "integration configured now", "replayed_by": "bruno"}

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from processor.api.console.auth import ConsoleAuth, console_auth, hash_password
+from processor.api.console.auth import ConsoleAuth, Person, console_auth, hash_password
 from processor.api.console.views import STATUS_STATES, shown_status
 from processor.domain.masking import masked_record as masked
+from processor.domain.roles import Role
 from processor.domain.settings import ConfigError, Secret
 
 PASSWORD = "correct horse battery"
@@ -30,10 +31,26 @@ def test_configuration_is_checked() -> None:
         console_auth({"operators": {"ana": hash_password(PASSWORD)}, "session_hours": 0})
     with pytest.raises(ConfigError, match=r"console\.operators\.a b: a name"):
         console_auth({"operators": {"a b": hash_password(PASSWORD)}})
+    with pytest.raises(ConfigError, match=r"console\.operators\.ana\.role: must be one of viewer, operator"):
+        console_auth({"operators": {"ana": {"password": hash_password(PASSWORD), "role": "boss"}}})
+    with pytest.raises(ConfigError, match=r"console\.operators\.ana\.colour: unknown key"):
+        console_auth({"operators": {"ana": {"password": hash_password(PASSWORD), "role": "viewer", "colour": 1}}})
+
+
+def test_operators_have_roles_and_the_older_form_is_an_operator() -> None:
+    stored = hash_password(PASSWORD)
+    auth = console_auth(
+        {"operators": {"ana": stored, "bob": {"password": stored, "role": "approver"}}, "session_key": "k" * 40}
+    )
+    assert auth is not None
+    assert (auth.operators["ana"].role, auth.operators["bob"].role) == (Role.OPERATOR, Role.APPROVER)
+    signed = auth.session(auth.new_session("bob"))
+    assert signed is not None and signed.role == Role.APPROVER and signed.actor.name == "bob"
+    assert auth.stamp("ana") == auth.stamp("bob") != auth.stamp("nobody") == ""  # same password, same stamp
 
 
 def test_passwords_sessions_and_csrf_tokens() -> None:
-    auth = ConsoleAuth({"ana": hash_password(PASSWORD)}, Secret("k" * 40), session_seconds=60)
+    auth = ConsoleAuth({"ana": Person(hash_password(PASSWORD))}, Secret("k" * 40), session_seconds=60)
     assert auth.check_password("ana", PASSWORD)
     assert not auth.check_password("ana", PASSWORD + "!")
     assert not auth.check_password("bob", PASSWORD)
@@ -44,8 +61,8 @@ def test_passwords_sessions_and_csrf_tokens() -> None:
     body, mac = value.rsplit(".", 1)
     assert auth.session(f"{body}x.{mac}", now=1030.0) is None  # tampered
     assert auth.session("garbage", now=1030.0) is None
-    assert ConsoleAuth({"ana": "x"}, Secret("j" * 40)).session(value, now=1030.0) is None  # another key
-    assert ConsoleAuth({"bob": "x"}, Secret("k" * 40)).session(value, now=1030.0) is None  # operator removed
+    assert ConsoleAuth({"ana": Person("x")}, Secret("j" * 40)).session(value, now=1030.0) is None  # another key
+    assert ConsoleAuth({"bob": Person("x")}, Secret("k" * 40)).session(value, now=1030.0) is None  # operator removed
     token = auth.csrf_token(operator.session_id)
     assert auth.csrf_ok(operator.session_id, token)
     assert not auth.csrf_ok(operator.session_id, None) and not auth.csrf_ok(operator.session_id, "")
@@ -73,10 +90,11 @@ def test_hash_password_command_prints_a_line_the_configuration_accepts() -> None
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    line = done.stdout.strip()
-    assert line.startswith('operators = { ana = "scrypt:16384:8:1:') and PASSWORD not in line
-    stored = line.split('"')[1]
-    auth = console_auth({"operators": {"ana": stored}})
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "[console.operators.ana]" and lines[2] == 'role = "operator"'
+    assert lines[1].startswith('password = "scrypt:16384:8:1:') and PASSWORD not in done.stdout
+    stored = lines[1].split('"')[1]
+    auth = console_auth({"operators": {"ana": {"password": stored, "role": "operator"}}})
     assert auth is not None and auth.check_password("ana", PASSWORD)
     short = subprocess.run(
         [sys.executable, "-m", "processor.cli", "console", "hash-password", "ana"],

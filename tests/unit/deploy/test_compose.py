@@ -209,8 +209,13 @@ def test_the_compose_configuration_loads_and_matches_the_services(monkeypatch: p
 
 def test_the_dockerfile_builds_the_distribution_on_python_311_slim() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
+    # python:3.11-slim unless the build names another base (docker-compose.offline.yml's stand-in).
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", dockerfile, re.MULTILINE)
+    assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", dockerfile, re.MULTILINE)
     assert re.search(r"^COPY pyproject\.toml README\.md constraints\.txt \./$", dockerfile, re.MULTILINE)
+    # The pinned dependencies get a layer of their own, before the sources: a code change reuses it.
+    dependencies = dockerfile.index("RUN pip install -r constraints.txt\n")
+    assert dependencies < dockerfile.index("COPY processor ./processor")
     assert "RUN pip install -c constraints.txt . " in dockerfile
     assert "COPY deploy/entrypoint.sh /usr/local/bin/dispersion-entrypoint" in dockerfile
     assert SERVICES["cli"]["entrypoint"][0] == "/usr/local/bin/dispersion-entrypoint"
@@ -280,3 +285,53 @@ def test_compose_runs_with_the_env_example_copied_to_dotenv() -> None:
     password = services["postgres"]["environment"]["POSTGRES_PASSWORD"]
     assert environment["DISPERSION_STORE_URL"] == f"postgresql://dispersion:{password}@postgres:5432/dispersion"
     assert ".env" in (ROOT / ".gitignore").read_text().split()
+
+
+OFFLINE = yaml.safe_load((ROOT / "docker-compose.offline.yml").read_text())
+
+
+def test_the_offline_override_changes_images_and_nothing_else() -> None:
+    """docker-compose.offline.yml swaps the three pulled images for local stand-ins; every service keeps its
+    command, environment, volumes, ports, health check and dependencies."""
+    overrides: dict[str, dict[str, Any]] = OFFLINE["services"]
+    assert set(overrides) == set(SERVICES)
+    assert set(OFFLINE) - {"services"} <= {"x-offline-build"}  # no volume, network or other top-level change
+    assert overrides["kafka"] == {"image": f"localhost/dispersion-offline/kafka:{DEFAULT_KAFKA_VERSION}"}
+    assert overrides["postgres"] == {"image": "localhost/dispersion-offline/postgres:15"}
+    for name in BUILT:
+        # The project's own Dockerfile, on the Debian Python stand-in; the image keeps its name.
+        assert overrides[name] == {
+            "build": {"context": ".", "args": {"PYTHON_IMAGE": "localhost/dispersion-offline/python:3.11"}}
+        }, name
+    # What each stand-in is built from is next to the override, and says how it differs from the official image.
+    notes = (ROOT / "deploy" / "offline" / "README.md").read_text()
+    for official in ("apache/kafka:4.3.1", "postgres:16", "python:3.11-slim"):
+        assert official in notes
+    for dockerfile in ("kafka.Dockerfile", "postgres.Dockerfile", "python.Dockerfile"):
+        assert (ROOT / "deploy" / "offline" / dockerfile).is_file()
+        assert dockerfile in notes
+
+
+def test_health_checks_run_the_same_on_every_engine() -> None:
+    # podman's Docker-compatible API (4.x) splits the arguments of a ["CMD", ...] test at spaces; a CMD-SHELL
+    # string, or CMD arguments without spaces, mean the same thing to Docker and to podman.
+    for name, service in SERVICES.items():
+        test = service.get("healthcheck", {}).get("test")
+        if test is None:
+            continue
+        kind, *words = test
+        if kind == "CMD-SHELL":
+            assert len(words) == 1, name
+        else:
+            assert kind == "CMD" and not any(re.search(r"\s", word) for word in words), (name, test)
+    assert SERVICES["processor-1"]["healthcheck"]["test"][0] == "CMD-SHELL"
+
+
+def test_ci_runs_the_deployment_after_the_tests() -> None:
+    run = (ROOT / ".ci" / "run").read_text()
+    assert run.index("bash .ci/test") < run.index("bash .ci/compose")
+    script = (ROOT / ".ci" / "compose").read_text()
+    # Everything the run created goes, whatever happened.
+    assert "trap cleanup EXIT" in script
+    assert "down --volumes --remove-orphans" in script
+    assert "-f docker-compose.yml -f docker-compose.offline.yml" in script

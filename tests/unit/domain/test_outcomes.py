@@ -12,6 +12,7 @@ from processor.cli.common import CliError
 from processor.cli.config import admin_settings, load_admin_client
 from processor.cli.retry_failed import read_corrections
 from processor.domain.outcomes import exit_code, outcome_totals, retry_batch_id, retry_of, split_reason
+from processor.domain.roles import Role
 from processor.domain.settings import ConfigError
 
 
@@ -69,17 +70,31 @@ def test_a_bank_reason_code_is_split_from_its_text() -> None:
 
 def test_the_admin_table_hashes_the_token_and_refuses_bad_keys() -> None:
     digest = "a" * 64
-    assert admin_settings({"token_sha256": digest.upper()}).token_sha256 == digest
+    legacy = admin_settings({"token_sha256": digest.upper()}).tokens
+    assert list(legacy) == ["admin"] and legacy["admin"].sha256 == digest and legacy["admin"].role == Role.ADMIN
     from_env = admin_settings({"token": "x" * 20})
-    assert from_env.token_sha256 is not None and len(from_env.token_sha256) == 64
+    assert len(from_env.tokens["admin"].sha256) == 64
     assert "x" * 20 not in repr(from_env)
-    assert admin_settings(None).token_sha256 is None
+    assert admin_settings(None).tokens == {}
+    personal = admin_settings(
+        {
+            "tokens": {
+                "ana": {"token_sha256": "b" * 64, "role": "operator"},
+                "bob": {"token": "y" * 20, "role": "approver"},
+            }
+        }
+    ).tokens
+    assert [(t.name, t.role) for t in personal.values()] == [("ana", Role.OPERATOR), ("bob", Role.APPROVER)]
     for bad, where in (
         ({"token_sha256": "abc"}, "admin.token_sha256"),
         ({"token": "short"}, "admin.token_env"),
         ({"token": "x" * 20, "token_sha256": digest}, "not both"),
         ({"tokn": "x"}, "admin.tokn"),
         ({"url": "ftp://x"}, "admin.url"),
+        ({"tokens": {"ana": {"token_sha256": digest, "role": "boss"}}}, "admin.tokens.ana.role"),
+        ({"tokens": {"ana": {"role": "viewer"}}}, "admin.tokens.ana: give token_sha256 or token_env"),
+        ({"tokens": {"ana": {"token_sha256": digest, "role": "viewer", "x": 1}}}, "admin.tokens.ana.x"),
+        ({"token_sha256": digest, "tokens": {"bob": {"token_sha256": digest, "role": "viewer"}}}, "share one token"),
     ):
         with pytest.raises(ConfigError, match=where):
             admin_settings(bad)

@@ -1,0 +1,132 @@
+"""Who may do what (docs/operations.md, "Roles"). Pure.
+
+Every person acting on the console or the admin API has a name and one role:
+
+    viewer     reads every page and listing (batches, dead letters, requests, the audit trail)
+    operator   and asks for things: retries (a corrected retry becomes a request), dead-letter replays
+    approver   and approves or declines other people's requests (four eyes, changed-account reviews)
+    admin      everything; like anyone, not the approval of their own request
+
+The name recorded for an action is the authenticated one (the console's operator, the admin token's name), never
+a field of the request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Role(StrEnum):
+    """A person's role (the `role` key of `[console.operators.NAME]` and `[admin.tokens.NAME]`)."""
+
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    APPROVER = "approver"
+    ADMIN = "admin"
+
+
+class Action(StrEnum):
+    """What a person asks to do."""
+
+    READ = "read"  # any page, listing, report or the audit trail
+    RETRY = "retry"  # retry failed transfers (with corrections: a request that waits for four eyes)
+    REPLAY = "replay"  # replay a dead letter
+    DECIDE = "decide"  # approve or decline someone else's request
+
+
+ALLOWED: dict[Action, frozenset[Role]] = {
+    Action.READ: frozenset(Role),
+    Action.RETRY: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),
+    Action.REPLAY: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),
+    Action.DECIDE: frozenset({Role.APPROVER, Role.ADMIN}),
+}
+
+ROLE_NAMES = ", ".join(role.value for role in Role)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """An authenticated person: the name actions are recorded with, and the role that decides what they may do."""
+
+    name: str
+    role: Role
+
+    def may(self, action: Action) -> bool:
+        """Whether this person's role allows `action`."""
+        return self.role in ALLOWED[action]
+
+
+def role_of(value: object) -> Role | None:
+    """The role a configuration names, or None when it names none of them."""
+    try:
+        return Role(str(value))
+    except ValueError:
+        return None
+
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")  # an operator's or a token's name
+
+
+@dataclass(frozen=True)
+class AdminToken:
+    """A personal admin API token: its holder's name (recorded with their actions), its SHA-256 and the role."""
+
+    name: str
+    sha256: str = field(repr=False)
+    role: Role
+
+
+class ChangedAccounts(StrEnum):
+    """What intake does with a transfer whose destination differs from where its employee was last paid."""
+
+    HOLD = "hold"  # the batch waits for an approver's review before its consent is created
+    FLAG = "flag"  # marked in events and pages only
+    OFF = "off"
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The `[controls]` table: four eyes on corrected retries and the changed-account review."""
+
+    four_eyes: bool = True
+    changed_accounts: ChangedAccounts = ChangedAccounts.HOLD
+    account_history_days: int = 400
+
+
+def controls_from(raw: Mapping[str, Any] | None) -> Controls:
+    """The `[controls]` table checked; ValueError naming the key."""
+    table = dict(raw or {})
+    unknown = sorted(set(table) - {"four_eyes", "changed_accounts", "account_history_days"})
+    if unknown:
+        raise ValueError(
+            f"controls.{unknown[0]}: unknown key (known: account_history_days, changed_accounts, four_eyes)"
+        )
+    four_eyes = table.get("four_eyes", True)
+    if not isinstance(four_eyes, bool):
+        raise ValueError(f"controls.four_eyes: must be true or false, got {four_eyes!r}")
+    try:
+        changed = ChangedAccounts(table.get("changed_accounts", "hold"))
+    except ValueError:
+        raise ValueError(
+            f"controls.changed_accounts: must be hold, flag or off, got {table.get('changed_accounts')!r}"
+        ) from None
+    days = table.get("account_history_days", 400)
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 3660:
+        raise ValueError(f"controls.account_history_days: must be a whole number of days from 1 to 3660, got {days!r}")
+    return Controls(four_eyes, changed, days)
+
+
+FREE_FAILURES = 5  # failed sign-ins allowed in a row; the next one locks
+FIRST_LOCK_SECONDS, LONGEST_LOCK_SECONDS = 60.0, 3600.0
+
+
+def lockout_seconds(failures: int) -> float | None:
+    """How long a subject (an operator, an address) is locked after `failures` failed sign-ins in a row: none up
+    to 5; a minute at the 6th, doubling with each further failure, at most an hour."""
+    if failures <= FREE_FAILURES:
+        return None
+    return min(FIRST_LOCK_SECONDS * 2.0 ** min(failures - FREE_FAILURES - 1, 16), LONGEST_LOCK_SECONDS)

@@ -1,0 +1,49 @@
+"""The people's tables of migration 11 on both engines: the audit trail refuses UPDATE and DELETE whoever runs
+them; a request is decided once; failed sign-ins count up and clear; a paid account is replaced only by a later
+payment."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from store_fixtures import T0
+
+from processor.store import Store, StoreError
+
+
+def test_the_audit_trail_is_append_only(store: Store) -> None:
+    store.run(lambda tx: tx.audit.record("sign_in", actor="ana", role="operator", now=T0, address="10.0.0.1"))
+    for statement in ("UPDATE audit_trail SET actor = 'mallory'", "DELETE FROM audit_trail"):
+        with pytest.raises(StoreError, match="append-only"):
+            store.run(lambda tx, sql=statement: tx.raw.execute(sql))
+    (entry,) = store.run(lambda tx: tx.audit.since(T0), write=False)
+    assert (entry.actor, entry.role, entry.action, entry.address) == ("ana", "operator", "sign_in", "10.0.0.1")
+
+
+def test_requests_are_decided_once_and_paid_accounts_move_forward(store: Store) -> None:
+    made = store.run(lambda tx: tx.requests.create("retry", "B-1", by="ana", now=T0, detail={"accounts": {}}))
+    assert store.run(lambda tx: tx.requests.decide(made.id, "APPROVED", by="bob", now=T0, outcome="B-1.retry-1"))
+    assert not store.run(lambda tx: tx.requests.decide(made.id, "DECLINED", by="eve", now=T0, outcome=None))
+    decided = store.run(lambda tx: tx.requests.get(made.id), write=False)
+    assert decided is not None and (decided.state, decided.decided_by) == ("APPROVED", "bob")
+
+    def paid(digest: str, last4: str, when: timedelta) -> None:
+        store.run(
+            lambda tx: tx.paid_accounts.paid(
+                "O-1", "E-1", account_sha256=digest, last4=last4, batch_id="B", now=T0 + when
+            )
+        )
+
+    paid("new", "2222", timedelta(days=30))
+    paid("old", "1111", timedelta(days=0))  # an older payment recorded late does not replace the newer one
+    last = store.run(lambda tx: tx.paid_accounts.last("O-1", ["E-1", "E-2"]), write=False)
+    assert list(last) == ["E-1"] and last["E-1"].account_last4 == "2222"
+
+
+def test_failed_sign_ins_count_and_clear(store: Store) -> None:
+    for _ in range(3):
+        store.run(lambda tx: tx.sign_in_failures.failed("operator:ana", now=T0, locked_until=None))
+    assert store.run(lambda tx: tx.sign_in_failures.get("operator:ana"), write=False).failures == 3
+    store.run(lambda tx: tx.sign_in_failures.clear("operator:ana"))
+    assert store.run(lambda tx: tx.sign_in_failures.get("operator:ana"), write=False).failures == 0
