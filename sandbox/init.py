@@ -164,16 +164,20 @@ def scrypt_hash(password: str, salt: bytes) -> str:
 
 
 def operator_tables(setup: Setup) -> str:
-    """`[console]` (one operator, a session key) and `[admin]` (the admin API token's SHA-256)."""
+    """`[console]` (a session key, one operator with the admin role) and `[admin.tokens]` (that person's admin
+    API token, as its SHA-256)."""
     password_hash = scrypt_hash(setup.console_password, setup.console_salt)
     token_digest = hashlib.sha256(setup.admin_token.encode()).hexdigest()
     return f"""# the operator console at public_url/console/ (docs/console.md); the password was printed once
 [console]
-operators = {{ {CONSOLE_OPERATOR} = {_toml(password_hash)} }}
 session_key = {_toml(setup.session_key)}
-# the admin API (dispersion report, find, retry-failed, dlq); the token was printed once
-[admin]
+[console.operators.{CONSOLE_OPERATOR}]
+password = {_toml(password_hash)}
+role = "admin"
+# the admin API (dispersion report, find, retry-failed, dlq): a personal token, printed once
+[admin.tokens.{CONSOLE_OPERATOR}]
 token_sha256 = {_toml(token_digest)}
+role = "admin"
 """
 
 

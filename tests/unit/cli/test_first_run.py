@@ -33,7 +33,9 @@ def test_sandbox_init_writes_console_and_admin_with_secrets_shown_once(
     auth = console_auth(config.sections.get("console"), source=str(path))
     assert auth is not None and auth.check_password(console.group(2), console.group(3))
     assert not auth.check_password(console.group(2), "not the password")
-    assert config.admin.token_sha256 == hashlib.sha256(token.group(1).encode()).hexdigest()
+    personal = config.admin.tokens[console.group(2)]
+    assert personal.sha256 == hashlib.sha256(token.group(1).encode()).hexdigest() and personal.role == "admin"
+    assert auth.operators[console.group(2)].role == "admin"
     assert console_line(auth, config.public_url, str(path)) == (
         f"console: http://127.0.0.1:8600/console/ (operators: {console.group(2)})"
     )
