@@ -337,6 +337,7 @@ def console_app(
         )
         if data is None:
             return render(request, "error.html", 404, operator=operator, message=f"Batch {batch_id} is unknown.")
+        reviews = await store.arun(lambda tx: [request_view(r) for r in tx.requests.of_batch(batch_id)], write=False)
         return render(
             request,
             "batch.html",
@@ -346,6 +347,7 @@ def console_app(
             descending=descending,
             only_failed=only_failed,
             notice=notice(q.get("done"), data.batch.batch_id, data.original),
+            reviews=reviews,
         )
 
     async def retry(request: Request, operator: Operator) -> Response:
