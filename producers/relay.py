@@ -64,7 +64,7 @@ from processor.store import Handover, OutboxEvent, Store, StoreError
 from producers.avro_json import Coercion, CoercionError, convert
 from producers.clients import new_producer
 from producers.handover import HandoverScanError, published_event_ids, scan_config
-from schemas.topics import STATUS_TOPIC, VRP_STATUS_TOPIC
+from schemas.topics import STATUS_TOPIC, TRANSFERS_TOPIC, VRP_STATUS_TOPIC
 
 log = structlog.get_logger("producers.relay")
 
@@ -73,7 +73,7 @@ RELAY_ERRORS = Counter("dispersion_outbox_relay_errors_total", "Outbox relay fai
 IN_FLIGHT = Gauge("dispersion_outbox_in_flight", "Outbox events handed to the producer, not yet acknowledged")
 
 # The field of each status record that carries the message key.
-KEY_FIELDS: dict[str, str] = {STATUS_TOPIC: "batch_id", VRP_STATUS_TOPIC: "mandate_id"}
+KEY_FIELDS: dict[str, str] = {STATUS_TOPIC: "batch_id", VRP_STATUS_TOPIC: "mandate_id", TRANSFERS_TOPIC: "batch_id"}
 # Handed keys whose possible publications started within the same span are scanned together.
 HANDOVER_GROUP_SECONDS = 300
 

@@ -33,6 +33,7 @@ from schemas.topics import (
     BATCHES_TOPIC,
     DLQ_TOPIC,
     STATUS_TOPIC,
+    TRANSFERS_TOPIC,
     VRP_MANDATES_TOPIC,
     VRP_PAYMENTS_TOPIC,
     VRP_STATUS_TOPIC,
@@ -98,6 +99,7 @@ def project_topics(
         spec(VRP_MANDATES_TOPIC, retention_hours),
         spec(VRP_PAYMENTS_TOPIC, retention_hours),
         spec(VRP_STATUS_TOPIC, status_retention_hours),
+        spec(TRANSFERS_TOPIC, status_retention_hours),  # one event per transfer outcome, for ledgers
     ]
 
 

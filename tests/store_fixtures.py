@@ -120,6 +120,16 @@ def store(store_target: StoreTarget, store_cipher: Cipher) -> Iterator[Store]:
 
 
 @pytest.fixture
+def sqlite_store(sqlite_target: StoreTarget, store_cipher: Cipher) -> Iterator[Store]:
+    """A migrated store on SQLite only (tests whose subject is not the database)."""
+    opened = sqlite_target.open(store_cipher)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
 def store_now() -> datetime:
     """A fixed instant for tests (2026-11-02T09:00:00.000Z)."""
     return T0

@@ -44,6 +44,7 @@ from processor.engine.file_schedule import hold, payment_due_at
 from processor.engine.leased import LeasedFlow
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
+from processor.engine.transfer_events import end_flow
 from processor.store import EffectStatus, Flow, Operation, StoreTx
 
 log = structlog.get_logger("processor.engine.file")
@@ -222,9 +223,7 @@ class FileFlow(LeasedFlow[Flow]):
         end = FlowState(look.ending.value)
         event = status_event(flow, end, now, currency=await self.payloads.currency(flow), reason=look.reason)
         updated = await self.ctx.store.arun(
-            lambda tx: tx.flows.transition(
-                flow, end, now=now, owner=owner, event=event, next_action_at=None, last_error=None, release_lease=True
-            )
+            lambda tx: end_flow(tx, flow, end, now=now, owner=owner, event=event, last_error=None, release_lease=True)
         )
         log.info("flow ended while awaiting authorization", batch_id=flow.batch_id, state=end.value)
         return updated
@@ -397,7 +396,8 @@ class FileFlow(LeasedFlow[Flow]):
         consent_id = flow.consent_id
 
         def work(tx: StoreTx) -> Flow:
-            updated = tx.flows.transition(
+            updated = end_flow(
+                tx,
                 flow,
                 end,
                 now=now,
@@ -440,7 +440,8 @@ class FileFlow(LeasedFlow[Flow]):
         def work(tx: StoreTx) -> Flow:
             if guard is not None:
                 guard.fail(tx, reason)
-            return tx.flows.transition(
+            return end_flow(
+                tx,
                 flow,
                 FlowState.FAILED,
                 now=now,
@@ -500,7 +501,7 @@ class FileAuthorizationHooks(AuthorizationHooks):
         """REJECTED, published; the flow ends."""
         flow = self._awaiting(tx, flow_id, None)
         event = status_event(flow, FlowState.REJECTED, now, currency=currency_in_tx(tx, flow), reason=reason)
-        tx.flows.transition(flow, FlowState.REJECTED, now=now, event=event, next_action_at=None, last_error=None)
+        end_flow(tx, flow, FlowState.REJECTED, now=now, event=event, next_action_at=None, last_error=None)
 
     def on_stranded(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:
         """Back to RECEIVED for a new consent and upload (new idempotency keys; the old records are kept under

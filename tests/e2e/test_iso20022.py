@@ -6,7 +6,8 @@ closed account, one for a later payday) and a pain.001.001.09 written as Oracle 
 with a control sum that does not match is refused and produces nothing. The due batches are paid; `pain002`
 reports the partly paid batch (PART, the closed account RJCT AC04), and after `retry-failed` pays that transfer,
 reports it ACSC naming the retry. `camt054` (.02 and .08) books every paid batch, its totals equal to `report`'s.
-Every document is validated against ISO's schema here.
+Every document is validated against ISO's schema here. `dispersion.transfers` carries one event per transfer
+outcome (the retry's too), read with the CloudEvents SDK.
 """
 
 from __future__ import annotations
@@ -16,16 +17,23 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from cloudevents.core.bindings.kafka import KafkaMessage, from_binary
+from cloudevents.core.formats.json import JSONFormat
 from pain001_support import Block, Tx, oracle_pain001, sap_pain001, texts, valid
 from processor_support import (
     STATUS_TOPIC,
     ApproveEach,
+    Deployment,
     DeploymentFactory,
     deployment_factory_fixture,  # noqa: F401  (the fixture deployment_factory)
     e2e_database_fixture,  # noqa: F401  (the fixture e2e_database)
     unique_id,
 )
 from test_operator_loop import Ran, dispersion, has
+
+import schemas
+from processor.engine.transfer_events import transfer_event_id
+from schemas.topics import TRANSFERS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -36,6 +44,39 @@ IBAN = "GT82TRAJ01020000001210029690"
 def shown(ran: Ran) -> Ran:
     print(f"--- exit {ran.code}\n{ran.out}{ran.err}")  # the real output, for the docs
     return ran
+
+
+def ledger_reads(deployment: Deployment, a: str, c: str) -> None:
+    """`dispersion.transfers` as a ledger reads it: one event per transfer outcome, read by the CloudEvents SDK
+    from the Kafka message as it is (binary mode), its data the Avro record."""
+    transfers = deployment.topic_log(TRANSFERS_TOPIC)
+    retry = f"{a}.retry-1"
+    transfers.wait_until(lambda log: len(log.by_key(a) + log.by_key(retry) + log.by_key(c)) >= 6, timeout=60, what="6")
+    transfers.poll(1.0)
+    outcomes = [(e.key, e.record["index"], e.record["outcome"]) for e in transfers.by_key(a) + transfers.by_key(retry)]
+    assert outcomes == [(a, 0, "COMPLETED"), (a, 1, "COMPLETED"), (a, 2, "FAILED"), (retry, 0, "COMPLETED")]
+    failed, paid_again = transfers.by_key(a)[2].record, transfers.by_key(retry)[0].record
+    assert (failed["end_to_end_id"], failed["reason_code"], failed["amount"]) == ("E2E-A3", "AC04", Decimal("750.25"))
+    assert (failed["origin_account"], failed["destination_account"]) == ("100200300", "200109902")
+    assert (paid_again["retry_of"], paid_again["original_index"], paid_again["end_to_end_id"]) == (a, 2, "E2E-A3")
+    assert paid_again["destination_account"] == "200100303"  # the corrected account
+    assert [e.record["outcome"] for e in transfers.by_key(c)] == ["COMPLETED", "COMPLETED"]
+    for event in transfers.by_key(a) + transfers.by_key(retry):
+        message = KafkaMessage(
+            headers={name: value for name, value in event.headers if value is not None},
+            key=event.key.encode(),
+            value=event.raw,
+        )
+        cloud = from_binary(message, JSONFormat())
+        assert cloud.get_id() == event.record["event_id"] and cloud.get_specversion() == "1.0"
+        assert cloud.get_type() == f"dispersion.transfer.{event.record['outcome'].lower()}"
+        assert cloud.get_subject() == f"{event.key}/{event.record['index']}"
+        assert cloud.get_source() == "/dispersion/processor" and cloud.get_time() is not None
+        data = cloud.get_data()
+        assert isinstance(data, bytes) and schemas.decode(TRANSFERS_TOPIC, data) == event.record
+    assert transfers.by_key(a)[2].record["event_id"] == transfer_event_id(a, 2, "FAILED")  # deterministic
+    for event in (transfers.by_key(a)[2], transfers.by_key(retry)[0]):  # the real messages, for docs/kafka.md
+        print(event.key, [(name, value) for name, value in event.headers], event.record)
 
 
 def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
@@ -122,6 +163,8 @@ def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
     assert texts(root, "pain.002.001.10", f"{tx}/StsRsnInf/AddtlInf") == [f"paid by retry {a}.retry-1"]
     unknown = dispersion(deployment, "pain002", "--batch", "no-such-batch")
     assert unknown.code == 1 and "batch no-such-batch is unknown" in unknown.err
+
+    ledger_reads(deployment, a, c)
 
     until = datetime.now(UTC) + timedelta(minutes=1)
     window = ("--since", since.isoformat(), "--until", until.isoformat())

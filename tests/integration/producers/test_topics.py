@@ -1,5 +1,5 @@
-"""`dispersion topics` against a real broker: the six topics created with the wanted partitions, retention and size
-limits; a second run changes nothing; retention follows the options; a partition count is reported, never
+"""`dispersion topics` against a real broker: the project's topics created with the wanted partitions, retention
+and size limits; a second run changes nothing; retention follows the options; a partition count is reported, never
 changed; `--check` changes nothing and exits 1 when something differs. With a schema registry, every topic's
 subject is registered with BACKWARD compatibility, which the registry then enforces on a schema change."""
 
@@ -18,7 +18,7 @@ import schemas
 from processor.cli.topics import main
 from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings
 from producers.topics import HOUR_MS, ensure_topics, project_topics
-from schemas.topics import ALL_TOPICS, STATUS_TOPIC
+from schemas.topics import ALL_TOPICS, STATUS_TOPIC, TRANSFERS_TOPIC
 
 
 def _names() -> dict[str, str]:
@@ -46,7 +46,9 @@ def test_topics_are_created_as_wanted_and_a_second_run_changes_nothing(kafka_boo
     found = _described(kafka_bootstrap, list(names.values()))
     for logical, physical in names.items():
         partitions, config = found[physical]
-        hours = 7 if logical in (STATUS_TOPIC, "vrp.status") else 720 if logical.endswith(".dlq") else 5
+        hours = (
+            7 if logical in (STATUS_TOPIC, "vrp.status", TRANSFERS_TOPIC) else 720 if logical.endswith(".dlq") else 5
+        )
         assert partitions == 2, physical
         assert config["retention.ms"] == str(hours * HOUR_MS), physical
     assert found[names["payroll.batches"]][1]["max.message.bytes"] == str(MAX_MESSAGE_BYTES)

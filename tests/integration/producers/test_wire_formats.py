@@ -13,11 +13,9 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import fastavro
 import httpx
@@ -25,7 +23,6 @@ import pytest
 from cli_support import EXPORT, ORIGIN, write_config
 from kafka_layer_support import batch_consumer, batch_record, new_topic, produce, read_topic, settings_for
 from registry_fixtures import register_subjects
-from store_fixtures import StoreTarget
 
 import schemas
 from consumers.batches import EngineIntake
@@ -43,15 +40,6 @@ from schemas import CONFLUENT, SINGLE_OBJECT, Registry, WireCodec, WireSettings
 from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def sqlite_store(sqlite_target: StoreTarget, store_cipher: Any) -> Iterator[Store]:
-    opened = sqlite_target.open(store_cipher)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def consume_until(consumer: AtLeastOnceConsumer, handled: int, timeout: float = 60.0) -> None:

@@ -158,6 +158,26 @@ def _vrp_status() -> dict[str, Any]:
     }
 
 
+def _transfer() -> dict[str, Any]:
+    return {
+        "event_id": "3f1e0c52-2d36-5f0b-a0f4-6a0d4d7a1c11",
+        "batch_id": "F110-01/PAY-A",
+        "index": 2,
+        "employee_reference": "E2E-3",
+        "end_to_end_id": "E2E-3",
+        "amount": Decimal("750.25"),
+        "currency": "GTQ",
+        "origin_account": "100200300",
+        "destination_account": "200109902",
+        "outcome": "FAILED",
+        "reason_code": "AC04",
+        "reason": "ClosedAccountNumber",
+        "retry_of": None,
+        "original_index": None,
+        "occurred_at": AT,
+    }
+
+
 SAMPLES = {
     "payroll.batches": _batch,
     "dispersion.status": _status,
@@ -165,6 +185,7 @@ SAMPLES = {
     "vrp.mandates": _mandate,
     "vrp.payments": _payment,
     "vrp.status": _vrp_status,
+    "dispersion.transfers": _transfer,
 }
 
 

@@ -322,6 +322,7 @@ RELEASED = {
     ("vrp.mandates", 1): "76004b2017a96ecedaab9ff75cc3d630d16f4aa20cf2f276838a48a146fb65e5",
     ("vrp.payments", 1): "4fb60f73087e75f33600c6870f3ec4f5e4209779ffa7fb043c28b899131a07f5",
     ("vrp.status", 1): "847e1215dd216986d455dce7fd54c9a54422e4759d07d4c132f85583572ed930",
+    ("dispersion.transfers", 1): "e896caef6df9d86d295019e564b7f6863fdb1150b77107896fcca6bc30e95945",
 }
 
 
