@@ -242,6 +242,7 @@ class Processor:
             integrations=self.config.integrations,
             clock=self.engine.ctx.clock,
             calendars=calendars_of(self.config.integrations),
+            controls=self.config.controls,
         )
         handlers: dict[str, Handler] = {
             self.kafka.topic(BATCHES_TOPIC): BatchHandler(batch_intake, wire=self.kafka.wire),
