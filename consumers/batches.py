@@ -35,6 +35,7 @@ import schemas
 from consumers.loop import Accept, Reject, Retry
 from consumers.loop import Verdict as LoopVerdict
 from processor.domain.file_states import FlowState
+from processor.domain.roles import Controls
 from processor.domain.schedule import Calendar
 from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
@@ -76,8 +77,10 @@ class EngineIntake:
         limits: ValidationLimits = DEFAULT_LIMITS,
         clock: Clock | None = None,
         calendars: Mapping[str, Calendar] | None = None,
+        controls: Controls | None = None,
     ) -> None:
         self.store = store
+        self.controls = controls  # the changed-account review (`[controls]`); None: none
         self.integrations = None if integrations is None else frozenset(integrations)
         self.limits = limits
         self.calendars = calendars  # each integration's time zone, for scheduled batches (execute_on)
@@ -95,6 +98,7 @@ class EngineIntake:
                 integrations=self.integrations,
                 limits=self.limits,
                 calendars=self.calendars,
+                controls=self.controls,
             )
         )
         batch_id = result.flow.batch_id if result.flow is not None else None

@@ -29,9 +29,11 @@ from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.identity import content_sha256, document_content_sha256
 from processor.domain.outcomes import batch_id_problem
 from processor.domain.payload import build_file_payload
+from processor.domain.roles import Controls
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
+from processor.engine.accounts import review_at_intake
 from processor.engine.file_events import status_payload
 from processor.engine.tracing import continued, current_traceparent
 from processor.store import Flow, Store, StoreTx
@@ -50,6 +52,7 @@ class IntakeResult:
     status: str  # the flow's state after intake (RECEIVED, INVALID, or the existing flow's state)
     reason: str | None = None
     same_document: bool = True
+    review: str | None = None  # PENDING: held for a changed-account review; FLAGGED: changed accounts marked
 
     @property
     def invalid(self) -> bool:
@@ -175,9 +178,17 @@ def prepare_batch(
     )
 
 
-def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime, traceparent: str | None = None) -> IntakeResult:
+def store_batch(
+    tx: StoreTx,
+    prepared: PreparedBatch,
+    *,
+    now: datetime,
+    traceparent: str | None = None,
+    controls: Controls | None = None,
+) -> IntakeResult:
     """Insert a prepared batch (RECEIVED, or INVALID with its event) unless its id exists; `traceparent` (W3C
-    text) is kept with the flow, so its steps continue the batch's trace."""
+    text) is kept with the flow, so its steps continue the batch's trace. With `controls`, a new batch's
+    destination accounts are compared with where its employees were last paid (`processor.engine.accounts`)."""
     if prepared.batch_id is None:
         return IntakeResult(None, False, FlowState.INVALID, prepared.reason)
     if prepared.reason is not None:
@@ -213,7 +224,10 @@ def store_batch(tx: StoreTx, prepared: PreparedBatch, *, now: datetime, tracepar
         execute_on=prepared.execute_on,
     )
     flow = created.row
-    return IntakeResult(flow, created.created, flow.state, None, created.same_document)
+    review = None
+    if created.created and controls is not None:
+        review = review_at_intake(tx, flow, prepared.text, controls, now=now)
+    return IntakeResult(flow, created.created, flow.state, None, created.same_document, review)
 
 
 def calendars_of(integrations: Mapping[str, Integration]) -> dict[str, Calendar]:
@@ -238,17 +252,21 @@ async def accept_batch(
     limits: ValidationLimits = DEFAULT_LIMITS,
     traceparent: str | None = None,
     calendars: Mapping[str, Calendar] | None = None,
+    controls: Controls | None = None,
 ) -> IntakeResult:
     """Parse, validate and store one batch (see the module docstring). `integrations`: the configured names;
     a batch naming another is INVALID. `calendars`: each integration's calendar, for a scheduled batch (UTC
-    when absent). Checking runs before the transaction (in a thread), so a big batch holds no lock while it is
-    validated; a batch id already stored is answered without validating again.
+    when absent). `controls`: the changed-account review (none without). Checking runs before the transaction
+    (in a thread), so a big batch holds no lock while it is validated; a batch id already stored is answered
+    without validating again.
 
     The intake is a span (`intake batch`) continuing `traceparent` (the W3C text the batch came with), or the
     current span (the consumer's) without it; its context is stored with the flow."""
     parent = traceparent if traceparent is not None else current_traceparent()
     with continued("intake batch", parent) as span:
-        result = await _accept(store, raw, now=now, integrations=integrations, limits=limits, calendars=calendars)
+        result = await _accept(
+            store, raw, now=now, integrations=integrations, limits=limits, calendars=calendars, controls=controls
+        )
         if result.flow is not None:
             span.set_attribute("dispersion.batch_id", result.flow.batch_id)
         span.set_attribute("dispersion.intake", "created" if result.created else "known")
@@ -263,6 +281,7 @@ async def _accept(
     integrations: Collection[str] | None,
     limits: ValidationLimits,
     calendars: Mapping[str, Calendar] | None,
+    controls: Controls | None,
 ) -> IntakeResult:
     document, _ = _document(raw)
     batch_id = readable_batch_id(document)
@@ -275,4 +294,4 @@ async def _accept(
         prepare_batch, raw, integrations=integrations, limits=limits, now=now, calendars=calendars
     )
     traceparent = current_traceparent()
-    return await store.arun(lambda tx: store_batch(tx, prepared, now=now, traceparent=traceparent))
+    return await store.arun(lambda tx: store_batch(tx, prepared, now=now, traceparent=traceparent, controls=controls))

@@ -30,7 +30,7 @@ from processor.engine.retries import Correction, RetryError, RetryOutcome, Retry
 from processor.store import ConstraintError, Store, StoreTx
 from processor.store.requests import APPROVED, DECLINED, RequestRow
 
-RETRY, CHANGED_ACCOUNTS = "retry", "changed_accounts"
+RETRY = "retry"  # a retry with corrected destination accounts (the other kind: accounts.CHANGED_ACCOUNTS)
 
 
 @dataclass(frozen=True)
