@@ -586,3 +586,32 @@ def console_app(
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     return _Headers(app)
+
+
+_OFF_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>The console is off · dispersion</title><link rel="stylesheet" href="/console/static/console.css"></head>
+<body><header class="top"><span class="brand">dispersion console</span></header><main>
+<h1>The operator console is off on this processor</h1>
+<p>It is served here once the configuration file names at least one operator. Add, then restart the processor:</p>
+<pre>[console]
+operators = { ana = "scrypt:..." }   # the line `dispersion console hash-password ana` prints
+session_key_env = "DISPERSION_CONSOLE_SESSION_KEY"   # at least 32 characters, the same on every instance</pre>
+<p><code>dispersion sandbox init DIR</code> writes such a table (and <code>[admin]</code>) with fresh secrets and
+prints them once; <code>dispersion demo</code> configures an operator for its run. More in docs/console.md.</p>
+</main></body></html>
+"""
+
+
+def console_off() -> ASGIApp:
+    """`/console` on a processor whose configuration names no operator: a page (404) saying how to turn it on,
+    and the console's stylesheet for it."""
+
+    async def off(request: Request) -> Response:
+        return HTMLResponse(_OFF_PAGE, status_code=404, headers={"Cache-Control": "no-store"})
+
+    routes = [
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+        Route("/{path:path}", off, methods=["GET", "HEAD"]),
+    ]
+    return _Headers(Starlette(routes=routes))

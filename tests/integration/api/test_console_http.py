@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from processor.api.console.app import console_app
+from processor.api.console.app import console_app, console_off
 from processor.domain.file_states import FlowState
 from processor.store import Store
 
@@ -367,3 +367,16 @@ async def test_fuzzed_console_requests_get_a_4xx_never_a_5xx(store: Store) -> No
 
         await asyncio.to_thread(fuzz)
         assert len(seen) >= 100 and 400 in seen
+
+
+async def test_an_unconfigured_console_says_how_to_turn_it_on() -> None:
+    sock, port = bound_socket()
+    app = Starlette(routes=[Mount("/console", app=console_off())])
+    async with serve(app, sock), httpx.AsyncClient(timeout=10) as http:
+        for path in ("/console/", "/console/batches/X"):
+            page = await http.get(f"http://127.0.0.1:{port}{path}")
+            assert page.status_code == 404 and "The operator console is off" in page.text
+            assert "[console]" in page.text and "dispersion console hash-password" in page.text
+            assert page.headers["x-frame-options"] == "DENY"
+        style = await http.get(f"http://127.0.0.1:{port}/console/static/console.css")
+        assert style.status_code == 200

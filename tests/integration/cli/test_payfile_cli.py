@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -248,6 +249,9 @@ async def test_the_processor_refuses_to_start_on_a_foreign_issuer_but_not_on_a_b
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), timeout=60)).decode()
         assert line.startswith("processor ready: "), line
+        console = (await asyncio.wait_for(proc.stdout.readline(), timeout=10)).decode()
+        # `sandbox init` configured an operator: the processor says where the console is.
+        assert re.fullmatch(r"console: http://127\.0\.0\.1:\d+/console/ \(operators: operator\)\n", console), console
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.communicate(), timeout=30)
