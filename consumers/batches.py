@@ -38,6 +38,7 @@ from consumers.loop import Verdict as LoopVerdict
 from processor.domain.difference import batch_difference
 from processor.domain.duplicates import ALLOW_DUPLICATE_HEADER
 from processor.domain.file_states import FlowState
+from processor.domain.roles import Controls
 from processor.domain.schedule import Calendar
 from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
@@ -112,8 +113,10 @@ class EngineIntake:
         clock: Clock | None = None,
         calendars: Mapping[str, Calendar] | None = None,
         guard: Guard | None = None,
+        controls: Controls | None = None,
     ) -> None:
         self.store = store
+        self.controls = controls  # the changed-account review (`[controls]`); None: none
         self.integrations = None if integrations is None else frozenset(integrations)
         self.limits = limits
         self.calendars = calendars  # each integration's time zone, for scheduled batches (execute_on)
@@ -136,6 +139,7 @@ class EngineIntake:
                 if self.guard is None or message is None
                 else self.guard.allowing(message.allow_duplicate_of),
                 replayed=message is not None and message.replayed,
+                controls=self.controls,
             )
         )
         outcome = self._classify(result, document, now)

@@ -20,7 +20,7 @@ import json
 import os
 import secrets
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -47,6 +47,10 @@ class Setup:
     redirect_uri: str
     callback_url: str | None
     sandbox_url: str
+    console_password: str = field(default="", repr=False)  # shown once; the file keeps its scrypt hash
+    admin_token: str = field(default="", repr=False)  # shown once; the file keeps its SHA-256
+    console_salt: bytes = field(default=b"", repr=False)
+    session_key: str = field(default="", repr=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,6 +146,38 @@ tpp_name = "Dispersion"
 token_auth_method = "private_key_jwt"        # or "client_secret_basic"
 grant_parameter = "grand_type"               # or "grant_type"
 assertion_signing = "local"                  # or "remote" (the spec's message-signature operation)
+""" + (operator_tables(setup) if setup.console_password else "")
+
+
+CONSOLE_OPERATOR = "operator"
+
+
+def scrypt_hash(password: str, salt: bytes) -> str:
+    """A console password as the processor's `[console] operators` keep it: `scrypt:16384:8:1:<salt>:<hash>`
+    (base64url without padding). Written here, not imported: the sandbox imports nothing of the processor."""
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=16384, r=8, p=1, maxmem=256 * 1024 * 1024, dklen=32)
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    return f"scrypt:16384:8:1:{b64(salt)}:{b64(digest)}"
+
+
+def operator_tables(setup: Setup) -> str:
+    """`[console]` (a session key, one operator with the admin role) and `[admin.tokens]` (that person's admin
+    API token, as its SHA-256)."""
+    password_hash = scrypt_hash(setup.console_password, setup.console_salt)
+    token_digest = hashlib.sha256(setup.admin_token.encode()).hexdigest()
+    return f"""# the operator console at public_url/console/ (docs/console.md); the password was printed once
+[console]
+session_key = {_toml(setup.session_key)}
+[console.operators.{CONSOLE_OPERATOR}]
+password = {_toml(password_hash)}
+role = "admin"
+# the admin API (dispersion report, find, retry-failed, dlq): a personal token, printed once
+[admin.tokens.{CONSOLE_OPERATOR}]
+token_sha256 = {_toml(token_digest)}
+role = "admin"
 """
 
 
@@ -207,6 +243,10 @@ def main(argv: list[str]) -> int:
         redirect_uri=args.redirect_uri,
         callback_url=args.callback_url,
         sandbox_url=args.sandbox_url.rstrip("/"),
+        console_password=secrets.token_urlsafe(12),
+        admin_token=secrets.token_urlsafe(32),
+        console_salt=secrets.token_bytes(16),
+        session_key=secrets.token_urlsafe(32),
     )
     paths = write_files(setup)
     notes = {
@@ -222,4 +262,8 @@ def main(argv: list[str]) -> int:
     print("\nnext, start the sandbox bank:")
     print(f"  dispersion sandbox --host {sandbox.hostname} --port {port} --clients {paths[2]}")
     print(f"then point the processor at {paths[3]}")
+    console = f"{origin(setup.redirect_uri)}/console/"
+    print(f"\noperator console: {console} (sign in as {CONSOLE_OPERATOR}, password {setup.console_password})")
+    print(f"admin API token: export DISPERSION_ADMIN_TOKEN={setup.admin_token}")
+    print(f"(shown this once: {paths[3].name} keeps only their hashes)")
     return 0

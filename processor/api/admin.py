@@ -19,10 +19,14 @@ token configured: 401. The token never reaches a log or an answer.
     GET  /admin/dead-letters?since=T&batch_id=B&after=ID&limit=N                   recorded dead letters
     GET  /admin/dead-letters/{id}                            one, with its replays and the chain
     POST /admin/dead-letters/{id}/replay                     {"reason": "...", "force": false}
-    GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report)
+    GET  /admin/report?since=T&until=T                       per-transfer lines and totals (dispersion report),
+                                                              and apart from them the VRP payments of the range
     GET  /admin/requests?state=PENDING&after=ID&limit=N      requests for a second person, oldest first
     POST /admin/requests/{id}/approve | /decline             decide one (not your own approval: 403)
     GET  /admin/audit?since=T&after=ID&limit=N               the audit trail, oldest first
+    GET  /admin/mandates?status=S&integration=I&q=TEXT&since=T&until=T&limit=N&offset=K   VRP mandates, newest first
+    GET  /admin/mandates/{mandate_id}                        one mandate: limits, the ledger, payments, timeline
+    GET  /admin/vrp-payments?mandate=M&since=T&until=T&limit=N&offset=K                   VRP payments, oldest first
     GET  /admin/find?employee=E&account=1234&amount=A        an employee's transfers and their final outcome
     GET  /admin/totals?day=D | month=M | since=T&until=T     money counted once: paid, failed, outstanding, in
                                                              progress, scheduled, not paid, per currency
@@ -59,14 +63,17 @@ from processor.domain.ledger import day_window, month_window
 from processor.domain.roles import Action, Actor, AdminToken, Controls
 from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, iso_ms, within_range
+from processor.domain.vrp_states import Mandate
 from processor.engine.finding import Wanted, find_transfers
 from processor.engine.ledger import totals_between
 from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.requests import Where, ask_retry, decide_request
 from processor.engine.retries import Correction, RetryError
+from processor.engine.vrp_views import mandate_timeline, mandate_view, mandate_views, payment_json, vrp_report
 from processor.engine.withdrawal import WithdrawError, lifecycle_detail
 from processor.store import Store, StoreError, StoreTx
 from processor.store.operator import DeadLetterRow
+from processor.store.vrp import MandateFilter
 from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
 
 log = structlog.get_logger("processor.api.admin")
@@ -75,6 +82,7 @@ MAX_BODY = 256 * 1024
 MAX_LIMIT = 500
 MAX_ID = 200
 STATES = frozenset(str(state) for state in FlowState)
+MANDATE_STATES = frozenset(str(state) for state in Mandate)
 REQUEST_STATES = frozenset({"PENDING", "APPROVED", "DECLINED"})
 Handler = Callable[[Request, Actor], Awaitable[Response]]
 
@@ -149,6 +157,13 @@ def _wanted(request: Request) -> Wanted:
     if employee is None and account is None and amount is None:
         raise BadRequestError("give employee, account (last digits) or amount")
     return Wanted(employee=employee, account_last=account, amount=amount)
+
+
+def _offset(request: Request) -> int:
+    text = _single(request, "offset") or "0"
+    if not text.isdigit() or len(text) > 9:
+        raise BadRequestError("offset must be a whole number")
+    return int(text)
 
 
 def _limit(request: Request) -> int:
@@ -488,7 +503,66 @@ def admin_app(
 
     async def reconciliation(request: Request, actor: Actor) -> Response:
         since, until = window(request, time.now())
-        return _ok(await store.arun(lambda tx: report(tx, since, until), write=False))
+
+        def read(tx: StoreTx) -> dict[str, Any]:
+            return {**report(tx, since, until), "vrp": vrp_report(tx, since, until)}
+
+        return _ok(await store.arun(read, write=False))
+
+    async def mandates(request: Request, actor: Actor) -> Response:
+        states = tuple(s for s in (_single(request, "status") or "").split(",") if s)
+        unknown = [s for s in states if s not in MANDATE_STATES]
+        if unknown:
+            raise BadRequestError(f"unknown state {unknown[0]!r} (known: {', '.join(sorted(MANDATE_STATES))})")
+        wanted = MandateFilter(
+            states=states,
+            integration=_text(_single(request, "integration"), "integration", required=False),
+            since=_instant(request, "since"),
+            until=_instant(request, "until"),
+            text=_text(_single(request, "q"), "q", required=False),
+        )
+        limit, offset, now = _limit(request), _offset(request), time.now()
+
+        def read(tx: StoreTx) -> dict[str, Any]:
+            rows = tx.mandates.listing(wanted, offset=offset, limit=limit)
+            return {
+                "mandates": [view.as_json() for view in mandate_views(tx, rows, now)],
+                "counts": tx.mandates.state_counts(wanted),
+                "next_offset": offset + limit if len(rows) == limit else None,
+            }
+
+        return _ok(await store.arun(read, write=False))
+
+    async def mandate(request: Request, actor: Actor) -> Response:
+        mandate_id, now = _path_id(request, "mandate_id"), time.now()
+
+        def read(tx: StoreTx) -> dict[str, Any] | None:
+            found = tx.mandates.get(mandate_id)
+            if found is None:
+                return None
+            return {
+                **mandate_view(tx, found, now).as_json(),
+                "payments": [payment_json(p) for p in tx.vrp_payments.for_mandate(mandate_id)],
+                "timeline": [vars(entry) for entry in mandate_timeline(tx, mandate_id)],
+            }
+
+        found = await store.arun(read, write=False)
+        return _error(404, f"mandate {mandate_id} is unknown") if found is None else _ok(found)
+
+    async def vrp_payments(request: Request, actor: Actor) -> Response:
+        mandate_id = _text(_single(request, "mandate"), "mandate", required=False)
+        since, until = _instant(request, "since"), _instant(request, "until")
+        limit, offset = _limit(request), _offset(request)
+
+        def read(tx: StoreTx) -> dict[str, Any] | None:
+            if mandate_id is not None and tx.mandates.get(mandate_id) is None:
+                return None
+            rows = tx.vrp_payments.listing(mandate_id=mandate_id, since=since, until=until, offset=offset, limit=limit)
+            following = offset + limit if len(rows) == limit else None
+            return {"payments": [payment_json(p) for p in rows], "next_offset": following}
+
+        found = await store.arun(read, write=False)
+        return _error(404, f"mandate {mandate_id} is unknown") if found is None else _ok(found)
 
     async def money(request: Request, actor: Actor) -> Response:
         since, until = window(request, time.now())
@@ -535,6 +609,9 @@ def admin_app(
         Route("/requests/{request_id}/approve", guarded(decision(True)), methods=["POST"]),
         Route("/requests/{request_id}/decline", guarded(decision(False)), methods=["POST"]),
         Route("/audit", guarded(audit), methods=["GET"]),
+        Route("/mandates", guarded(mandates), methods=["GET"]),
+        Route("/mandates/{mandate_id:path}", guarded(mandate), methods=["GET"]),
+        Route("/vrp-payments", guarded(vrp_payments), methods=["GET"]),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -73,7 +73,7 @@ def _page(title: str, message: str, status: int, outcome: Outcome | None = None)
         noun = "Batch" if outcome.kind in (None, "file") else "Mandate or payment"
         batch = f"<p class='batch' id='batch'>{noun} {html.escape(outcome.flow_id)}</p>"
     payday = ""
-    if outcome is not None and outcome.paid_on is not None:
+    if outcome is not None and outcome.paid_on is not None and outcome.paid_on not in message:
         payday = f"<p class='payday' id='payday'>It will be paid on {html.escape(outcome.paid_on)}.</p>"
     body = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"

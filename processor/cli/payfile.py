@@ -2,7 +2,9 @@
 
     dispersion pay-file --config dispersion.toml batch.json [--wait SECONDS]
 
-The JSON file holds what a `payroll.batches` record holds (docs/payload.md). The command validates it (every bad
+The JSON file holds what a `payroll.batches` record holds (docs/payload.md); a `.xml` file is an ISO 20022
+`pain.001` with one payment information block, read by the reader `dispersion submit` uses (docs/submit.md,
+"From an ERP that speaks ISO 20022"). The command validates it (every bad
 row is listed, exit status 2), stores it in the configured store (`[processor] store`), creates the consent and
 uploads the file, prints the approval link, serves the callback API on the address of `[processor] public_url`
 while it waits for the approver, then creates the file payment, follows it to its end and prints the result of
@@ -27,11 +29,12 @@ import contextlib
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from consumers.records import batch_record
 from processor.cli.common import (
     ENDED,
     USAGE,
@@ -59,7 +62,7 @@ from processor.engine.file_events import results_of
 from processor.engine.file_schedule import payment_due_at
 from processor.engine.intake import accept_batch, calendars_of, readable_batch_id
 from processor.store import Flow, Store, StoreError
-from processor.store.values import sha256_hex
+from processor.store.values import dump_json, sha256_hex
 from schemas.topics import STATUS_TOPIC
 
 POLL_SECONDS = 0.25  # how often the command looks at the flow while the worker runs it
@@ -71,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dispersion pay-file",
         description="Pay one payroll batch as an Open Banking file payment (flow A), without Kafka.",
     )
-    parser.add_argument("batch", type=Path, help="the batch JSON (the payroll.batches fields); - reads stdin")
+    parser.add_argument(
+        "batch", type=Path, help="the batch JSON (the payroll.batches fields; - reads stdin), or a pain.001 .xml"
+    )
     parser.add_argument(
         "--config", type=Path, help="configuration file (default: $DISPERSION_CONFIG or ./dispersion.toml)"
     )
@@ -172,10 +177,47 @@ def batch_problems(
 # -- the command ------------------------------------------------------------------------------------------------
 
 
+def read_pain001_batch(path: Path, integrations: Sequence[str], calendars: Mapping[str, Calendar]) -> BatchInput:
+    """A pain.001 with one payment information block, read as `dispersion submit` reads it (the same reader and
+    checks, `processor.cli.submit_iso`); `CliError` listing every problem, or naming the blocks of a message that
+    holds several (`dispersion submit` sends each as its own batch)."""
+    from processor.cli.submit_iso import read_message
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(integrations) != 1:
+        raise CliError("a pain.001 needs a configuration with exactly one integration")
+    integration = integrations[0]
+    now = datetime.now(UTC)
+    read = read_message(
+        data,
+        integration=integration,
+        calendar=calendars.get(integration, Calendar()),
+        integrations=frozenset(integrations),
+        now=now.replace(microsecond=now.microsecond // 1000 * 1000),
+    )
+    if read.problems:
+        raise CliError(f"{path}: nothing was stored or sent to the bank:\n  " + "\n  ".join(read.problems))
+    if len(read.batches) != 1:
+        blocks = ", ".join(batch.batch_id for batch in read.batches)
+        raise CliError(
+            f"{path} holds {len(read.batches)} payment blocks ({blocks}); pay-file pays one batch: use "
+            "dispersion submit, which sends each block as its own batch"
+        )
+    (batch,) = read.batches
+    text = dump_json(batch_record(batch, source=batch.source))
+    return BatchInput(text, loads_exact(text), batch.batch_id)
+
+
 async def pay_file(args: argparse.Namespace) -> int:
     """Accept the batch (or find it stored), drive its flow, print the outcome; returns the exit status."""
-    given = read_batch(args.batch)
+    xml = args.batch.suffix.lower() == ".xml"
+    given = None if xml else read_batch(args.batch)
     async with open_engine(args.config) as (config, store, engine):
+        if given is None:
+            given = read_pain001_batch(args.batch, sorted(config.integrations), calendars_of(config.integrations))
         batch_id = given.batch_id
         existing = await store.arun(lambda tx: tx.flows.get(batch_id), write=False)
         calendars = calendars_of(config.integrations)

@@ -1,7 +1,7 @@
 """`dispersion report`: the reconciliation report for accounting, one line per transfer of every batch that ended
 (COMPLETED or FAILED) in a time window, with totals per batch and currency (through the admin API).
 
-    dispersion report --since 2026-11-01 [--until 2026-12-01] [--format csv|json] [--output F]
+    dispersion report --since 2026-11-01 [--until 2026-12-01] [--format csv|json] [--output F] [--vrp]
 
 CSV: a header line, then one line per transfer (batch_id, index, employee_reference, amount, currency, status,
 reason_code, reason_text, consent_id, file_payment_id, completed_at); the totals go to standard error (and into
@@ -11,6 +11,11 @@ progress, scheduled, not paid) and the net outstanding (`grand_totals` in JSON).
 times are UTC with milliseconds; `--since 2026-11-01` is that day's midnight UTC. A text cell a spreadsheet
 would run as a formula (it starts with `=`, `+`, `-`, `@`, a tab or a carriage return) is written with a leading
 `'` (OWASP's rule against CSV injection); the JSON form keeps the text as it is.
+
+VRP payments created in the window are kept apart from the file payments: in JSON under `vrp` (`payments`, one per
+payment: mandate_id, instruction_id, amount, currency, state, bank_status, reason, domestic_vrp_id, created_at; and
+`totals` per mandate and currency), in CSV with `--vrp` (those lines instead of the transfers); their totals go to
+standard error after the batches' (`vrp total M GBP: ...`).
 
 Exit status: 0 written; 1 refused by the processor; 2 usage.
 """
@@ -27,6 +32,7 @@ from processor.cli.admin_client import AdminClient, AdminRefusalError, add_argum
 from processor.cli.common import CliError
 from processor.domain.text import csv_cell
 from processor.engine.reporting import REPORT_COLUMNS
+from processor.engine.vrp_views import VRP_REPORT_COLUMNS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,20 +42,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--until", help="to this day or time, exclusive (default: now)")
     p.add_argument("--format", choices=("csv", "json"), default="csv")
     p.add_argument("--output", "-o", help="write to this file (default: standard output)")
+    p.add_argument("--vrp", action="store_true", help="CSV: the VRP payments of the window instead of the transfers")
     add_arguments(p)
     return p
 
 
-def write(document: dict[str, Any], fmt: str, out: IO[str]) -> None:
-    """The report in CSV (lines only) or JSON (lines and totals)."""
+def write(document: dict[str, Any], fmt: str, out: IO[str], *, vrp: bool = False) -> None:
+    """The report in CSV (lines only: the transfers, or with `vrp` the VRP payments) or JSON (everything)."""
     if fmt == "json":
         json.dump(document, out, ensure_ascii=False, indent=1)
         out.write("\n")
         return
+    columns, lines = (VRP_REPORT_COLUMNS, _vrp(document)["payments"]) if vrp else (REPORT_COLUMNS, document["lines"])
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(REPORT_COLUMNS)
-    for line in document["lines"]:
-        writer.writerow(["" if line[column] is None else csv_cell(line[column]) for column in REPORT_COLUMNS])
+    writer.writerow(columns)
+    for line in lines:
+        writer.writerow(["" if line[column] is None else csv_cell(line[column]) for column in columns])
+
+
+def _vrp(document: dict[str, Any]) -> dict[str, Any]:
+    """The VRP part (empty from a processor that predates it)."""
+    part = document.get("vrp")
+    return part if isinstance(part, dict) else {"payments": [], "totals": []}
 
 
 def main(argv: list[str]) -> int:
@@ -67,9 +81,9 @@ def main(argv: list[str]) -> int:
         return 2 if exc.status == 400 else 1
     if args.output:
         with open(args.output, "w", encoding="utf-8", newline="") as out:
-            write(document, args.format, out)
+            write(document, args.format, out, vrp=args.vrp)
     else:
-        write(document, args.format, sys.stdout)
+        write(document, args.format, sys.stdout, vrp=args.vrp)
     for total in document["totals"]:
         print(
             f"total {total['batch_id']} {total['currency']}: {total['transfers']} transfers, "
@@ -79,6 +93,10 @@ def main(argv: list[str]) -> int:
         )
     for line in grand_total_lines(document.get("grand_totals") or []):
         print(line, file=sys.stderr)
+    for total in _vrp(document)["totals"]:
+        states = ", ".join(f"{n['payments']} {state} {n['amount']}" for state, n in total["by_state"].items())
+        head = f"vrp total {total['mandate_id']} {total['currency']}"
+        print(f"{head}: {total['payments']} payments ({states})", file=sys.stderr)
     return 0
 
 

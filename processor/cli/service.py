@@ -62,8 +62,8 @@ from consumers.loop import AtLeastOnceConsumer, ConsumerFencedError, Handler, co
 from consumers.vrp import VrpIntake, vrp_handlers
 from processor.api.admin import admin_app
 from processor.api.callback import create_app
-from processor.api.console.app import console_app
-from processor.api.console.auth import console_auth
+from processor.api.console.app import console_app, console_off
+from processor.api.console.auth import ConsoleAuth, console_auth
 from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
 from processor.cli.common import QuietServer, bind, listen_address
@@ -229,6 +229,8 @@ class Processor:
             )
             routes.append(Route("/console", lambda request: RedirectResponse("/console/", 308), methods=["GET"]))
             routes.append(Mount("/console", app=console))
+        else:  # says how to turn it on, instead of a bare "Not Found"
+            routes.append(Mount("/console", app=console_off()))
         return Starlette(routes=[*routes, Mount("/", app=callback)])
 
     def _consumer(self, loop: asyncio.AbstractEventLoop) -> AtLeastOnceConsumer:
@@ -247,6 +249,7 @@ class Processor:
                 threshold=Decimal(str(self.config.engine.duplicate_overlap)),
                 public_url=self.config.public_url,
             ),
+            controls=self.config.controls,
         )
         handlers: dict[str, Handler] = {
             self.kafka.topic(BATCHES_TOPIC): BatchHandler(batch_intake, wire=self.kafka.wire),
@@ -349,8 +352,18 @@ async def _serve(processor: Processor, sock: socket.socket) -> int:
 
     def ready() -> None:
         print(f"processor ready: api=http://{host}:{port} instance={processor.instance}", flush=True)
+        config = processor.config
+        print(console_line(processor.console_auth, config.public_url, config.source), flush=True)
 
     return await processor.run(sock, ready=ready)
+
+
+def console_line(auth: ConsoleAuth | None, public_url: str, source: str) -> str:
+    """Where the operator console is (or how to turn it on), printed once the processor is ready."""
+    if auth is None:
+        return f"console: off (no [console] operators in {source}; docs/console.md says how to add one)"
+    names = ", ".join(sorted(auth.operators))
+    return f"console: {public_url.rstrip('/')}/console/ (operators: {names})"
 
 
 def validate_tables(config: Config) -> None:

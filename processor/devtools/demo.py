@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -168,6 +169,7 @@ def demo_config(
     group_id: str,
     registry_url: str | None = None,
     console: Mapping[str, Any] | None = None,
+    admin: Mapping[str, Any] | None = None,
 ) -> str:
     """The processor configuration for the demo: `sandbox init`'s, with the demo's store, broker and timings (the
     Confluent wire format when a registry is given, the `[console]` table when given)."""
@@ -188,6 +190,7 @@ def demo_config(
             "kafka": kafka,
             "engine": dict(DEMO_ENGINE),
             **({"console": dict(console)} if console else {}),
+            **({"admin": dict(admin)} if admin else {}),
             # one person runs the demo: their corrected retries are approved by themselves (the audit trail says
             # so); a production deployment keeps four eyes on (docs/operations.md, "Controls")
             **({"controls": {"four_eyes": False}} if console else {}),
@@ -234,6 +237,7 @@ class Demo(Progress):
     keep: bool = False
     ended: bool = False  # the batch reached its final status (a Ctrl-C under --keep is then the normal end)
     console_password: str = field(default_factory=lambda: secrets.token_urlsafe(12), repr=False)
+    admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     services: Services = field(init=False)
 
     def __post_init__(self, bootstrap: str | None, registry: bool, registry_url: str | None) -> None:
@@ -280,6 +284,7 @@ class Demo(Progress):
                 group_id=group_id,
                 registry_url=registry_url,
                 console=self.console_table(),
+                admin={"token_sha256": hashlib.sha256(self.admin_token.encode()).hexdigest()},
             )
         )
         config.chmod(0o600)  # it holds the client secret
@@ -443,7 +448,8 @@ class Demo(Progress):
         )
         self.say(
             f"console: http://127.0.0.1:{api_port}/console/ (sign in as {CONSOLE_OPERATOR}, password "
-            f"{self.console_password})"
+            f"{self.console_password}); admin API token for report, find, retry-failed, dlq: "
+            f"DISPERSION_ADMIN_TOKEN={self.admin_token}"
         )
         batch_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         self.submit(config, batch_id)

@@ -105,6 +105,30 @@ def period_window(limit: PeriodicLimit, created_at: datetime, at: datetime) -> t
     return _add_months(origin, index), _add_months(origin, index + 1)
 
 
+@dataclass(frozen=True)
+class PeriodUse:
+    """One periodic limit in the period that contains a moment: what the accepted payments used of it, what is
+    left, and when the next period starts (`end`)."""
+
+    index: int
+    limit: PeriodicLimit
+    start: datetime
+    end: datetime
+    used: Decimal
+    left: Decimal
+
+
+def period_usage(mandate: Mandate, at: datetime, history: list[PastPayment]) -> list[PeriodUse]:
+    """The client-side ledger at `at`: each periodic limit's current period with its used and remaining amounts
+    (never below zero), counting the payments of `history` made in that period."""
+    uses: list[PeriodUse] = []
+    for i, limit in enumerate(mandate.periodic_limits):
+        start, end = period_window(limit, mandate.created_at, at)
+        used = sum((p.amount for p in history if start <= p.at < end), Decimal("0.00"))
+        uses.append(PeriodUse(i, limit, start, end, used, max(limit.amount - used, Decimal("0.00"))))
+    return uses
+
+
 def check_payment(
     mandate: Mandate, amount: Decimal, currency: str, at: datetime, history: list[PastPayment]
 ) -> list[Breach]:
@@ -132,13 +156,12 @@ def check_payment(
                 f"amount {amount} exceeds the maximum per payment {mandate.max_individual}",
             )
         )
-    for i, limit in enumerate(mandate.periodic_limits):
-        start, end = period_window(limit, mandate.created_at, at)
-        used = sum((p.amount for p in history if start <= p.at < end), Decimal(0))
+    for use in period_usage(mandate, at, history):
+        limit, used = use.limit, use.used
         if used + amount > limit.amount:
             breaches.append(
                 Breach(
-                    f"ControlParameters.PeriodicLimits[{i}]",
+                    f"ControlParameters.PeriodicLimits[{use.index}]",
                     f"{limit.period.value} limit {limit.amount} ({limit.alignment.value}-aligned) "
                     f"would be exceeded: {used} already used, {amount} requested",
                 )

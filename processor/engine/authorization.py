@@ -468,7 +468,7 @@ class Authorizer:
         paid_on = await self._payday(attempt.flow_kind, attempt.flow_id)
         if paid_on is not None:
             day = _day_text(paid_on)
-            message = f"Authorization received. The payment will be made on {day}."
+            message = f"Authorization received. It will be paid on {day}."
             return Outcome(200, "authorized", message, paid_on=day, **where)
         return Outcome(200, "authorized", "Authorization received. The payment will now be made.", **where)
 

@@ -29,6 +29,7 @@ from processor.bank.models import FilePayment
 from processor.domain.file_states import BatchStatus, FlowState, move, outcome_of_bank_status
 from processor.domain.kinds import Kind
 from processor.domain.time import iso_ms
+from processor.engine.accounts import remember_paid
 from processor.engine.authorization import AuthorizationHooks, PendingAuthorization, approval_link
 from processor.engine.consent_watch import look_at_consent
 from processor.engine.context import EngineContext
@@ -371,6 +372,7 @@ class FileFlow(LeasedFlow[Flow]):
         batch = await self.payloads.batch(flow)
         transfers = None if batch is None else [(t.employee_reference, t.amount) for t in batch.transactions]
         currency = batch.origin.currency if batch is not None else await self.payloads.currency(flow)
+        paid_batch = batch if end == FlowState.COMPLETED else None  # where its employees were paid (accounts.py)
         del batch
         try:
             report = await bank.get_file_payment_report(file_payment_id)
@@ -410,6 +412,8 @@ class FileFlow(LeasedFlow[Flow]):
             )
             if consent_id is not None:
                 tx.tokens.delete(consent_id)  # the payment exists: the consent's tokens are no longer needed
+            if paid_batch is not None:
+                remember_paid(tx, paid_batch, results, batch_id=flow.batch_id, now=now)
             return updated
 
         updated = await self.ctx.store.arun(work)

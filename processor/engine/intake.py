@@ -48,9 +48,11 @@ from processor.domain.identity import content_sha256, document_content_sha256
 from processor.domain.kinds import Kind
 from processor.domain.outcomes import batch_id_problem
 from processor.domain.payload import build_file_payload
+from processor.domain.roles import Controls
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
+from processor.engine.accounts import review_at_intake
 from processor.engine.authorization import approval_link
 from processor.engine.file_events import status_payload
 from processor.engine.tracing import continued, current_traceparent
@@ -71,6 +73,7 @@ class IntakeResult:
     status: str  # the flow's state after intake (RECEIVED, INVALID, or the existing flow's state)
     reason: str | None = None
     same_document: bool = True
+    review: str | None = None  # PENDING: held for a changed-account review; FLAGGED: changed accounts marked
     restarted: bool = False  # a new attempt of an ended batch id
     held: str | None = None  # held as a possible duplicate payroll: the figures
 
@@ -281,9 +284,12 @@ def store_batch(
     now: datetime,
     traceparent: str | None = None,
     guard: Guard | None = None,
+    controls: Controls | None = None,
 ) -> IntakeResult:
     """Insert a prepared batch (RECEIVED, held, or INVALID with its event) unless its id exists; `traceparent`
-    (W3C text) is kept with the flow, so its steps continue the batch's trace."""
+    (W3C text) is kept with the flow, so its steps continue the batch's trace. `guard`: the duplicate-payroll
+    guard. With `controls`, a new batch's destination accounts are compared with where its employees were last
+    paid (`processor.engine.accounts`)."""
     if prepared.batch_id is None:
         return IntakeResult(None, False, FlowState.INVALID, prepared.reason)
     if prepared.reason is not None:
@@ -326,10 +332,14 @@ def store_batch(
         return IntakeResult(flow, False, flow.state, None, created.same_document)
     tx.lifecycle.keep_sketch(flow.batch_id, flow.integration, sketch(prepared.keys), now=now)
     flow = _allow(tx, flow, hold, guard, now)
+    review = None
+    if controls is not None:  # the changed-account review may hold it too (both must let it go)
+        review = review_at_intake(tx, flow, prepared.text, controls, now=now)
+        flow = tx.flows.require(flow.batch_id)
     if _held(hold, guard):
         _hold_event(tx, flow, prepared, guard, now)
-        return IntakeResult(flow, True, flow.state, None, True, held=flow.duplicate_note)
-    return IntakeResult(flow, True, flow.state, None, True)
+        return IntakeResult(flow, True, flow.state, None, True, review, held=flow.duplicate_note)
+    return IntakeResult(flow, True, flow.state, None, True, review)
 
 
 def restart_batch(
@@ -400,19 +410,20 @@ async def accept_batch(
     calendars: Mapping[str, Calendar] | None = None,
     guard: Guard | None = None,
     replayed: bool = False,
+    controls: Controls | None = None,
 ) -> IntakeResult:
     """Parse, validate and store one batch (see the module docstring). `integrations`: the configured names;
     a batch naming another is INVALID. `calendars`: each integration's calendar, for a scheduled batch (UTC
     when absent). `guard`: the duplicate-payroll guard (None: off). `replayed`: the message is a replay of a dead
-    letter (a refused batch id is decided again). Checking runs before the transaction (in a thread), so a big
-    batch holds no lock while it is validated; a batch id already stored is answered without validating again,
-    unless it may take a new attempt.
+    letter (a refused batch id is decided again). `controls`: the changed-account review (none without).
+    Checking runs before the transaction (in a thread), so a big batch holds no lock while it is validated; a
+    batch id already stored is answered without validating again, unless it may take a new attempt.
 
     The intake is a span (`intake batch`) continuing `traceparent` (the W3C text the batch came with), or the
     current span (the consumer's) without it; its context is stored with the flow."""
     parent = traceparent if traceparent is not None else current_traceparent()
     with continued("intake batch", parent) as span:
-        checks = _Checks(integrations, limits, calendars, guard)
+        checks = _Checks(integrations, limits, calendars, guard, controls)
         result = await _accept(store, raw, now=now, checks=checks, replayed=replayed)
         if result.flow is not None:
             span.set_attribute("dispersion.batch_id", result.flow.batch_id)
@@ -426,6 +437,7 @@ class _Checks:
     limits: ValidationLimits
     calendars: Mapping[str, Calendar] | None
     guard: Guard | None
+    controls: Controls | None = None
 
     def prepare(self, raw: str | bytes | Mapping[str, Any], now: datetime) -> PreparedBatch:
         return prepare_batch(raw, integrations=self.integrations, limits=self.limits, now=now, calendars=self.calendars)
@@ -475,4 +487,8 @@ async def _accept(
                 lambda tx: restart_batch(tx, prepared, existing, now=now, traceparent=traceparent, guard=checks.guard)
             )
     prepared = await asyncio.to_thread(checks.prepare, raw, now)
-    return await store.arun(lambda tx: store_batch(tx, prepared, now=now, traceparent=traceparent, guard=checks.guard))
+    return await store.arun(
+        lambda tx: store_batch(
+            tx, prepared, now=now, traceparent=traceparent, guard=checks.guard, controls=checks.controls
+        )
+    )

@@ -103,13 +103,14 @@ def status_report(tx: StoreTx, batch_id: str, now: datetime) -> StatusReport | N
 
 def _paid(tx: StoreTx, batch_id: str, lines: list[dict[str, Any]], masked: bool) -> list[PaidTransfer]:
     document = tx.flows.payload_document(batch_id)
-    items = document.get("transactions") if isinstance(document, Mapping) else None
+    listed = document.get("transactions") if isinstance(document, Mapping) else None
+    # transfer_lines has a line per transfer object, in order (a retry's lines carry the original's numbers)
+    items = [item for item in listed if isinstance(item, Mapping)] if isinstance(listed, list) else []
     paid: list[PaidTransfer] = []
-    for line in lines:
-        if line["status"] != "COMPLETED" or not isinstance(items, list):
+    for line, item in zip(lines, items, strict=False):
+        if line["status"] != "COMPLETED":
             continue
-        item = items[int(line["index"])]
-        destination = item.get("destination_account") if isinstance(item, Mapping) else None
+        destination = item.get("destination_account")
         account = str(destination.get("account_number", "")) if isinstance(destination, Mapping) else ""
         paid.append(
             PaidTransfer(

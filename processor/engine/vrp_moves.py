@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
-from processor.domain.vrp_limits import PastPayment, check_payment
+from processor.domain.vrp_limits import Mandate as LimitsView
+from processor.domain.vrp_limits import PastPayment, PeriodUse, check_payment, period_usage
 from processor.domain.vrp_requests import (
     CONSENT_CREATED_KEY,
     MandateRequest,
@@ -168,9 +169,7 @@ def place_payment(
     """Where a payment goes given its (locked) mandate: SUBMITTED when it fits the mandate, REFUSED with the
     breaches, REJECTED under an ended mandate, RECEIVED (parked) while the mandate awaits authorization."""
     if mandate.state == Mandate.AUTHORIZED:
-        view = limits_of(mandate_request(mandate), consent_created_at(mandate), mandate.created_at)
-        accepted = tx.vrp_payments.for_mandate(mandate.mandate_id, states=[s.value for s in COUNTED_PAYMENT_STATES])
-        history = [PastPayment(p.amount, p.created_at) for p in accepted if p.payment_id != payment.payment_id]
+        view, history = ledger_of(tx, mandate, leaving_out=payment.payment_id)
         breaches = check_payment(view, payment.amount, payment.currency, now, history)
         if breaches:
             return Payment.REFUSED, VrpStatus.LIMIT_EXCEEDED, "; ".join(f"{b.field}: {b.message}" for b in breaches)
@@ -178,6 +177,34 @@ def place_payment(
     if mandate_terminal(mandate.state):
         return Payment.REJECTED, VrpStatus.PAYMENT_REJECTED, mandate_ended_reason(mandate)
     return Payment.RECEIVED, None, None
+
+
+COUNTED = tuple(s.value for s in COUNTED_PAYMENT_STATES)
+
+
+def ledger_of(
+    tx: StoreTx,
+    mandate: VrpMandate,
+    *,
+    leaving_out: str | None = None,
+    accepted: list[VrpPayment] | None = None,
+) -> tuple[LimitsView, list[PastPayment]]:
+    """The client-side limit ledger of a mandate: its limits as the check sees them and the accepted payments
+    (SUBMITTED, PENDING, COMPLETED) at the time they were received (`leaving_out`: a payment being placed;
+    `accepted`: those payments when already read, e.g. for a page of mandates at once)."""
+    view = limits_of(mandate_request(mandate), consent_created_at(mandate), mandate.created_at)
+    if accepted is None:
+        accepted = tx.vrp_payments.for_mandate(mandate.mandate_id, states=COUNTED)
+    return view, [PastPayment(p.amount, p.created_at) for p in accepted if p.payment_id != leaving_out]
+
+
+def mandate_usage(
+    tx: StoreTx, mandate: VrpMandate, now: datetime, *, accepted: list[VrpPayment] | None = None
+) -> list[PeriodUse]:
+    """Each periodic limit of the mandate in its current period: used, left, next period's start (the ledger the
+    limit check uses, `processor.domain.vrp_limits.period_usage`)."""
+    view, history = ledger_of(tx, mandate, accepted=accepted)
+    return period_usage(view, now, history)
 
 
 def mandate_ended_reason(mandate: VrpMandate) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 from processor.domain.file_states import WITHDRAWABLE_STATES, BatchStatus, FlowState, resubmit_hint
 from processor.domain.roles import Actor
 from processor.domain.time import iso_ms
+from processor.engine.accounts import CHANGED_ACCOUNTS
 from processor.engine.file_events import status_payload
 from processor.engine.requests import Where, record_action
 from processor.store import Flow, StatusEvent, Store, StoreTx
@@ -152,7 +153,8 @@ def confirm_duplicate(store: Store, batch_id: str, *, by: str, now: datetime, au
             )
         if flow.state != FlowState.RECEIVED:
             raise WithdrawError(409, f"batch {batch_id} is {flow.state}: there is nothing to confirm")
-        confirmed = tx.lifecycle.confirm_duplicate(flow, by=by, now=now)
+        review = tx.requests.pending_for(batch_id, CHANGED_ACCOUNTS)  # its approval releases the batch then
+        confirmed = tx.lifecycle.confirm_duplicate(flow, by=by, now=now, due=review is None)
         if audit is not None:
             audit(tx, confirmed)
         return confirmed

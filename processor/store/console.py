@@ -52,6 +52,25 @@ class BatchFilter:
     until: datetime | None = None
     text: str | None = None
 
+    def where(self, text_columns: tuple[str, ...], *, with_states: bool = True) -> tuple[str, list[Any]]:
+        """The WHERE clause (or "") and its parameters; `text` is looked for in any of `text_columns`."""
+        where: list[str] = []
+        params: list[Any] = []
+        if with_states and self.states:
+            where.append(f"state IN ({', '.join('?' for _ in self.states)})")
+            params.extend(self.states)
+        if self.integration:
+            where.append("integration = ?")
+            params.append(self.integration)
+        for clause, moment in (("created_at >= ?", self.since), ("created_at < ?", self.until)):
+            if moment is not None:
+                where.append(clause)
+                params.append(utc_ms(moment))
+        if self.text:
+            where.append("(" + " OR ".join(f"lower({c}) LIKE ? ESCAPE '\\'" for c in text_columns) + ")")
+            params.extend([like_pattern(self.text)] * len(text_columns))
+        return (f" WHERE {' AND '.join(where)}" if where else ""), params
+
 
 @dataclass(frozen=True)
 class DayTotal:
@@ -97,24 +116,7 @@ class ConsoleReads:
         self.tx = tx
 
     def _where(self, wanted: BatchFilter, *, with_states: bool = True) -> tuple[str, list[Any]]:
-        where: list[str] = []
-        params: list[Any] = []
-        if with_states and wanted.states:
-            where.append(f"state IN ({', '.join('?' for _ in wanted.states)})")
-            params.extend(wanted.states)
-        if wanted.integration:
-            where.append("integration = ?")
-            params.append(wanted.integration)
-        if wanted.since is not None:
-            where.append("created_at >= ?")
-            params.append(utc_ms(wanted.since))
-        if wanted.until is not None:
-            where.append("created_at < ?")
-            params.append(utc_ms(wanted.until))
-        if wanted.text:
-            where.append("(lower(batch_id) LIKE ? ESCAPE '\\' OR lower(file_reference) LIKE ? ESCAPE '\\')")
-            params.extend([like_pattern(wanted.text)] * 2)
-        return (f" WHERE {' AND '.join(where)}" if where else ""), params
+        return wanted.where(("batch_id", "file_reference"), with_states=with_states)
 
     def batches(self, wanted: BatchFilter, *, offset: int = 0, limit: int = 50) -> list[BatchSummary]:
         """Matching batches, newest first (then by batch id), one page."""

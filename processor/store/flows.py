@@ -71,6 +71,11 @@ class Flow:
         """Whether the flow has ended."""
         return self.state in TERMINAL_FLOW_STATES
 
+    @property
+    def duplicate_held(self) -> bool:
+        """Held as a possible duplicate payroll and not confirmed yet: nothing may go to the bank."""
+        return self.duplicate_of is not None and self.duplicate_confirmed_by is None
+
 
 class FlowFields(TypedDict, total=False):
     """Columns `FlowRepo.transition` may change besides the state (absent: unchanged; None: set NULL)."""

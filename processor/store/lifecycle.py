@@ -235,12 +235,13 @@ class Lifecycle:
             found.append((str(row["batch_id"]), created, str(row["transfer_keys"])))
         return found
 
-    def confirm_duplicate(self, flow: Flow, *, by: str, now: datetime) -> Flow:
-        """A person confirmed that a held batch is to be paid: due at once."""
+    def confirm_duplicate(self, flow: Flow, *, by: str, now: datetime, due: bool = True) -> Flow:
+        """A person confirmed that a held batch is to be paid: due at once (unless `due` is False: another hold,
+        a changed-account review, still waits)."""
         row = self.tx.fetchone(
             "UPDATE flows SET duplicate_confirmed_by = ?, duplicate_confirmed_at = ?, next_action_at = ?,"
             " version = version + 1, updated_at = ? WHERE batch_id = ? AND version = ? RETURNING batch_id",
-            (by, utc_ms(now), utc_ms(now), utc_ms(now), flow.batch_id, flow.version),
+            (by, utc_ms(now), utc_ms(now) if due else None, utc_ms(now), flow.batch_id, flow.version),
         )
         if row is None:
             raise StoreError(f"batch {flow.batch_id} changed meanwhile; try again")

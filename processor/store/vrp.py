@@ -17,6 +17,7 @@ from typing import Any, ClassVar, TypedDict, Unpack
 
 from processor.domain.time import utc_ms
 from processor.domain.vrp_states import Mandate, Payment
+from processor.store.console import BatchFilter
 from processor.store.crypto import new_secret_token
 from processor.store.db import in_clause
 from processor.store.outbox import Outbox, StatusEvent
@@ -78,6 +79,14 @@ class MandateChanges(MandateFields, total=False):
     """Columns `MandateRepo.update` may change."""
 
     state: str
+
+
+class MandateFilter(BatchFilter):
+    """The mandates listing's filters (`BatchFilter`'s fields); `text` matches the mandate id or the consent id."""
+
+    def clause(self, *, with_states: bool = True) -> tuple[str, list[Any]]:
+        """The WHERE clause (or "") and its parameters."""
+        return self.where(("mandate_id", "consent_id"), with_states=with_states)
 
 
 class MandateRepo(WorkRepo[VrpMandate]):
@@ -159,6 +168,27 @@ class MandateRepo(WorkRepo[VrpMandate]):
             return Created(self._decode(row), True)
         existing = self.require(mandate_id)
         return Created(existing, False, existing.request_sha256 == digest)
+
+    def listing(self, wanted: MandateFilter, *, offset: int = 0, limit: int = 50) -> list[VrpMandate]:
+        """Matching mandates, newest first (then by id), one page."""
+        clause, params = wanted.clause()
+        rows = self.tx.fetchall(
+            f"SELECT {self._cols()} FROM vrp_mandates{clause}"  # noqa: S608
+            " ORDER BY created_at DESC, mandate_id DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
+        return [self._decode(row) for row in rows]
+
+    def state_counts(self, wanted: MandateFilter) -> dict[str, int]:
+        """How many mandates match the filter's other fields, per state."""
+        clause, params = wanted.clause(with_states=False)
+        rows = self.tx.fetchall(f"SELECT state, COUNT(*) AS n FROM vrp_mandates{clause} GROUP BY state", params)  # noqa: S608
+        return {str(row["state"]): int(row["n"]) for row in rows}
+
+    def integrations(self) -> list[str]:
+        """The integrations mandates were stored for."""
+        rows = self.tx.fetchall("SELECT DISTINCT integration FROM vrp_mandates ORDER BY integration")
+        return [str(row["integration"]) for row in rows]
 
     def update(
         self,
@@ -355,6 +385,43 @@ class VrpPaymentRepo(WorkRepo[VrpPayment]):
             sql += f" AND state IN {in_clause(list(states))}"
             params.extend(states)
         rows = self.tx.fetchall(sql + " ORDER BY created_at, payment_id", params)
+        return [self._decode(r) for r in rows]
+
+    def of_mandates(self, mandate_ids: Collection[str], *, states: Collection[str]) -> dict[str, list[VrpPayment]]:
+        """The payments in `states` of several mandates at once (one query), oldest first per mandate."""
+        found: dict[str, list[VrpPayment]] = {m: [] for m in mandate_ids}
+        if not mandate_ids or not states:
+            return found
+        rows = self.tx.fetchall(
+            f"SELECT {self._cols()} FROM vrp_payments WHERE mandate_id IN {in_clause(list(mandate_ids))}"  # noqa: S608
+            f" AND state IN {in_clause(list(states))} ORDER BY created_at, payment_id",
+            [*mandate_ids, *states],
+        )
+        for row in rows:
+            payment = self._decode(row)
+            found[payment.mandate_id].append(payment)
+        return found
+
+    def listing(
+        self,
+        *,
+        mandate_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        offset: int = 0,
+        limit: int = 500,
+    ) -> list[VrpPayment]:
+        """Payments created in `[since, until)` (of one mandate, when given), oldest first, one page."""
+        where: list[str] = []
+        params: list[object] = []
+        for clause, value in (("mandate_id = ?", mandate_id), ("created_at >= ?", since), ("created_at < ?", until)):
+            if value is not None:
+                where.append(clause)
+                params.append(utc_ms(value) if isinstance(value, datetime) else value)
+        sql = f"SELECT {self._cols()} FROM vrp_payments"  # noqa: S608
+        if where:
+            sql += f" WHERE {' AND '.join(where)}"
+        rows = self.tx.fetchall(sql + " ORDER BY created_at, payment_id LIMIT ? OFFSET ?", (*params, limit, offset))
         return [self._decode(r) for r in rows]
 
     def total(

@@ -7,6 +7,7 @@ page go to $DISPERSION_TEST_OUTPUT/console (default: the test's temporary folder
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,8 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 CONSOLE_LINE = re.compile(r"console: (http://\S+/console/) \(sign in as (\S+), password (\S+)\)")
+REPORT = (sys.executable, "-m", "processor.cli", "report")
+TOKEN_LINE = re.compile(r"DISPERSION_ADMIN_TOKEN=(\S+)")
 APPROVAL_LINE = re.compile(r"approval link: (http://\S+)")
 BATCH_LINE = re.compile(r"following \S+ for batch (demo-\S+)")
 # The elements (of those the selector names) whose box reaches outside the window, as "tag#id text".
@@ -111,6 +115,7 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
     work = tmp_path / "demo-run"
     with demo(work, kafka_bootstrap) as run, sync_playwright() as pw:
         console_url, operator, password = run.wait_for(CONSOLE_LINE).groups()
+        admin_token = run.wait_for(TOKEN_LINE).group(1)
         batch_id = run.wait_for(BATCH_LINE).group(1)
         link = run.wait_for(APPROVAL_LINE).group(1)
         topics = tomllib.loads((work / "dispersion.toml").read_text())["kafka"]["topics"]
@@ -132,7 +137,7 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         page.fill("#password", password)
         _shot(page, shots, "sign-in")
         page.click("#sign-in")
-        expect(page.locator("#operator")).to_have_text(operator)
+        expect(page.locator("#operator")).to_contain_text(operator)  # with the role
 
         # Batches: the demo batch waits for approval.
         expect(page.locator("a.batch-link", has_text=batch_id)).to_be_visible()
@@ -215,9 +220,63 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         assert page.locator("#retry-form").count() == 0
         _shot(page, shots, "batch-after-retry")
 
+        # A scheduled batch: its payday on the batch page and on the approver's page.
+        producer = KafkaProducer(kafka_bootstrap, topics)
+        payday = datetime.now(UTC).date() + timedelta(days=2)
+        shown_day = f"{payday.day} {payday:%b %Y}"
+        scheduled_id = f"{batch_id}-payday"
+        producer.send("payroll.batches", scheduled_id, {**payroll_batch(scheduled_id), "execute_on": payday})
+        for _ in range(120):  # until the processor has read it (an unknown batch's page does not refresh)
+            page.goto(console_url + f"batches/{scheduled_id}")
+            if page.locator("#status").count():
+                break
+            time.sleep(0.25)
+        expect(page.locator("#status")).to_have_text("AUTHORIZATION_REQUIRED", timeout=30_000)
+        expect(page.locator("#payday")).to_contain_text(f"{shown_day} scheduled")
+        approver = context.new_page()
+        approver.goto(page.input_value("#approval-link"))
+        approver.click("#approve")
+        approver.wait_for_load_state()
+        expect(approver.locator("#batch")).to_have_text(f"Batch {scheduled_id}")
+        expect(approver.locator("#message")).to_have_text(f"Authorization received. It will be paid on {shown_day}.")
+        _shot(approver, shots, "approver-scheduled")
+        approver.close()
+        expect(page.locator("#status")).to_have_text("AUTHORIZED", timeout=30_000)
+
+        # Month-end: the money of the month, counted once, equals what `dispersion report` says.
+        month = datetime.now(UTC).strftime("%Y-%m")
+        page.goto(console_url + f"overview?month={month}")
+        expect(page.locator("#scheduled")).to_contain_text(scheduled_id)
+        shown = {
+            name: page.locator(f"#money-GTQ .m-{name} b").inner_text().replace(",", "")
+            for name in ("paid", "failed", "outstanding", "in_progress", "scheduled")
+        }
+        assert shown["paid"] == "43226.50" and shown["failed"] == "6100.25" and shown["outstanding"] == "0.00"
+        assert shown["scheduled"] == "3500.50"
+        _shot(page, shots, "overview")
+        report = subprocess.run(
+            [*REPORT, "--config", str(work / "dispersion.toml"), "--since", f"{month}-01", "--format", "json"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "DISPERSION_ADMIN_TOKEN": admin_token},
+            timeout=60,
+        )
+        assert report.returncode == 0, report.stderr
+        (grand,) = json.loads(report.stdout)["grand_totals"]
+        assert {name: grand[name]["amount"] for name in shown} == shown
+        assert f"net outstanding GTQ: {shown['outstanding']}" in report.stderr
+
+        # "E-1004 was not paid?": search by the employee reference.
+        page.click("#nav-batches")
+        page.fill("#f-q", "E-1004")
+        page.click("#f-apply")
+        found = page.locator("#found tr.found-row", has_text=batch_id).first
+        expect(found).to_contain_text(f"paid by {batch_id}.retry-1")
+        expect(found).to_contain_text("****9902")
+        _shot(page, shots, "search-employee")
+
         # Dead letters: bytes that are no batch at all (shown as hex), and a batch for an integration that does not
         # exist (decoded); the first is replayed with a reason, dead-letters again, and the chain is shown.
-        producer = KafkaProducer(kafka_bootstrap, topics)
         producer.send_raw("payroll.batches", b"poison-1", b"\x00\x01not an avro record\xff")
         unknown = payroll_batch(f"{batch_id}-nowhere")
         unknown["integration"] = "nowhere"
@@ -263,11 +322,10 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         assert page.locator("script").count() == 1  # only the console's own static script
         assert dialogs == []
 
-        # Month-end overview: the day's batches per status as an SVG chart.
+        # Month-end overview of the day: the batches per status as an SVG chart.
         page.click("#nav-overview")
         expect(page.locator("svg.chart rect.bar")).not_to_have_count(0)
         expect(page.locator("#day-totals")).to_contain_text("COMPLETED")
-        _shot(page, shots, "overview")
 
         # Sign out: the pages want a session again.
         page.click("#sign-out")

@@ -83,7 +83,8 @@ def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
     kafka_bootstrap: str, deployment_factory: DeploymentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DISPERSION_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
-    deployment = deployment_factory(kafka_bootstrap, tables={"admin": {"token_env": "DISPERSION_TEST_ADMIN_TOKEN"}})
+    tables = {"admin": {"token_env": "DISPERSION_TEST_ADMIN_TOKEN"}, "controls": {"four_eyes": False}}
+    deployment = deployment_factory(kafka_bootstrap, tables=tables)  # one person: four eyes is issue 19's test
     instance = deployment.start(0)
     statuses = deployment.topic_log(STATUS_TOPIC)
     approve = ApproveEach(deployment.approver(), lambda: instance.url)

@@ -9,6 +9,8 @@
     POST /console/dead-letters/{id}/replay   replay it (a reason is required)
     GET  /console/overview?day=D | month=M | from=D&to=D   Month-end: money counted once (paid, failed, outstanding,
                                          in progress, scheduled) per currency, SVG chart, batches waiting
+    GET  /console/mandates               Mandates (VRP: filters, counts, limits with used and left this period)
+    GET  /console/mandates/{mandate_id}  Mandate (limits and ledger, payments, timeline, approval link while asking)
     GET|POST /console/sign-in, POST /console/sign-out
 
 Every page but sign-in needs a session (else a redirect to sign-in); every POST needs its form's CSRF token
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from processor.api.console import signin
 from processor.api.console.auth import ConsoleAuth, Operator
 from processor.api.console.letters import fill_record, letter_page, letters_page
+from processor.api.console.mandate_views import MANDATE_STATUS_STATES, mandate_page, mandates_page
 from processor.api.console.views import (
     PAGE_SIZE,
     SORTS,
@@ -60,6 +64,7 @@ from processor.engine.retries import Correction, RetryError, preview
 from processor.engine.withdrawal import WithdrawError, act_audit, confirm_duplicate, lifecycle_detail, withdraw_batch
 from processor.store import Store, StoreError, StoreTx
 from processor.store.console import BatchFilter
+from processor.store.vrp import MandateFilter
 from producers.replay import DeadLetterReplayer, ReplayError, replay_dead_letter
 
 log = structlog.get_logger("processor.api.console")
@@ -149,6 +154,36 @@ def _day(value: str | None, name: str) -> datetime | None:
         return within_range(datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC))
     except ValueError:
         raise BadFormError(f"{name} must be a date such as 2026-11-30 (years 1900 to 8999)") from None
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """A listing page's query, checked: the filter's fields, the page number, the values to show in the form."""
+
+    filter: dict[str, Any]
+    page: int
+    shown: dict[str, str]
+
+
+def _listing(request: Request, statuses: Mapping[str, tuple[str, ...]]) -> _Listing:
+    """Read a listing's query (status, integration, from, to, q, page); `BadFormError` naming what is wrong."""
+    q = request.query_params
+    status = q.get("status") or ""
+    if status and status not in statuses:
+        raise BadFormError(f"unknown status {status!r}")
+    since, until = _day(q.get("from"), "from"), _day(q.get("to"), "to")
+    page_text = q.get("page") or "0"
+    if not page_text.isdigit() or len(page_text) > 6:
+        raise BadFormError("page must be a whole number")
+    wanted = {
+        "states": statuses.get(status, ()),
+        "integration": _field(q.get("integration"), "integration", limit=200),
+        "since": since,
+        "until": until + timedelta(days=1) if until else None,
+        "text": _field(q.get("q"), "search", limit=200),
+    }
+    shown = {k: q.get(k) or "" for k in ("status", "integration", "from", "to", "q")}
+    return _Listing(wanted, int(page_text), shown)
 
 
 def _period(form: Mapping[str, str], now: datetime) -> tuple[datetime, datetime, str]:
@@ -296,24 +331,9 @@ def console_app(
     # -- pages -----------------------------------------------------------------------------------------------
 
     async def batches(request: Request, operator: Operator) -> Response:
-        q = request.query_params
-        status = q.get("status") or ""
-        if status and status not in STATUS_STATES:
-            raise BadFormError(f"unknown status {status!r}")
-        since, until = _day(q.get("from"), "from"), _day(q.get("to"), "to")
-        page_text = q.get("page") or "0"
-        if not page_text.isdigit() or len(page_text) > 6:
-            raise BadFormError("page must be a whole number")
-        wanted = BatchFilter(
-            states=STATUS_STATES.get(status, ()),
-            integration=_field(q.get("integration"), "integration", limit=200),
-            since=since,
-            until=until + timedelta(days=1) if until else None,
-            text=_field(q.get("q"), "search", limit=200),
-        )
-        page = int(page_text)
+        listing = _listing(request, STATUS_STATES)
+        wanted, page, filters = BatchFilter(**listing.filter), listing.page, listing.shown
         data = await store.arun(lambda tx: batches_page(tx, wanted, page), write=False)
-        filters = {k: q.get(k) or "" for k in ("status", "integration", "from", "to", "q")}
         return render(
             request,
             "batches.html",
@@ -340,6 +360,7 @@ def console_app(
         )
         if data is None:
             return render(request, "error.html", 404, operator=operator, message=f"Batch {batch_id} is unknown.")
+        reviews = await store.arun(lambda tx: [request_view(r) for r in tx.requests.of_batch(batch_id)], write=False)
         life = await store.arun(lambda tx: lifecycle_detail(tx, batch_id), write=False)
         life["may_withdraw"] = operator.actor.may(Action.WITHDRAW)
         life["may_confirm"] = operator.actor.may(Action.CONFIRM)
@@ -353,6 +374,7 @@ def console_app(
             descending=descending,
             only_failed=only_failed,
             notice=notice(q.get("done"), data.batch.batch_id, data.original),
+            reviews=reviews,
         )
 
     async def retry(request: Request, operator: Operator) -> Response:
@@ -497,6 +519,21 @@ def console_app(
         data = await store.arun(lambda tx: overview_page(tx, since, until, label=label, form=form), write=False)
         return render(request, "overview.html", operator=operator, data=data)
 
+    async def mandates(request: Request, operator: Operator) -> Response:
+        listing = _listing(request, MANDATE_STATUS_STATES)
+        wanted, page, filters, now = MandateFilter(**listing.filter), listing.page, listing.shown, time.now()
+        data = await store.arun(lambda tx: mandates_page(tx, wanted, page, now), write=False)
+        statuses = list(MANDATE_STATUS_STATES)
+        shown: dict[str, Any] = {"data": data, "filters": filters, "page": page, "statuses": statuses}
+        return render(request, "mandates.html", operator=operator, **shown)
+
+    async def mandate(request: Request, operator: Operator) -> Response:
+        mandate_id, now = str(request.path_params["mandate_id"]), time.now()
+        data = await store.arun(lambda tx: mandate_page(tx, mandate_id, public_url=public_url, now=now), write=False)
+        if data is None:
+            return render(request, "error.html", 404, operator=operator, message=f"Mandate {mandate_id} is unknown.")
+        return render(request, "mandate.html", operator=operator, data=data)
+
     async def requests(request: Request, operator: Operator) -> Response:
         def read(tx: StoreTx) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             pending = tx.requests.listed(states=("PENDING",), limit=200)
@@ -576,6 +613,8 @@ def console_app(
         Route("/dead-letters/{letter_id}", signed_in(dead_letter), methods=["GET"]),
         Route("/dead-letters/{letter_id}/replay", signed_in(replay, Action.REPLAY), methods=["POST"]),
         Route("/overview", signed_in(overview), methods=["GET"]),
+        Route("/mandates", signed_in(mandates), methods=["GET"]),
+        Route("/mandates/{mandate_id:path}", signed_in(mandate), methods=["GET"]),
         Route("/requests", signed_in(requests), methods=["GET"]),
         Route("/requests/{request_id}/approve", signed_in(decision(True)), methods=["POST"]),
         Route("/requests/{request_id}/decline", signed_in(decision(False)), methods=["POST"]),
@@ -584,3 +623,32 @@ def console_app(
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     return _Headers(app)
+
+
+_OFF_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>The console is off · dispersion</title><link rel="stylesheet" href="/console/static/console.css"></head>
+<body><header class="top"><span class="brand">dispersion console</span></header><main>
+<h1>The operator console is off on this processor</h1>
+<p>It is served here once the configuration file names at least one operator. Add, then restart the processor:</p>
+<pre>[console]
+operators = { ana = "scrypt:..." }   # the line `dispersion console hash-password ana` prints
+session_key_env = "DISPERSION_CONSOLE_SESSION_KEY"   # at least 32 characters, the same on every instance</pre>
+<p><code>dispersion sandbox init DIR</code> writes such a table (and <code>[admin]</code>) with fresh secrets and
+prints them once; <code>dispersion demo</code> configures an operator for its run. More in docs/console.md.</p>
+</main></body></html>
+"""
+
+
+def console_off() -> ASGIApp:
+    """`/console` on a processor whose configuration names no operator: a page (404) saying how to turn it on,
+    and the console's stylesheet for it."""
+
+    async def off(request: Request) -> Response:
+        return HTMLResponse(_OFF_PAGE, status_code=404, headers={"Cache-Control": "no-store"})
+
+    routes = [
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+        Route("/{path:path}", off, methods=["GET", "HEAD"]),
+    ]
+    return _Headers(Starlette(routes=routes))

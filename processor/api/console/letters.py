@@ -1,5 +1,7 @@
 """The Dead letters pages' data: the recorded dead letters (store), one dead letter's original record read back from
 the DLQ topic and shown decoded when it decodes (account numbers masked), else its bytes as hex, and its replays.
+Dead letters of every input topic are listed together; those of `vrp.mandates` and `vrp.payments` say so (`kind`)
+and name their mandate (recorded in the letter's `batch_id` column), whose page they link to.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from processor.domain.time import iso_ms
 from processor.store import StoreTx
 from processor.store.operator import DeadLetterRow, ReplayRow
 from producers.replay import DeadLetterReplayer, ReplayError
-from schemas.topics import ALL_TOPICS
+from schemas.topics import ALL_TOPICS, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
 
 HEX_LIMIT = 64 * 1024  # bytes shown as hex; a larger record is cut (its size is said)
 
@@ -31,6 +33,21 @@ class LetterRow:
     batch_id: str | None
     at: str
     replayed: int
+    kind: str = "batch"
+
+    @property
+    def vrp(self) -> bool:
+        """A dead letter of flow B (its `batch_id` is the mandate id)."""
+        return self.kind != "batch"
+
+
+# What a dead letter read from each input topic is (the list's Kind column).
+KINDS = {VRP_MANDATES_TOPIC: "VRP mandate", VRP_PAYMENTS_TOPIC: "VRP payment"}
+
+
+def letter_kind(source_topic: str) -> str:
+    """`batch`, `VRP mandate` or `VRP payment`, by the (physical) topic the record was read from."""
+    return KINDS.get(_logical_topic(source_topic) or "", "batch")
 
 
 def letters_page(tx: StoreTx, *, after_id: int, limit: int) -> list[LetterRow]:
@@ -45,6 +62,7 @@ def letters_page(tx: StoreTx, *, after_id: int, limit: int) -> list[LetterRow]:
             row.batch_id,
             iso_ms(row.created_at),
             len(tx.operator.replays(row.id)),
+            letter_kind(row.source_topic),
         )
         for row in rows
     ]
@@ -62,6 +80,11 @@ class LetterPage:
     size: int = 0
     headers: list[tuple[str, str]] = field(default_factory=list)
     unreadable: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """`batch`, `VRP mandate` or `VRP payment`."""
+        return letter_kind(self.letter.source_topic)
 
 
 def letter_page(tx: StoreTx, letter_id: int) -> LetterPage | None:

@@ -4,11 +4,11 @@ templates, account numbers already masked, no token other than the waiting batch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from processor.domain.file_states import FILE_PUBLISHES, FlowState
 from processor.domain.kinds import Kind
@@ -67,15 +67,35 @@ def payday_text(day: date | None) -> str:
     return "" if day is None else f"{day.day} {day:%b %Y}"
 
 
-@dataclass(frozen=True)
-class BatchesPage:
-    """The Batches page."""
+R = TypeVar("R")
 
-    rows: list[BatchSummary]
+
+@dataclass(frozen=True)
+class ListingPage(Generic[R]):
+    """A listing page (batches, mandates): one page of rows, the counts per shown status, how many match."""
+
+    rows: list[R]
     counts: dict[str, int]
     total: int
     integrations: list[str]
     has_next: bool
+
+
+def status_counts(
+    by_state: Mapping[str, int], shown: Callable[[str], str], wanted: tuple[str, ...]
+) -> tuple[dict[str, int], int]:
+    """The counts per shown status (of every stored state), and how many rows the wanted states hold (all: none)."""
+    counts: dict[str, int] = {}
+    for state, n in by_state.items():
+        counts[shown(state)] = counts.get(shown(state), 0) + n
+    total = sum(n for state, n in by_state.items() if not wanted or state in wanted)
+    return counts, total
+
+
+@dataclass(frozen=True)
+class BatchesPage(ListingPage[BatchSummary]):
+    """The Batches page."""
+
     money: dict[str, Totals] = field(default_factory=dict)  # each row's payroll (a retry: itself)
     retry_ids: frozenset[str] = frozenset()
     transfers: list[dict[str, Any]] = field(default_factory=list)  # transfers matching the search text
@@ -85,12 +105,7 @@ def batches_page(tx: StoreTx, wanted: BatchFilter, page: int) -> BatchesPage:
     """One page of batches matching the filter, with the counts per status."""
     reads = ConsoleReads(tx.raw)
     rows = reads.batches(wanted, offset=page * PAGE_SIZE, limit=PAGE_SIZE + 1)
-    by_state = reads.state_counts(wanted)
-    counts: dict[str, int] = {}
-    for state, n in by_state.items():
-        counts[shown_status(state)] = counts.get(shown_status(state), 0) + n
-    wanted_states = set(wanted.states)
-    total = sum(n for state, n in by_state.items() if not wanted_states or state in wanted_states)
+    counts, total = status_counts(reads.state_counts(wanted), shown_status, wanted.states)
     shown = rows[:PAGE_SIZE]
     money = totals_of(tx, [row.batch_id for row in shown])
     retry_ids = frozenset(row.batch_id for row in shown if retry_of(row.batch_id))

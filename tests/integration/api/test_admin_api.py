@@ -37,7 +37,8 @@ from starlette.routing import Mount
 
 from processor.api.admin import admin_app, token_digest
 from processor.domain.file_states import FlowState
-from processor.domain.roles import AdminToken, Role
+from processor.domain.roles import AdminToken, ChangedAccounts, Controls, Role
+from processor.engine.intake import IntakeResult, accept_batch
 from processor.store import Store
 
 TOKEN = "admin-token-for-tests-0123456789"  # the older single [admin] token: named admin, the admin role
@@ -418,3 +419,57 @@ async def test_the_report_command_neutralises_cells_a_spreadsheet_would_run(stor
         references = [row[2] for row in rows[1:]]
         assert references == ['\'=HYPERLINK("http://evil.example","pay")', "'@SUM(1+1)", "E-0002"]
         assert not any(cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row)
+
+
+async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        await pay(rig)  # E-0000 and E-0001 paid to ****0300 and ****0301; E-0002 rejected (not a place it was paid)
+        rig.clock.advance(30 * 86400)  # next month's payroll
+        controls = Controls()  # the default: changed accounts held for review
+
+        async def submit(*transfers: tuple[str, str], rules: Controls = controls) -> tuple[str, IntakeResult]:
+            document = batch(transfers=transfers)
+            result = await accept_batch(store, document, now=rig.clock.now(), integrations={"sandbox"}, controls=rules)
+            return str(document["batch_id"]), result
+
+        diverted, held = await submit(("200100300", "1500.50"), ("666000666", "2000.00"), ("200100777", "750.25"))
+        assert held.review == "PENDING"
+        assert await rig.run_round() == 0 and rig.flow(diverted).state == FlowState.RECEIVED
+        assert rig.count("file_consent") == 1  # nothing reached the bank for it
+        pending = (await http.get("/requests", params={"state": "PENDING"}, headers=bearer(VERA))).json()["requests"]
+        assert [(r["kind"], r["batch_id"], r["requested_by"]) for r in pending] == [
+            ("changed_accounts", diverted, "dispersion-intake")
+        ]
+        (change,) = pending[0]["changed"]  # E-0002 was never paid anywhere: not a change
+        assert (change["index"], change["employee_reference"], change["amount"]) == (1, "E-0001", "2000.00")
+        assert (change["old_account"], change["new_account"]) == ("****0301", "****0666")
+        assert "666000666" not in str(pending)
+        operator = await http.post(f"/requests/{pending[0]['id']}/approve", headers=bearer(ANA))
+        assert operator.status_code == 403
+        reviewed = await http.post(f"/requests/{pending[0]['id']}/approve", headers=bearer(BOB))
+        assert reviewed.status_code == 200 and reviewed.json()["outcome"] == "released", reviewed.text
+        await rig.to_state(diverted, FlowState.AWAITING_AUTHORIZATION)  # the consent is created now
+
+        declined_id, again = await submit(("666000666", "1500.50"))  # E-0000's account changed as well
+        assert again.review == "PENDING"
+        (request,) = (await http.get("/requests", params={"state": "PENDING"}, headers=AUTH)).json()["requests"]
+        assert (await http.post(f"/requests/{request['id']}/decline", headers=bearer(BOB))).status_code == 200
+        assert rig.flow(declined_id).state == FlowState.FAILED
+        failed = next(e for e in rig.events(declined_id) if e.status == "FAILED")
+        assert "declined by bob" in failed.payload["reason"]
+
+        flagged_id, flagged = await submit(
+            ("666000666", "1500.50"), rules=Controls(changed_accounts=ChangedAccounts.FLAG)
+        )
+        assert flagged.review == "FLAGGED" and rig.flow(flagged_id).next_action_at is not None  # due: not held
+        _, off = await submit(("666000666", "1500.50"), rules=Controls(changed_accounts=ChangedAccounts.OFF))
+        assert off.review is None
+
+        trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=AUTH)).json()["entries"]
+        assert [(e["actor"], e["action"], e["subject"]) for e in trail] == [
+            ("dispersion-intake", "changed_accounts_held", diverted),
+            ("bob", "request_approved", diverted),
+            ("dispersion-intake", "changed_accounts_held", declined_id),
+            ("bob", "request_declined", declined_id),
+            ("dispersion-intake", "changed_accounts_flagged", flagged_id),
+        ]

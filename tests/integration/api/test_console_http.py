@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from processor.api.console.app import console_app
+from processor.api.console.app import console_app, console_off
 from processor.domain.file_states import FlowState
 from processor.store import Store
 
@@ -434,3 +434,16 @@ async def test_the_batch_page_withdraws_confirms_a_held_batch_and_shows_a_confli
         page = await c.http.get(f"{c.url}/batches/NOV-B")
         assert 'id="conflicts"' in page.text and "payroll.batches/3/17" in page.text
         assert "#1 amount 200.00 -&gt; 250.00" in page.text
+
+
+async def test_an_unconfigured_console_says_how_to_turn_it_on() -> None:
+    sock, port = bound_socket()
+    app = Starlette(routes=[Mount("/console", app=console_off())])
+    async with serve(app, sock), httpx.AsyncClient(timeout=10) as http:
+        for path in ("/console/", "/console/batches/X"):
+            page = await http.get(f"http://127.0.0.1:{port}{path}")
+            assert page.status_code == 404 and "The operator console is off" in page.text
+            assert "[console]" in page.text and "dispersion console hash-password" in page.text
+            assert page.headers["x-frame-options"] == "DENY"
+        style = await http.get(f"http://127.0.0.1:{port}/console/static/console.css")
+        assert style.status_code == 200

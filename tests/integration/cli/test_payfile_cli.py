@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -19,11 +20,14 @@ import psycopg
 import pytest
 from engine_support import batch
 from file_flow_support import browser_decide, write_batch
+from pain001_support import Block, Tx, oracle_pain001, sap_pain001
 from sandbox_process import SandboxProcess, free_port, running_sandbox
 from store_fixtures import postgres_dsn_or_skip
 
 from processor.store import generate_key
 from processor.store.db import connect
+
+IBAN = "GT82TRAJ01020000001210029690"
 
 
 @pytest.fixture(scope="module")
@@ -245,6 +249,9 @@ async def test_the_processor_refuses_to_start_on_a_foreign_issuer_but_not_on_a_b
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), timeout=60)).decode()
         assert line.startswith("processor ready: "), line
+        console = (await asyncio.wait_for(proc.stdout.readline(), timeout=10)).decode()
+        # `sandbox init` configured an operator: the processor says where the console is.
+        assert re.fullmatch(r"console: http://127\.0\.0\.1:\d+/console/ \(operators: operator\)\n", console), console
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.communicate(), timeout=30)
@@ -327,3 +334,35 @@ async def test_a_batch_scheduled_for_a_past_day_exits_2(
     assert code == 2 and "INVALID, nothing was stored or sent to the bank" in out
     assert f"execute_on {yesterday} is in the past" in out
     assert await counts(cli_sandbox) == before
+
+
+async def test_a_pain001_with_one_payment_block_is_paid_through_the_same_reader(
+    cli_sandbox: SandboxProcess, config: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The processor's own intake (no Kafka) reads a pain.001 with `dispersion submit`'s reader and checks; a
+    message of several blocks is refused naming them, a control-sum mismatch with every problem, nothing stored."""
+    msg_id = f"ORA-{uuid.uuid4().hex[:10]}"
+    today = datetime.now(UTC).date()
+    one = tmp_path / "one.xml"
+    one.write_bytes(oracle_pain001(msg_id, [Block("RUN-1", today, "100200300", [Tx("O-1", "99.99", IBAN)])]))
+    proc = await start("--config", config, str(one), env=env)
+    link, seen = await link_of(proc)
+    assert f"batch {msg_id}/RUN-1: 1 transactions, control sum 99.99 GTQ, integration sandbox\n" in seen
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await browser_decide(http, link)).status_code == 200
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert "****9690" in out.decode() and "COMPLETED" in out.decode()
+
+    two = tmp_path / "two.xml"
+    blocks = [
+        Block("A", today, "100200300", [Tx("A-1", "1", "1")]),
+        Block("B", today, "100200300", [Tx("B-1", "2", "2")]),
+    ]
+    two.write_bytes(sap_pain001(msg_id + "-2", blocks))
+    code, _, err_text = await run("--config", config, str(two), env=env)
+    assert code == 2 and f"holds 2 payment blocks ({msg_id}-2/A, {msg_id}-2/B); pay-file pays one batch" in err_text
+    odd = tmp_path / "odd.xml"
+    odd.write_bytes(sap_pain001(msg_id + "-3", blocks[:1], total="5"))
+    code, _, err_text = await run("--config", config, str(odd), env=env)
+    assert code == 2 and "GrpHdr/CtrlSum: says 5, the amounts add up to 1" in err_text, err_text

@@ -52,6 +52,10 @@ async def test_a_batch_for_tomorrow_is_approved_today_and_paid_only_tomorrow_eve
         await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
         approval = await rig.approve(rig.approval_url(batch_id))
         assert approval.callback is not None and approval.callback.status_code == 200
+        assert "It will be paid on 3 Nov 2026." in approval.callback.text  # the approver is told the payday
+        again = await rig.open_link(rig.approval_url(batch_id))  # the link again, once approved
+        assert again.status_code == 409 and "Already authorised" in again.text and "3 Nov 2026" in again.text
+        assert f"Batch {batch_id}" in again.text
         flow = rig.flow(batch_id)
         assert flow.state == FlowState.AUTHORIZED
         assert flow.next_action_at == tomorrow_starts  # the state table's wait, not a busy loop

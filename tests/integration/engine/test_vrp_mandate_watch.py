@@ -15,6 +15,7 @@ from vrp_engine_support import (
     vrp_sandbox,  # noqa: F401  (module fixture)
 )
 
+from processor.api.console.mandate_views import mandate_page
 from processor.engine.settings import EngineSettings
 from processor.store import Store
 
@@ -119,6 +120,11 @@ async def test_a_refresh_token_revoked_at_the_bank_asks_the_approver_again_and_t
         link = event["authorization_url"]
         assert link != first_link and link.startswith(f"{rig.config.processor.public_url}/approve/mandate/")
         assert (await rig.http.get(first_link)).status_code != 302  # the old link no longer opens the bank
+        shown = store.run(
+            lambda tx: mandate_page(tx, mandate_id, public_url=rig.config.processor.public_url, now=rig.clock.now()),
+            write=False,
+        )
+        assert shown is not None and shown.approval_url == link  # the console shows operators the new link
         more = await rig.vrp.submit_payment(payment_request(mandate_id, "10.00"))
         assert more.payment is not None and more.payment.state == "RECEIVED"  # parked until the approval
 

@@ -15,6 +15,7 @@ from processor.domain.vrp_limits import (
     PeriodicLimit,
     PeriodType,
     check_payment,
+    period_usage,
     period_window,
 )
 
@@ -100,3 +101,26 @@ def test_window_contains_the_moment_and_tiles(at: datetime, period: PeriodType, 
     # The next period starts exactly where this one ends: windows tile time without gaps or overlaps.
     assert period_window(lim, T0, end)[0] == end
     assert period_window(lim, T0, start)[0] == start
+
+
+def test_the_ledger_says_used_left_and_the_next_period_of_each_limit() -> None:
+    month = limit("1000.00", PeriodType.MONTH, Alignment.CONSENT)  # anchored at T0, 31 January 10:30
+    day = limit("300.00", PeriodType.DAY, Alignment.CALENDAR)
+    m = mandate(month, day, max_individual="500.00")
+    at = datetime(2026, 2, 10, 12, 0, tzinfo=UTC)
+    history = [
+        PastPayment(Decimal("250.00"), datetime(2026, 2, 10, 9, 0, tzinfo=UTC)),
+        PastPayment(Decimal("100.05"), datetime(2026, 2, 10, 11, 0, tzinfo=UTC)),
+        PastPayment(Decimal("400.00"), datetime(2026, 1, 31, 10, 29, tzinfo=UTC)),  # before the month's window
+    ]
+    monthly, daily = period_usage(m, at, history)
+    assert (monthly.used, monthly.left) == (Decimal("350.05"), Decimal("649.95"))
+    assert (monthly.start, monthly.end) == (T0, datetime(2026, 2, 28, 10, 30, tzinfo=UTC))  # clamped to 28 February
+    assert (daily.used, daily.left) == (Decimal("350.05"), Decimal("0.00"))  # over: left is never negative
+    assert daily.end == datetime(2026, 2, 11, tzinfo=UTC)
+    # The ledger and the check agree: what is left fits, a cent more does not.
+    assert check_payment(mandate(month, max_individual="1000.00"), monthly.left, "GBP", at, history) == []
+    wider = mandate(month, max_individual="1000.00")
+    assert [b.field for b in check_payment(wider, monthly.left + Decimal("0.01"), "GBP", at, history)] == [
+        "ControlParameters.PeriodicLimits[0]"
+    ]

@@ -33,6 +33,9 @@ AGREED_KEYS = {
         "grant_parameter",
         "assertion_signing",
     ],
+    "console": ["session_key"],
+    "console.operators.operator": ["password", "role"],
+    "admin.tokens.operator": ["token_sha256", "role"],
 }
 
 

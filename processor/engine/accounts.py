@@ -1,0 +1,125 @@
+"""Changed-account review (issue 19 point 3): payroll diversion is an employee's account changed to someone else's
+just before payday, so a transfer whose destination differs from where the same employee reference (of the same
+origin account) was last paid is worth a second person's look.
+
+- When a batch COMPLETES, each paid transfer with an employee reference records where that employee was paid
+  (`paid_accounts`: a hash of the account number and its last four characters, never the number itself).
+- At intake, a new batch's transfers are compared with those records younger than `[controls]
+  account_history_days` (default 400). Under `changed_accounts = "hold"` (default) a batch with a changed account
+  waits, RECEIVED but not due, as a request (`kind` "changed_accounts") on the requests page: approving it makes
+  the worker create its consent; declining it ends it FAILED before anything reaches the bank. Under `"flag"` the
+  transfers are only marked (a request in state FLAGGED, shown with the batch and in the audit trail); `"off"`
+  compares nothing. Retry batches are not compared: a corrected retry had its own second pair of eyes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from processor.domain.batch import PayrollBatch
+from processor.domain.masking import mask_account
+from processor.domain.roles import ChangedAccounts, Controls
+from processor.domain.time import iso_ms
+from processor.store import Flow, StoreTx
+
+CHANGED_ACCOUNTS = "changed_accounts"  # the kind of the request a changed account makes
+INTAKE = "dispersion-intake"  # who "asks" for the review of a held batch (the intake, not a person)
+FLAGGED = "FLAGGED"  # a request state that needs no decision (`changed_accounts = "flag"`)
+
+
+def account_digest(number: str) -> str:
+    """The hash `paid_accounts` keeps of an account number."""
+    return hashlib.sha256(number.encode("utf-8")).hexdigest()
+
+
+def remember_paid(
+    tx: StoreTx,
+    batch: PayrollBatch,
+    results: Sequence[Mapping[str, Any]] | None,
+    *,
+    batch_id: str,
+    now: datetime,
+) -> int:
+    """Record where each paid transfer's employee was paid (a COMPLETED batch; `results` None: every transfer
+    paid); how many records."""
+    failed = {int(r["index"]) for r in results or () if r.get("status") != "COMPLETED"}
+    count = 0
+    for index, transfer in enumerate(batch.transactions):
+        if index in failed or not transfer.employee_reference:
+            continue
+        number = transfer.account_number
+        tx.paid_accounts.paid(
+            batch.origin.number,
+            transfer.employee_reference,
+            account_sha256=account_digest(number),
+            last4=number[-4:],
+            batch_id=batch_id,
+            now=now,
+        )
+        count += 1
+    return count
+
+
+def changed_transfers(tx: StoreTx, document: Mapping[str, Any], *, days: int, now: datetime) -> list[dict[str, Any]]:
+    """The transfers of a batch document whose destination differs from the employee's last paid account (paid
+    within `days`), as the requests page shows them (accounts masked)."""
+    origin = document.get("origin_account") or {}
+    transfers = document.get("transactions") or []
+    references = [t.get("employee_reference") for t in transfers if isinstance(t, Mapping)]
+    known = tx.paid_accounts.last(str(origin.get("account_number")), [r for r in references if r])
+    since = now - timedelta(days=days)
+    changed = []
+    for index, item in enumerate(transfers):
+        reference = item.get("employee_reference")
+        last = known.get(reference) if reference else None
+        if last is None or last.paid_at < since:
+            continue
+        account = item.get("destination_account") or {}
+        number = str(account.get("account_number"))
+        if account_digest(number) == last.account_sha256:
+            continue
+        changed.append(
+            {
+                "index": index,
+                "employee_reference": reference,
+                "amount": str(item.get("amount")),
+                "currency": account.get("currency"),
+                "old_account": "****" + last.account_last4,
+                "new_account": mask_account(number),
+                "last_paid_at": iso_ms(last.paid_at),
+                "last_batch_id": last.batch_id,
+            }
+        )
+    return changed
+
+
+def review_at_intake(tx: StoreTx, flow: Flow, text: str, controls: Controls, *, now: datetime) -> str | None:
+    """Compare a just-stored batch with where its employees were paid; hold or flag it (see the module
+    docstring). The request's state (PENDING when held, FLAGGED), or None when nothing changed or it is off."""
+    if controls.changed_accounts == ChangedAccounts.OFF:
+        return None
+    document = json.loads(text)
+    if document.get("retry_of"):
+        return None
+    changed = changed_transfers(tx, document, days=controls.account_history_days, now=now)
+    if not changed:
+        return None
+    request = tx.requests.create(CHANGED_ACCOUNTS, flow.batch_id, by=INTAKE, now=now, detail={"changed": changed})
+    hold = controls.changed_accounts == ChangedAccounts.HOLD
+    if hold:  # RECEIVED but not due: the worker creates no consent until an approver releases it
+        tx.flows.update(flow.batch_id, expected_version=flow.version, now=now, next_action_at=None)
+    else:
+        tx.requests.decide(request.id, FLAGGED, by=INTAKE, now=now, outcome=None)
+    tx.audit.record(
+        "changed_accounts_held" if hold else "changed_accounts_flagged",
+        actor=INTAKE,
+        role=None,
+        now=now,
+        subject=flow.batch_id,
+        detail={"via": "intake", "request": request.id, "changed": changed},
+    )
+    return "PENDING" if hold else FLAGGED
