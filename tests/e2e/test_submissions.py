@@ -90,9 +90,12 @@ def workbook(path: Path, rows: list[tuple[str, float]], *, creator: str) -> Path
     return path
 
 
-def export(path: Path, rows: list[tuple[str, str]]) -> Path:
+def export(path: Path, rows: list[tuple[str, str]], people: str) -> Path:
     lines = ["employee_reference,account_number,amount,email,concept"]
-    lines += [f"E-{i:03d},{acct},{amount},employee{i}@example.com,Horas extra" for i, (acct, amount) in enumerate(rows)]
+    # employee references of their own: issue 19's changed-account review would hold an employee paid elsewhere
+    lines += [
+        f"{people}-{i},{acct},{amount},employee{i}@example.com,Horas extra" for i, (acct, amount) in enumerate(rows)
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -174,9 +177,9 @@ def test_submissions_mean_what_they_say(kafka_bootstrap: str, deployment_factory
     wait_for(statuses, "NOV-B", "COMPLETED")
 
     # 3. The same batch id with other transfers: a conflict, with the difference.
-    hours = export(directory / "horas-extra.csv", [("200100310", "1000.00"), ("200100311", "266.25")])
+    hours = export(directory / "horas-extra.csv", [("200100310", "1000.00"), ("200100311", "266.25")], "HEX")
     assert dispersion(deployment, "submit", str(hours), *ORIGIN, "--batch-id", "HEX-B", "--quiet").code == 0
-    edited = export(directory / "horas-extra-edit.csv", [("200100310", "1000.00"), ("200100311", "366.25")])
+    edited = export(directory / "horas-extra-edit.csv", [("200100310", "1000.00"), ("200100311", "366.25")], "HEX")
     conflict = dispersion(deployment, "submit", str(edited), *ORIGIN, "--batch-id", "HEX-B", "--quiet")
     assert conflict.code == 5, conflict.out + conflict.err
     assert "transfers: 1 changed (#1 amount 266.25 -> 366.25); control sum 1266.25 -> 1366.25 GTQ" in conflict.err
@@ -198,7 +201,7 @@ def test_submissions_mean_what_they_say(kafka_bootstrap: str, deployment_factory
     assert wait_for(statuses, "HEX-B", "COMPLETED", 2).record["control_sum"] == Decimal("1366.25")
 
     # 5. An EXPIRED batch submitted again is paid.
-    late = export(directory / "bono.csv", [("200100320", "50.00")])
+    late = export(directory / "bono.csv", [("200100320", "50.00")], "BONO")
     assert dispersion(deployment, "submit", str(late), *ORIGIN, "--batch-id", "BONO", "--quiet").code == 0
     wait_for(statuses, "BONO", "EXPIRED", timeout=60)
     resubmitted = dispersion(deployment, "submit", str(late), *ORIGIN, "--batch-id", "BONO", "--quiet")
