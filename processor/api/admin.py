@@ -66,7 +66,7 @@ from processor.engine.ledger import totals_between
 from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.requests import Where, ask_retry, decide_request
 from processor.engine.retries import Correction, RetryError
-from processor.engine.vrp_views import mandate_timeline, mandate_view, payment_json, vrp_report
+from processor.engine.vrp_views import mandate_timeline, mandate_view, mandate_views, payment_json, vrp_report
 from processor.store import Store, StoreError, StoreTx
 from processor.store.operator import DeadLetterRow
 from processor.store.vrp import MandateFilter
@@ -524,7 +524,7 @@ def admin_app(
         def read(tx: StoreTx) -> dict[str, Any]:
             rows = tx.mandates.listing(wanted, offset=offset, limit=limit)
             return {
-                "mandates": [mandate_view(tx, row, now).as_json() for row in rows],
+                "mandates": [view.as_json() for view in mandate_views(tx, rows, now)],
                 "counts": tx.mandates.state_counts(wanted),
                 "next_offset": offset + limit if len(rows) == limit else None,
             }
