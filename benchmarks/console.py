@@ -19,6 +19,8 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -126,7 +128,22 @@ def fill(store: Store, count: int, now: datetime) -> str:
     return sample
 
 
-async def measure(url: str, store: Store, sample: str, repeat: int, now: datetime) -> list[tuple[str, list[float]]]:
+def batch_pages(sample: str, now: datetime) -> dict[str, str]:
+    """The pages timed, by name: their paths under `/console`."""
+    return {
+        "batches (newest 50, counts)": "/",
+        "batches, status COMPLETED": "/?status=COMPLETED",
+        "batches, text search": "/?q=PAYROLL-0042",
+        "batches, date range, page 3": f"/?from={(now - timedelta(days=10)).date()}&to={now.date()}&page=3",
+        "batch (timeline, transfers)": f"/batches/{sample}",
+        "batch, failed only": f"/batches/{sample}?only=failed&sort=amount",
+        "month-end overview (one day)": f"/overview?day={(now - timedelta(days=1)).date()}",
+        "dead letters": "/dead-letters",
+    }
+
+
+async def measure(url: str, store: Store, pages: dict[str, str], repeat: int) -> list[tuple[str, list[float]]]:
+    """Serve the console on loopback, sign in, and time each of `pages` `repeat` times (after one warm-up)."""
     auth = console_auth({"operators": {"bench": hash_password(PASSWORD)}, "session_key": "b" * 40})
     assert auth is not None
     app = Starlette(routes=[Mount("/console", app=console_app(store, auth, public_url=url))])
@@ -137,16 +154,6 @@ async def measure(url: str, store: Store, sample: str, repeat: int, now: datetim
         await asyncio.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     base = f"http://127.0.0.1:{port}/console"
-    pages = {
-        "batches (newest 50, counts)": "/",
-        "batches, status COMPLETED": "/?status=COMPLETED",
-        "batches, text search": "/?q=PAYROLL-0042",
-        "batches, date range, page 3": f"/?from={(now - timedelta(days=10)).date()}&to={now.date()}&page=3",
-        "batch (timeline, transfers)": f"/batches/{sample}",
-        "batch, failed only": f"/batches/{sample}?only=failed&sort=amount",
-        "month-end overview (one day)": f"/overview?day={(now - timedelta(days=1)).date()}",
-        "dead letters": "/dead-letters",
-    }
     figures: list[tuple[str, list[float]]] = []
     async with httpx.AsyncClient(timeout=30) as http:
         form = await http.get(f"{base}/sign-in")
@@ -168,6 +175,33 @@ async def measure(url: str, store: Store, sample: str, repeat: int, now: datetim
     return figures
 
 
+@contextmanager
+def bench_store(url: str | None, name: str) -> Iterator[tuple[Store, str]]:
+    """A fresh store and its URL: SQLite in a temporary folder, or a PostgreSQL schema of its own (dropped after)."""
+    with tempfile.TemporaryDirectory() as folder:
+        url = url or f"sqlite:///{Path(folder) / name}"
+        schema = f"bench_{uuid.uuid4().hex[:8]}" if url.startswith("postgres") else None
+        if schema is not None:
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute(f"CREATE SCHEMA {schema}")
+        store = Store.open(url, cipher=Cipher.from_text(generate_key()), schema=schema)
+        try:
+            yield store, url
+        finally:
+            store.close()
+            if schema is not None:
+                with psycopg.connect(url, autocommit=True) as admin:
+                    admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def print_figures(figures: list[tuple[str, list[float]]], repeat: int, now: datetime) -> None:
+    """Median and worst answer time per page."""
+    width = max(34, *(len(name) for name, _ in figures))
+    print(f"{'page':{width}} {'median ms':>10} {'worst ms':>10}   ({repeat} answers each, {iso_ms(now)})")
+    for name, times in figures:
+        print(f"{name:{width}} {statistics.median(times) * 1000:10.1f} {max(times) * 1000:10.1f}")
+
+
 def main() -> int:
     """Fill, serve, time, print."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -175,29 +209,13 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--store", help="store URL (default: SQLite in a temporary folder)")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        url = args.store or f"sqlite:///{Path(folder) / 'console-bench.sqlite'}"
-        schema = f"bench_{uuid.uuid4().hex[:8]}" if url.startswith("postgres") else None
-        if schema is not None:
-            with psycopg.connect(url, autocommit=True) as admin:
-                admin.execute(f"CREATE SCHEMA {schema}")
-        store = Store.open(url, cipher=Cipher.from_text(generate_key()), schema=schema)
-        try:
-            now = datetime.now(UTC)
-            started = time.perf_counter()
-            sample = fill(store, args.batches, now)
-            print(
-                f"store: {url.split('://')[0]}, {args.batches} batches filled in {time.perf_counter() - started:.1f} s"
-            )
-            figures = asyncio.run(measure("http://127.0.0.1", store, sample, args.repeat, now))
-        finally:
-            store.close()
-            if schema is not None:
-                with psycopg.connect(url, autocommit=True) as admin:
-                    admin.execute(f"DROP SCHEMA {schema} CASCADE")
-    print(f"{'page':34} {'median ms':>10} {'worst ms':>10}   ({args.repeat} answers each, {iso_ms(now)})")
-    for name, times in figures:
-        print(f"{name:34} {statistics.median(times) * 1000:10.1f} {max(times) * 1000:10.1f}")
+    with bench_store(args.store, "console-bench.sqlite") as (store, url):
+        now = datetime.now(UTC)
+        started = time.perf_counter()
+        sample = fill(store, args.batches, now)
+        print(f"store: {url.split('://')[0]}, {args.batches} batches filled in {time.perf_counter() - started:.1f} s")
+        figures = asyncio.run(measure("http://127.0.0.1", store, batch_pages(sample, now), args.repeat))
+    print_figures(figures, args.repeat, now)
     return 0
 
 

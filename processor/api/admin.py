@@ -53,6 +53,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from processor.api.letter_record import read_record
 from processor.api.people import audit_view, replay_audit, request_view
 from processor.domain.file_states import FlowState
 from processor.domain.ledger import day_window, month_window
@@ -65,7 +66,7 @@ from processor.engine.ledger import totals_between
 from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.requests import Where, ask_retry, decide_request
 from processor.engine.retries import Correction, RetryError
-from processor.engine.vrp_views import mandate_timeline, mandate_view, payment_json, vrp_report
+from processor.engine.vrp_views import mandate_timeline, mandate_view, mandate_views, payment_json, vrp_report
 from processor.store import Store, StoreError, StoreTx
 from processor.store.operator import DeadLetterRow
 from processor.store.vrp import MandateFilter
@@ -410,7 +411,11 @@ def admin_app(
             }
 
         found = await store.arun(read, write=False)
-        return _error(404, f"dead letter {letter_id} is unknown") if found is None else _ok(found)
+        if found is None:
+            return _error(404, f"dead letter {letter_id} is unknown")
+        topic, partition, offset = str(found["dead_letter"]).rsplit("/", 2)
+        view = await asyncio.to_thread(read_record, replayer, (topic, int(partition), int(offset)), found["topic"])
+        return _ok({**found, "record": view.as_dict()})
 
     async def replay(request: Request, actor: Actor) -> Response:
         letter_id = _letter_id(request)
@@ -519,7 +524,7 @@ def admin_app(
         def read(tx: StoreTx) -> dict[str, Any]:
             rows = tx.mandates.listing(wanted, offset=offset, limit=limit)
             return {
-                "mandates": [mandate_view(tx, row, now).as_json() for row in rows],
+                "mandates": [view.as_json() for view in mandate_views(tx, rows, now)],
                 "counts": tx.mandates.state_counts(wanted),
                 "next_offset": offset + limit if len(rows) == limit else None,
             }

@@ -61,6 +61,7 @@ from processor.domain.money import money_text
 from processor.domain.outcomes import batch_id_problem
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, Reason, ValidationLimits, validate
+from processor.exports.errors import ExportLimitError
 
 SOURCE: Final = "dispersion-submit"
 EXIT_INVALID: Final = 1
@@ -637,6 +638,10 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     try:
         export = _read(args, fields, defaults, progress, profile)
+    except ExportLimitError as exc:
+        progress.done("")
+        print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
+        return EXIT_USAGE
     except ExportError as exc:
         _report(exc.problems, progress)
         return EXIT_INVALID

@@ -30,7 +30,7 @@ from processor.domain.export_profile import (
 )
 from processor.domain.export_rows import Explanation, MappingResult, RowMapper, RowProblem
 from processor.domain.settings import ConfigError
-from processor.exports import ExportFileError, read_rows
+from processor.exports import ExportFileError, ExportLimitError, read_rows
 
 UNIT = "row"
 # Validation's field names for a transaction -> our column.
@@ -99,6 +99,8 @@ def workbook_profile(path: Path) -> ExportProfile:
                 row = number
                 header = [cell if isinstance(cell, str) else "" for cell in cells]
                 break
+    except ExportLimitError:
+        raise  # not a problem of the data: the file is refused as a whole (exit 2)
     except ExportFileError as exc:
         raise ExportError([Problem(None, "file", str(exc))]) from None
     known = {*REQUIRED_COLUMNS, *ROW_COLUMNS, *BATCH_COLUMNS}
@@ -150,6 +152,8 @@ def map_rows(path: Path, profile: ExportProfile, *, on_row: Callable[[int], None
         ) from None
     except csv.Error as exc:
         raise ExportError([Problem(None, "file", f"cannot be read as CSV: {exc}")]) from None
+    except ExportLimitError:
+        raise  # not a problem of the data: the file is refused as a whole (exit 2)
     except ExportFileError as exc:
         raise ExportError([Problem(None, "file", str(exc))]) from None
     return mapper.finish()

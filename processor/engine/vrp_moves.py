@@ -179,20 +179,31 @@ def place_payment(
     return Payment.RECEIVED, None, None
 
 
+COUNTED = tuple(s.value for s in COUNTED_PAYMENT_STATES)
+
+
 def ledger_of(
-    tx: StoreTx, mandate: VrpMandate, *, leaving_out: str | None = None
+    tx: StoreTx,
+    mandate: VrpMandate,
+    *,
+    leaving_out: str | None = None,
+    accepted: list[VrpPayment] | None = None,
 ) -> tuple[LimitsView, list[PastPayment]]:
     """The client-side limit ledger of a mandate: its limits as the check sees them and the accepted payments
-    (SUBMITTED, PENDING, COMPLETED) at the time they were received (`leaving_out`: a payment being placed)."""
+    (SUBMITTED, PENDING, COMPLETED) at the time they were received (`leaving_out`: a payment being placed;
+    `accepted`: those payments when already read, e.g. for a page of mandates at once)."""
     view = limits_of(mandate_request(mandate), consent_created_at(mandate), mandate.created_at)
-    accepted = tx.vrp_payments.for_mandate(mandate.mandate_id, states=[s.value for s in COUNTED_PAYMENT_STATES])
+    if accepted is None:
+        accepted = tx.vrp_payments.for_mandate(mandate.mandate_id, states=COUNTED)
     return view, [PastPayment(p.amount, p.created_at) for p in accepted if p.payment_id != leaving_out]
 
 
-def mandate_usage(tx: StoreTx, mandate: VrpMandate, now: datetime) -> list[PeriodUse]:
+def mandate_usage(
+    tx: StoreTx, mandate: VrpMandate, now: datetime, *, accepted: list[VrpPayment] | None = None
+) -> list[PeriodUse]:
     """Each periodic limit of the mandate in its current period: used, left, next period's start (the ledger the
     limit check uses, `processor.domain.vrp_limits.period_usage`)."""
-    view, history = ledger_of(tx, mandate)
+    view, history = ledger_of(tx, mandate, accepted=accepted)
     return period_usage(view, now, history)
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from processor.domain.export_profile import ExportProfile, format_for, kind_mismatch
 from processor.domain.export_rows import Cell
 from processor.exports.csv_rows import csv_rows
-from processor.exports.errors import ExportFileError
+from processor.exports.errors import ExportFileError, ExportLimitError
 from processor.exports.xlsx_rows import xlsx_rows
 
-__all__ = ["ExportFileError", "csv_rows", "read_rows", "xlsx_rows"]
+__all__ = ["ExportFileError", "ExportLimitError", "csv_rows", "read_rows", "xlsx_rows"]
 
 
 def read_rows(path: Path, profile: ExportProfile) -> Iterator[tuple[int, Sequence[Cell]]]:

@@ -387,6 +387,21 @@ class VrpPaymentRepo(WorkRepo[VrpPayment]):
         rows = self.tx.fetchall(sql + " ORDER BY created_at, payment_id", params)
         return [self._decode(r) for r in rows]
 
+    def of_mandates(self, mandate_ids: Collection[str], *, states: Collection[str]) -> dict[str, list[VrpPayment]]:
+        """The payments in `states` of several mandates at once (one query), oldest first per mandate."""
+        found: dict[str, list[VrpPayment]] = {m: [] for m in mandate_ids}
+        if not mandate_ids or not states:
+            return found
+        rows = self.tx.fetchall(
+            f"SELECT {self._cols()} FROM vrp_payments WHERE mandate_id IN {in_clause(list(mandate_ids))}"  # noqa: S608
+            f" AND state IN {in_clause(list(states))} ORDER BY created_at, payment_id",
+            [*mandate_ids, *states],
+        )
+        for row in rows:
+            payment = self._decode(row)
+            found[payment.mandate_id].append(payment)
+        return found
+
     def listing(
         self,
         *,

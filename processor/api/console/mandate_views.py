@@ -22,6 +22,7 @@ from processor.engine.vrp_views import (
     mandate_status,
     mandate_timeline,
     mandate_view,
+    mandate_views,
 )
 from processor.store import StoreTx, VrpPayment
 from processor.store.vrp import MandateFilter
@@ -44,7 +45,7 @@ def mandates_page(tx: StoreTx, wanted: MandateFilter, page: int, now: datetime) 
     """One page of mandates matching the filter, each with its ledger at `now`, and the counts per status."""
     rows = tx.mandates.listing(wanted, offset=page * PAGE_SIZE, limit=PAGE_SIZE + 1)
     counts, total = status_counts(tx.mandates.state_counts(wanted), mandate_status, wanted.states)
-    views = [mandate_view(tx, row, now) for row in rows[:PAGE_SIZE]]
+    views = mandate_views(tx, rows[:PAGE_SIZE], now)
     return MandatesPage(views, counts, total, tx.mandates.integrations(), len(rows) > PAGE_SIZE, iso_ms(now))
 
 
