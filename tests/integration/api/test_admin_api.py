@@ -465,6 +465,41 @@ async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(st
         _, off = await submit(("666000666", "1500.50"), rules=Controls(changed_accounts=ChangedAccounts.OFF))
         assert off.review is None
 
+        await rig.approve(rig.approval_url(diverted))
+        assert (await rig.to_state(diverted, FlowState.COMPLETED)).state == FlowState.COMPLETED
+        window = {"since": "2026-11-01T00:00:00Z", "until": "2027-01-01T00:00:00Z"}
+        reviews = (await http.get("/report", params=window, headers=AUTH)).json()["reviews"]
+        assert [(r["batch_id"], r["state"], r["reviewed_by"], r["transfers"]) for r in reviews] == sorted(
+            [
+                (
+                    diverted,
+                    "APPROVED",
+                    "bob",
+                    [
+                        {
+                            "index": 1,
+                            "employee_reference": "E-0001",
+                            "old_account": "****0301",
+                            "new_account": "****0666",
+                        }
+                    ],
+                ),
+                (
+                    declined_id,
+                    "DECLINED",
+                    "bob",
+                    [
+                        {
+                            "index": 0,
+                            "employee_reference": "E-0000",
+                            "old_account": "****0300",
+                            "new_account": "****0666",
+                        }
+                    ],
+                ),
+            ]
+        )
+
         trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=AUTH)).json()["entries"]
         assert [(e["actor"], e["action"], e["subject"]) for e in trail] == [
             ("dispersion-intake", "changed_accounts_held", diverted),
