@@ -100,3 +100,20 @@ def test_a_failing_migration_leaves_no_trace(store_target: StoreTarget) -> None:
             migrate(db, (*MIGRATIONS, broken))
         assert current_version(db) == MIGRATIONS[-1].version
     assert "half" not in _tables(store_target)
+
+
+def test_mandates_authorised_before_migration_14_are_watched_from_it(store_target: StoreTarget) -> None:
+    # Yesterday's store: an AUTHORIZED mandate that nothing was scheduled for (AUTHORIZED had no step).
+    with store_target.connect() as db:
+        migrate(db, tuple(m for m in MIGRATIONS if m.version < 14))
+        with db.transaction() as tx:
+            tx.execute(
+                "INSERT INTO vrp_mandates (mandate_id, integration, state, request, request_sha256, limits,"
+                " approval_token, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ("m-old", "sandbox", "AUTHORIZED", "{}", "x", "{}", "token-old", T0, T0),
+            )
+        assert migrate(db) == [14]
+    with store_target.open() as store, store.transaction(write=False) as tx:
+        mandate = tx.mandates.require("m-old")
+        assert mandate.next_action_at == mandate.updated_at  # due: its consent is read at the next worker round
+        assert mandate.consent_read_at is None  # never read yet: a payment reads it first
