@@ -32,7 +32,7 @@ def status_payload(
     currency: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v2.avsc, minus `event_id`,
+    """The `dispersion.status` event for `flow` (fields of schemas/dispersion_status.v3.avsc, minus `event_id`,
     which the outbox assigns). Values come from the flow row; `overrides` replace them (e.g. the new ids). The
     outcome fields (transfers and amounts completed / failed) follow from `transaction_results`."""
     payload: dict[str, Any] = {
