@@ -138,6 +138,8 @@ def batch_pages(sample: str, now: datetime) -> dict[str, str]:
         "batch (timeline, transfers)": f"/batches/{sample}",
         "batch, failed only": f"/batches/{sample}?only=failed&sort=amount",
         "month-end overview (one day)": f"/overview?day={(now - timedelta(days=1)).date()}",
+        "month-end overview (30 days)": f"/overview?from={(now - timedelta(days=30)).date()}&to={now.date()}",
+        "batches, search an employee": "/?q=E-0003",
         "dead letters": "/dead-letters",
     }
 

@@ -17,6 +17,7 @@ version that breaks its readers). Producers never register on their own: this co
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +112,19 @@ def _describe_configs(admin: AdminClient, names: Iterable[str], timeout: float) 
     resources = [ConfigResource("topic", name) for name in names]
     if not resources:
         return {}
+    deadline = time.monotonic() + min(timeout, 10.0)
+    while True:
+        try:
+            return _configs(admin, resources, timeout)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            unknown = isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # a topic created a moment ago: the broker lists it before it describes it
+
+
+def _configs(admin: AdminClient, resources: list[ConfigResource], timeout: float) -> dict[str, dict[str, str | None]]:
     futures = admin.describe_configs(resources, request_timeout=timeout)
     found: dict[str, dict[str, str | None]] = {}
     for resource, future in futures.items():
@@ -155,9 +169,13 @@ def ensure_topics(
 
     present = [spec for spec in specs if spec.name in existing and spec.name not in results]
     if present:
-        if any(existing[spec.name] < 0 for spec in present):
+        deadline = time.monotonic() + min(timeout, 10.0)
+        while any(existing[spec.name] <= 0 for spec in present) and time.monotonic() < deadline:
+            # created a moment ago (here or by another instance): the broker's metadata lists it shortly
             metadata = admin.list_topics(timeout=timeout)
             existing.update({name: len(topic.partitions) for name, topic in metadata.topics.items()})
+            if any(existing[spec.name] <= 0 for spec in present):
+                time.sleep(0.2)
         current = _describe_configs(admin, (spec.name for spec in present), timeout)
         for spec in present:
             results[spec.name] = _align(admin, spec, existing[spec.name], current[spec.name], timeout, check_only)

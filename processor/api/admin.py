@@ -57,6 +57,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from processor.api.admin_lifecycle import lifecycle_routes
+from processor.api.letter_record import read_record
 from processor.api.people import audit_view, replay_audit, request_view
 from processor.domain.file_states import FlowState
 from processor.domain.ledger import day_window, month_window
@@ -417,7 +418,11 @@ def admin_app(
             }
 
         found = await store.arun(read, write=False)
-        return _error(404, f"dead letter {letter_id} is unknown") if found is None else _ok(found)
+        if found is None:
+            return _error(404, f"dead letter {letter_id} is unknown")
+        topic, partition, offset = str(found["dead_letter"]).rsplit("/", 2)
+        view = await asyncio.to_thread(read_record, replayer, (topic, int(partition), int(offset)), found["topic"])
+        return _ok({**found, "record": view.as_dict()})
 
     async def replay(request: Request, actor: Actor) -> Response:
         letter_id = _letter_id(request)

@@ -71,7 +71,11 @@ def _show(client: AdminClient, args: argparse.Namespace) -> int:
         print(json.dumps(letter, ensure_ascii=False))
         return 0
     print(printable(_line(letter)))
+    if len(letter["reason"]) > 160:  # the whole reason (a conflict's difference with the stored batch, say)
+        print(printable(f"  reason: {letter['reason']}"))
     print(f"  on the dead-letter topic at {letter['dead_letter']}")
+    for line in record_lines(letter.get("record") or {}):
+        print(printable(line) if not line.startswith("    ") else line)
     for replay in letter["replays"]:
         where = "not acknowledged" if replay["offset"] is None else f"{replay['topic']}/{replay['partition']}/"
         where += "" if replay["offset"] is None else str(replay["offset"])
@@ -81,6 +85,34 @@ def _show(client: AdminClient, args: argparse.Namespace) -> int:
     for again in letter["dead_lettered_again_as"]:
         print(f"  dead-lettered again as {again}")
     return 0
+
+
+HEX_LINES = 16  # lines of hex `show` prints (16 bytes each); the console shows more
+
+
+def record_lines(record: dict[str, Any]) -> list[str]:
+    """The dead letter's original record: its key, then decoded, as text, or as hex (`letter_record`)."""
+    if record.get("unreadable"):
+        return [f"  record: not readable here ({record['unreadable']})"]
+    if not record:
+        return []
+    lines = [f"  key: {record['key'] if record.get('key') is not None else 'none'}"]
+    size = record.get("size", 0)
+    if record.get("decoded") is not None:
+        lines.append(f"  record (decoded, {size} bytes):")
+        body = str(record["decoded"]).splitlines()
+    elif record.get("text") is not None:
+        lines.append(f"  record (not of the topic's schema; UTF-8 text, {size} bytes):")
+        body = str(record["text"]).splitlines()
+    else:
+        lines.append(f"  record (does not decode, not text; hex, {size} bytes):")
+        body = str(record.get("hex") or "").splitlines()
+        if len(body) > HEX_LINES:
+            body = [*body[:HEX_LINES], f"... ({len(body) - HEX_LINES} more lines: see the console)"]
+    lines.extend(printable(f"    {line}") for line in body)
+    for key, value in record.get("headers") or []:
+        lines.append(printable(f"  header {key}: {value}"))
+    return lines
 
 
 def _replay(client: AdminClient, args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments
 from processor.cli.common import CliError
-from processor.domain.text import csv_cell
+from processor.domain.text import csv_cell, printable
 from processor.engine.reporting import REPORT_COLUMNS
 from processor.engine.vrp_views import VRP_REPORT_COLUMNS
 
@@ -93,6 +93,12 @@ def main(argv: list[str]) -> int:
         )
     for line in grand_total_lines(document.get("grand_totals") or []):
         print(line, file=sys.stderr)
+    for review in document.get("reviews") or []:
+        who = f"{review['state'].lower()} by {review['reviewed_by']}" if review.get("reviewed_by") else "flagged only"
+        for item in review["transfers"]:
+            moved = f"{item['old_account']} -> {item['new_account']}"
+            changed = f"transfer {item['index']} ({item['employee_reference']}) {moved}"
+            print(printable(f"changed account {review['batch_id']}: {changed}, {who}"), file=sys.stderr)
     for total in _vrp(document)["totals"]:
         states = ", ".join(f"{n['payments']} {state} {n['amount']}" for state, n in total["by_state"].items())
         head = f"vrp total {total['mandate_id']} {total['currency']}"

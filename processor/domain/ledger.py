@@ -45,9 +45,9 @@ class Bucket:
     amount: Decimal = ZERO
 
     def add(self, transfers: int, amount: Decimal) -> None:
-        """Count `transfers` more for `amount`."""
+        """Count `transfers` more for `amount` (amounts of two decimals add up exactly: no rounding here)."""
         self.transfers += transfers
-        self.amount = (self.amount + amount).quantize(CENT)
+        self.amount += amount
 
 
 @dataclass
@@ -76,7 +76,7 @@ class Totals:
         body: dict[str, Any] = {"currency": self.currency, "batches": self.batches}
         for name in BUCKETS:
             bucket: Bucket = getattr(self, name)
-            body[name] = {"transfers": bucket.transfers, "amount": format(bucket.amount, "f")}
+            body[name] = {"transfers": bucket.transfers, "amount": format(bucket.amount.quantize(CENT), "f")}
         return body
 
 

@@ -9,7 +9,9 @@ origin account) was last paid is worth a second person's look.
   waits, RECEIVED but not due, as a request (`kind` "changed_accounts") on the requests page: approving it makes
   the worker create its consent; declining it ends it FAILED before anything reaches the bank. Under `"flag"` the
   transfers are only marked (a request in state FLAGGED, shown with the batch and in the audit trail); `"off"`
-  compares nothing. Retry batches are not compared: a corrected retry had its own second pair of eyes.
+  compares nothing. The batch's AUTHORIZATION_REQUIRED status event (its FAILED one, when declined) carries the
+  changed transfers, masked, and who reviewed them (`changed_accounts`, `reviewed_by`: status v3).
+  Retry batches are not compared: a corrected retry had its own second pair of eyes.
 """
 
 from __future__ import annotations
@@ -123,3 +125,26 @@ def review_at_intake(tx: StoreTx, flow: Flow, text: str, controls: Controls, *, 
         detail={"via": "intake", "request": request.id, "changed": changed},
     )
     return "PENDING" if hold else FLAGGED
+
+
+def review_fields(tx: StoreTx, batch_id: str, *, reviewed_by: str | None = None) -> dict[str, Any]:
+    """The status event's `changed_accounts` and `reviewed_by` for a batch with a changed-account request (empty
+    when it has none): the flagged transfers, masked, and who approved or declined them."""
+    for request in tx.requests.of_batch(batch_id):
+        changed = request.detail.get("changed")
+        if request.kind != CHANGED_ACCOUNTS or not changed:
+            continue
+        decided = request.decided_by if request.state in ("APPROVED", "DECLINED") else None
+        return {
+            "changed_accounts": [
+                {
+                    "index": int(item["index"]),
+                    "employee_reference": item.get("employee_reference"),
+                    "previous_account": str(item["old_account"]),
+                    "account": str(item["new_account"]),
+                }
+                for item in changed
+            ],
+            "reviewed_by": reviewed_by or decided,
+        }
+    return {}

@@ -29,7 +29,7 @@ from processor.bank.models import FilePayment
 from processor.domain.file_states import BatchStatus, FlowState, move, outcome_of_bank_status
 from processor.domain.kinds import Kind
 from processor.domain.time import iso_ms
-from processor.engine.accounts import remember_paid
+from processor.engine.accounts import remember_paid, review_fields
 from processor.engine.authorization import AuthorizationHooks, PendingAuthorization, approval_link
 from processor.engine.consent_watch import look_at_consent
 from processor.engine.context import EngineContext
@@ -177,6 +177,7 @@ class FileFlow(LeasedFlow[Flow]):
         replacing = await link_published(self.ctx, flow)
         deadline = flow.authorization_deadline or now + timedelta(seconds=self.ctx.settings.authorization_deadline)
         link = approval_link(self.ctx.public_url, self.kind, flow.batch_id, flow.approval_token)
+        review = await self.ctx.store.arun(lambda tx: review_fields(tx, flow.batch_id), write=False)
         event = status_event(
             flow,
             FlowState.AWAITING_AUTHORIZATION,
@@ -184,6 +185,7 @@ class FileFlow(LeasedFlow[Flow]):
             currency=currency,
             replacing=replacing,
             authorization_url=link,
+            **review,  # the changed accounts an approver reviewed before the consent was created
         )
 
         def work(tx: StoreTx) -> Flow:

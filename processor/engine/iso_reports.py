@@ -2,8 +2,9 @@
 debit notifications for the ledger. The data comes from the same per-transfer lines as the admin API and
 `dispersion report` (`processor.engine.reporting.transfer_lines`); the XML is written by `processor.exports`.
 
-A transfer that failed and was then paid (or failed again) by a retry batch (`ID.retry-N`) reports the retry's
-outcome, the last retry winning, and names the retry that paid it.
+A transfer that failed and was then paid (or failed again) by a retry batch (`ID.retry-N`) reports its final
+outcome as `processor.engine.ledger.payroll_of` reads it (the console's and admin API's reading of a payroll) and
+names the retry that paid it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any, Literal
 
 from processor.domain.file_states import FlowState
 from processor.domain.masking import mask_account
-from processor.domain.outcomes import retry_of
+from processor.domain.outcomes import retry_of, split_reason
+from processor.engine.ledger import payroll_of
 from processor.engine.reporting import transfer_lines
 from processor.exports.camt054 import Entry, Notification, Notifications, PaidTransfer
 from processor.exports.pain002 import StatusReport, TransferStatus
@@ -63,29 +65,50 @@ def _status(line: Mapping[str, Any]) -> TransferStatus:
     )
 
 
+def _ended_at(tx: StoreTx, batch_id: str | None) -> datetime | None:
+    row = tx.operator.batch(batch_id) if batch_id else None
+    return row.updated_at if row is not None and row.state in (FlowState.COMPLETED, FlowState.FAILED) else None
+
+
+def _final(tx: StoreTx, batch_id: str, lines: list[dict[str, Any]]) -> list[TransferStatus]:
+    """Each transfer's final outcome across the batch's retries (`processor.engine.ledger.payroll_of`, the one
+    reading of a payroll that the console and the admin API use too)."""
+    payroll = payroll_of(tx, batch_id)
+    statuses: list[TransferStatus] = []
+    for line in lines:
+        outcome = payroll.outcomes.get(int(line["index"])) if payroll is not None else None
+        reference = line.get("employee_reference")
+        if outcome is None:
+            mine = _status(line)
+            statuses.append(TransferStatus(reference, mine.status, mine.reason_code, mine.reason_text))
+            continue
+        code, text = split_reason(outcome.reason)
+        retried = outcome.by if outcome.by not in (None, batch_id) else None
+        if outcome.final == "PAID":
+            statuses.append(TransferStatus(reference, "ACSC", None, None, retried, _ended_at(tx, outcome.by)))
+        elif outcome.final == "IN_PROGRESS":
+            note = f"being retried in {retried}" if retried else None
+            statuses.append(TransferStatus(reference, "ACCP", code, note))
+        else:  # OUTSTANDING (the bank rejected it, and no retry paid it), NOT_PAID (the batch ended unpaid)
+            statuses.append(TransferStatus(reference, "RJCT", code, text))
+    return statuses
+
+
 def status_report(tx: StoreTx, batch_id: str, now: datetime) -> StatusReport | None:
-    """The `pain.002` content of a batch; None for an unknown batch."""
+    """The `pain.002` content of a batch; None for an unknown batch. A retry batch asked for itself reports its
+    own transfers; an original batch reports each transfer's final outcome across its retries."""
     row = tx.operator.batch(batch_id)
     if row is None:
         return None
     lines = transfer_lines(tx, row)
-    statuses = [_status(line) for line in lines]
-    ended_at = row.updated_at if row.state in (FlowState.COMPLETED, FlowState.FAILED) else None
-    statuses = [
-        TransferStatus(s.end_to_end_id, s.status, s.reason_code, s.reason_text, None, ended_at) for s in statuses
-    ]
-    for retry in tx.operator.retries_of(batch_id):
-        retry_row = tx.operator.batch(retry.retry_batch_id)
-        if retry_row is None:
-            continue
-        retry_ended = retry_row.updated_at if retry_row.state in (FlowState.COMPLETED, FlowState.FAILED) else None
-        for line, index in zip(transfer_lines(tx, retry_row), retry.transfer_indexes, strict=False):
-            again = _status(line)
-            paid_by = retry.retry_batch_id if again.status == "ACSC" else None
-            note = again.reason_text if again.status != "ACCP" else f"being retried in {retry.retry_batch_id}"
-            statuses[index] = TransferStatus(
-                statuses[index].end_to_end_id, again.status, again.reason_code, note, paid_by, retry_ended
-            )
+    if tx.operator.retry(batch_id) is not None:
+        ended_at = _ended_at(tx, batch_id)
+        statuses = [
+            TransferStatus(s.end_to_end_id, s.status, s.reason_code, s.reason_text, None, ended_at)
+            for s in map(_status, lines)
+        ]
+    else:
+        statuses = _final(tx, batch_id, lines)
     message_id, block_id, version = ids_of(tx, batch_id)
     total = sum((Decimal(str(line["amount"])) for line in lines), Decimal(0))
     note = f"the batch ended {row.state}" if row.state in _UNPAID_ENDS else None

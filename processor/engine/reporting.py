@@ -23,6 +23,7 @@ from processor.engine.file_events import results_of
 from processor.engine.ledger import payroll_of, totals_between
 from processor.store import StoreTx
 from processor.store.operator import BatchRow
+from processor.store.requests import RequestRow
 
 REPORT_COLUMNS = (
     "batch_id",
@@ -166,4 +167,29 @@ def report(tx: StoreTx, since: datetime, until: datetime) -> dict[str, Any]:
                 }
             )
     grand = [t.as_dict() for t in totals_between(tx, since, until)]
-    return {"since": iso_ms(since), "until": iso_ms(until), "lines": lines, "totals": totals, "grand_totals": grand}
+    ended = {row["batch_id"] for row in totals}
+    reviews = [
+        _review(r) for batch_id in sorted(ended) for r in tx.requests.of_batch(batch_id) if r.detail.get("changed")
+    ]
+    return {
+        "since": iso_ms(since),
+        "until": iso_ms(until),
+        "lines": lines,
+        "totals": totals,
+        "grand_totals": grand,
+        "reviews": reviews,
+    }
+
+
+def _review(request: RequestRow) -> dict[str, Any]:
+    """A batch's changed-account review as the report gives it: the flagged transfers (masked) and who decided."""
+    return {
+        "batch_id": request.batch_id,
+        "state": request.state,
+        "reviewed_by": request.decided_by if request.state in ("APPROVED", "DECLINED") else None,
+        "reviewed_at": iso_ms(request.decided_at) if request.decided_at and request.state != "FLAGGED" else None,
+        "transfers": [
+            {k: item.get(k) for k in ("index", "employee_reference", "old_account", "new_account")}
+            for item in request.detail.get("changed", [])
+        ],
+    }

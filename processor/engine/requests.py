@@ -25,6 +25,7 @@ from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.masking import mask_account
 from processor.domain.roles import Action, Actor, Controls
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
+from processor.engine.accounts import review_fields
 from processor.engine.file_events import status_event
 from processor.engine.retries import Correction, RetryError, RetryOutcome, RetryPlan, create, plan
 from processor.store import ConstraintError, Store, StoreTx
@@ -231,6 +232,8 @@ def _carry_out(
         tx.flows.update(request.batch_id, expected_version=flow.version, now=now, next_action_at=due)
         return "released"
     reason = f"the changed destination accounts were declined by {actor.name} (request {request.id})"
-    event = status_event(flow, FlowState.FAILED, now, reason=reason)
+    event = status_event(
+        flow, FlowState.FAILED, now, reason=reason, **review_fields(tx, flow.batch_id, reviewed_by=actor.name)
+    )
     tx.flows.transition(flow, FlowState.FAILED, now=now, event=event, next_action_at=None, last_error=reason)
     return str(BatchStatus.FAILED)

@@ -205,6 +205,8 @@ class VrpPaymentFlow(LeasedFlow[VrpPayment]):
         def queue(tx: StoreTx) -> VrpPayment:
             if resumed:  # an earlier B2 may have gone through: it stays to be resolved, with the same key
                 tx.side_effects.mark_ambiguous(payment.payment_id, Operation.CREATE_VRP, queued, now=now)
+            else:  # nothing was sent under the key: say so, or the next attempt would take it for an unknown outcome
+                guard.fail(tx, f"not sent: {queued}")
             return tx.vrp_payments.update(
                 payment.payment_id,
                 expected_version=payment.version,

@@ -15,6 +15,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from processor.domain.time import utc_ms
 from processor.store.console import like_pattern
 from processor.store.db import Row, Tx, to_datetime
@@ -43,7 +45,7 @@ class MoneyRow:
 def _results(text: object) -> list[dict[str, Any]]:
     if text is None:
         return []
-    report = load_json(str(text))
+    report = orjson.loads(str(text))  # amounts are strings in the stored report: no float on the way
     items = report.get("transaction_results") if isinstance(report, dict) else None
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 

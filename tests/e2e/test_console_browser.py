@@ -296,6 +296,7 @@ def test_operator_console_in_a_real_browser(kafka_bootstrap: str, chromium_path:
         page.click("#nav-dead-letters")
         page.locator("tr", has_text="undecodable").first.locator("a.letter-link").click()
         expect(page.locator("#hex")).to_contain_text("0001 6e6f")
+        expect(page.locator("#record-key")).to_have_text("poison-1")  # the Kafka key, though the value names none
         coordinates = page.locator("#dlq-at").inner_text()
         page.click("#replay")  # the reason is required: the browser does not send the form
         expect(page.locator("#replay-reason")).to_be_visible()

@@ -1,25 +1,19 @@
 """The Dead letters pages' data: the recorded dead letters (store), one dead letter's original record read back from
-the DLQ topic and shown decoded when it decodes (account numbers masked), else its bytes as hex, and its replays.
+the DLQ topic and shown decoded, as text or as hex with its key (`processor.api.letter_record`), and its replays.
 Dead letters of every input topic are listed together; those of `vrp.mandates` and `vrp.payments` say so (`kind`)
 and name their mandate (recorded in the letter's `batch_id` column), whose page they link to.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-import schemas
-from processor.domain.masking import masked_record, shown_header
+from processor.api.letter_record import logical_topic, read_record
 from processor.domain.time import iso_ms
 from processor.store import StoreTx
 from processor.store.operator import DeadLetterRow, ReplayRow
-from producers.replay import DeadLetterReplayer, ReplayError
-from schemas.topics import ALL_TOPICS, VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
-
-HEX_LIMIT = 64 * 1024  # bytes shown as hex; a larger record is cut (its size is said)
+from producers.replay import DeadLetterReplayer
+from schemas.topics import VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
 
 
 @dataclass(frozen=True)
@@ -47,7 +41,7 @@ KINDS = {VRP_MANDATES_TOPIC: "VRP mandate", VRP_PAYMENTS_TOPIC: "VRP payment"}
 
 def letter_kind(source_topic: str) -> str:
     """`batch`, `VRP mandate` or `VRP payment`, by the (physical) topic the record was read from."""
-    return KINDS.get(_logical_topic(source_topic) or "", "batch")
+    return KINDS.get(logical_topic(source_topic) or "", "batch")
 
 
 def letters_page(tx: StoreTx, *, after_id: int, limit: int) -> list[LetterRow]:
@@ -76,7 +70,9 @@ class LetterPage:
     replays: list[ReplayRow]
     again: list[DeadLetterRow]
     decoded: str | None = None
+    text: str | None = None
     hex: str | None = None
+    key: str | None = None
     size: int = 0
     headers: list[tuple[str, str]] = field(default_factory=list)
     unreadable: str | None = None
@@ -95,51 +91,9 @@ def letter_page(tx: StoreTx, letter_id: int) -> LetterPage | None:
     return LetterPage(row, tx.operator.replays(letter_id), tx.operator.dead_letters_replaying(row.coordinates))
 
 
-def _logical_topic(physical: str) -> str | None:
-    for logical in ALL_TOPICS:
-        if physical == logical or physical.endswith(f".{logical}"):
-            return logical
-    return None
-
-
-def _json_default(value: object) -> str:
-    return str(value)
-
-
-def _text(value: bytes | None) -> str:
-    if value is None:
-        return ""
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return value.hex()
-
-
 def fill_record(page: LetterPage, replayer: DeadLetterReplayer | None) -> None:
-    """Read the dead letter's record back from Kafka and fill the decoded view or the hex (blocking)."""
-    if replayer is None:
-        page.unreadable = "this instance has no Kafka connection: the original record cannot be read here"
-        return
+    """Read the dead letter's record back from Kafka and fill its readable forms (blocking)."""
     letter = page.letter
-    try:
-        record: Mapping[str, Any] = replayer.read(letter.dlq_topic, letter.dlq_partition, letter.dlq_offset)
-    except ReplayError as exc:
-        page.unreadable = str(exc)
-        return
-    value = record.get("original_value") or b""
-    page.size = len(value)
-    page.headers = [
-        (str(h.get("key")), shown_header(str(h.get("key")), _text(h.get("value"))))
-        for h in record.get("original_headers") or []
-    ]
-    logical = _logical_topic(letter.source_topic)
-    if logical is not None:
-        try:
-            decoded = schemas.Codec(logical).decode(value)
-        except (schemas.DecodeError, ValueError, KeyError, TypeError):
-            decoded = None
-        if decoded is not None:
-            page.decoded = json.dumps(masked_record(decoded), indent=2, default=_json_default, ensure_ascii=False)
-            return
-    shown = value[:HEX_LIMIT]
-    page.hex = "\n".join(shown[i : i + 16].hex(" ", -2) for i in range(0, len(shown), 16))
+    view = read_record(replayer, (letter.dlq_topic, letter.dlq_partition, letter.dlq_offset), letter.source_topic)
+    page.size, page.key, page.decoded, page.text, page.hex = view.size, view.key, view.decoded, view.text, view.hex
+    page.headers, page.unreadable = view.headers, view.unreadable

@@ -35,11 +35,14 @@ from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+import schemas
 from processor.api.admin import admin_app, token_digest
 from processor.domain.file_states import FlowState
 from processor.domain.roles import AdminToken, ChangedAccounts, Controls, Role
-from processor.engine.intake import IntakeResult, accept_batch
+from processor.engine.intake import IntakeResult, accept_batch, prepare_batch, store_batch
 from processor.store import Store
+from producers.relay import outbox_record
+from schemas.topics import STATUS_TOPIC
 
 TOKEN = "admin-token-for-tests-0123456789"  # the older single [admin] token: named admin, the admin role
 ANA, BOB, VERA = "ana-operator-token-0123456789", "bob-approver-token-0123456789", "vera-viewer-token-0123456789"
@@ -449,6 +452,16 @@ async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(st
         reviewed = await http.post(f"/requests/{pending[0]['id']}/approve", headers=bearer(BOB))
         assert reviewed.status_code == 200 and reviewed.json()["outcome"] == "released", reviewed.text
         await rig.to_state(diverted, FlowState.AWAITING_AUTHORIZATION)  # the consent is created now
+        asking = next(e for e in rig.events(diverted) if e.status == "AUTHORIZATION_REQUIRED")
+        flagged_transfer = {
+            "index": 1,
+            "employee_reference": "E-0001",
+            "previous_account": "****0301",
+            "account": "****0666",
+        }
+        assert asking.payload["changed_accounts"] == [flagged_transfer] and asking.payload["reviewed_by"] == "bob"
+        wire = schemas.decode(STATUS_TOPIC, schemas.encode(STATUS_TOPIC, outbox_record(asking)))  # as the relay does
+        assert wire["changed_accounts"] == [flagged_transfer] and wire["reviewed_by"] == "bob"  # status v3
 
         declined_id, again = await submit(("666000666", "1500.50"))  # E-0000's account changed as well
         assert again.review == "PENDING"
@@ -456,7 +469,7 @@ async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(st
         assert (await http.post(f"/requests/{request['id']}/decline", headers=bearer(BOB))).status_code == 200
         assert rig.flow(declined_id).state == FlowState.FAILED
         failed = next(e for e in rig.events(declined_id) if e.status == "FAILED")
-        assert "declined by bob" in failed.payload["reason"]
+        assert "declined by bob" in failed.payload["reason"] and failed.payload["reviewed_by"] == "bob"
 
         flagged_id, flagged = await submit(
             ("666000666", "1500.50"), rules=Controls(changed_accounts=ChangedAccounts.FLAG)
@@ -464,6 +477,41 @@ async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(st
         assert flagged.review == "FLAGGED" and rig.flow(flagged_id).next_action_at is not None  # due: not held
         _, off = await submit(("666000666", "1500.50"), rules=Controls(changed_accounts=ChangedAccounts.OFF))
         assert off.review is None
+
+        await rig.approve(rig.approval_url(diverted))
+        assert (await rig.to_state(diverted, FlowState.COMPLETED)).state == FlowState.COMPLETED
+        window = {"since": "2026-11-01T00:00:00Z", "until": "2027-01-01T00:00:00Z"}
+        reviews = (await http.get("/report", params=window, headers=AUTH)).json()["reviews"]
+        assert [(r["batch_id"], r["state"], r["reviewed_by"], r["transfers"]) for r in reviews] == sorted(
+            [
+                (
+                    diverted,
+                    "APPROVED",
+                    "bob",
+                    [
+                        {
+                            "index": 1,
+                            "employee_reference": "E-0001",
+                            "old_account": "****0301",
+                            "new_account": "****0666",
+                        }
+                    ],
+                ),
+                (
+                    declined_id,
+                    "DECLINED",
+                    "bob",
+                    [
+                        {
+                            "index": 0,
+                            "employee_reference": "E-0000",
+                            "old_account": "****0300",
+                            "new_account": "****0666",
+                        }
+                    ],
+                ),
+            ]
+        )
 
         trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=AUTH)).json()["entries"]
         assert [(e["actor"], e["action"], e["subject"]) for e in trail] == [
@@ -473,3 +521,14 @@ async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(st
             ("bob", "request_declined", declined_id),
             ("dispersion-intake", "changed_accounts_flagged", flagged_id),
         ]
+
+
+async def test_a_batch_stored_under_a_retry_id_before_the_rule_does_not_block_the_real_retry(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        batch_id = await pay(rig)
+        # stored before intake reserved the suffix (an ERP's batch that passed for a retry): not a retry record
+        legacy = prepare_batch(batch(f"{batch_id}.retry-1", transfers=[("6660006666", "750.25")]), retry=True)
+        assert store.run(lambda tx: store_batch(tx, legacy, now=rig.clock.now())).created
+        created = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
+        assert created.status_code == 201, created.text
+        assert created.json()["retry_batch_id"] == f"{batch_id}.retry-2"  # its number is skipped, not refused

@@ -337,14 +337,17 @@ async def test_fuzzed_console_requests_get_a_4xx_never_a_5xx(store: Store) -> No
         @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
         @given(
             path=st.one_of(
-                st.sampled_from(["/", "/overview", "/dead-letters", f"/batches/{batch_id}", "/retry"]),
+                st.sampled_from(
+                    ["/", "/overview", "/dead-letters", f"/batches/{batch_id}", "/retry", "/requests", "/audit"]
+                ),
+                st.builds(lambda t: f"/requests/{quote(t, safe='', errors='surrogatepass')}/approve", _FUZZ_TEXT),
                 st.builds(lambda t: f"/batches/{quote(t, safe='', errors='surrogatepass')}", _FUZZ_TEXT),
                 st.builds(lambda t: f"/dead-letters/{quote(t, safe='', errors='surrogatepass')}", _FUZZ_TEXT),
                 st.builds(lambda t: f"/dead-letters/{quote(t, safe='', errors='surrogatepass')}/replay", _FUZZ_TEXT),
             ),
             method=st.sampled_from(["GET", "POST"]),
             params=st.dictionaries(
-                st.sampled_from(["status", "from", "to", "q", "page", "day", "sort", "after", "integration"]),
+                st.sampled_from(["status", "from", "to", "q", "page", "day", "sort", "after", "integration", "since"]),
                 _FUZZ_TEXT,
                 max_size=3,
             ),

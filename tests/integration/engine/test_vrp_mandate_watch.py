@@ -163,3 +163,30 @@ async def test_tokens_are_gone_from_the_store_after_valid_to(
         late = await rig.vrp.submit_payment(payment_request(mandate.mandate_id, "1.00"))
         assert late.payment is not None and late.payment.state == "REJECTED"
         assert await rig.calls() == 0  # nothing refreshed the tokens of an ended mandate
+
+
+async def test_a_payment_queued_for_re_authorization_is_refused_without_a_b2_when_the_mandate_ends(
+    vrp_sandbox: SandboxProcess,  # noqa: F811
+    store: Store,
+) -> None:
+    # The refresh grant is refused before B2 is ever sent: the payment waits queued. The customer then revokes the
+    # consent, and the mandate ends: the queued payment is rejected with the mandate's reason, never retried.
+    async with vrp_rig(vrp_sandbox, store, settings=SETTINGS) as rig:
+        mandate = await rig.authorised_mandate()
+        mandate_id, consent_id = mandate.mandate_id, mandate.consent_id
+        assert consent_id is not None
+        await rig.customer(consent_id, "revoke-refresh-token")
+        await rig.advance(432_001)  # the access token is dead; its refresh is refused
+        queued = await rig.vrp.submit_payment(payment_request(mandate_id, "40.00"))
+        assert queued.payment is not None and queued.payment.state == "SUBMITTED"
+        assert rig.mandate(mandate_id).state == "REAUTHORIZATION_REQUIRED"
+
+        await rig.customer(consent_id, "revoke")
+        await rig.count_calls("domestic-vrps.create")
+        await rig.advance(SETTINGS.consent_watch_interval + 1)
+        assert (await rig.vrp.advance_mandate(mandate_id)).state == "REVOKED"
+        ended = await rig.vrp.follow_payment(queued.payment.payment_id, max_seconds=30)
+        assert ended.state == "REJECTED", ended
+        assert f"mandate {mandate_id} is REVOKED" in str(ended.last_error)
+        assert await rig.calls() == 0  # no B2
+        assert rig.statuses(mandate_id, queued.payment.payment_id) == ["PAYMENT_REJECTED"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -68,7 +69,12 @@ def test_retention_is_aligned_and_a_partition_count_only_reported(kafka_bootstra
     assert batches.changed_config == ("retention.ms",)
     assert any("has 2 partitions, 3 wanted" in w for w in batches.warnings), batches.warnings
     assert by_name[names[STATUS_TOPIC]].changed_config == ()  # its retention did not change
-    partitions, config = _described(kafka_bootstrap, [names["payroll.batches"]])[names["payroll.batches"]]
+    deadline = time.monotonic() + 10  # the broker applies an altered config a moment after it acknowledged it
+    while True:
+        partitions, config = _described(kafka_bootstrap, [names["payroll.batches"]])[names["payroll.batches"]]
+        if config["retention.ms"] == str(HOUR_MS) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert (partitions, config["retention.ms"]) == (2, str(HOUR_MS))
 
 

@@ -87,6 +87,11 @@ def _status() -> dict[str, Any]:
         "amount_failed": Decimal("0.01"),
         "retry_of": "ERP-2026-01-0000",
         "execute_on": date(2026, 1, 30),
+        # v3: the changed-account review
+        "changed_accounts": [
+            {"index": 1, "employee_reference": "E-002", "previous_account": "****0301", "account": "****0666"}
+        ],
+        "reviewed_by": "bob",
         # v3: the attempt, a withdrawal, a duplicate-payroll hold and who confirmed it
         "attempt": 2,
         "withdrawn_by": None,
