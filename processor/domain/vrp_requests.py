@@ -22,7 +22,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from processor.domain.money import money_text
-from processor.domain.text import unsafe_character
+from processor.domain.text import text_problem
 from processor.domain.time import iso_ms, utc_ms
 from processor.domain.vrp_limits import Alignment, PeriodicLimit, PeriodType
 from processor.domain.vrp_limits import Mandate as LimitsView
@@ -100,9 +100,9 @@ class _Reader:
         if len(value) > max_len:
             self.fail(name, f"must be at most {max_len} characters")
             return None
-        unsafe = unsafe_character(value)
+        unsafe = text_problem(value)  # control, bidi or lone surrogate characters
         if unsafe is not None:
-            self.fail(name, f"holds a control or bidi character ({unsafe})")
+            self.fail(name, f"holds {unsafe}")
             return None
         return value
 

@@ -39,7 +39,7 @@ import schemas
 from processor.api.admin import admin_app, token_digest
 from processor.domain.file_states import FlowState
 from processor.domain.roles import AdminToken, ChangedAccounts, Controls, Role
-from processor.engine.intake import IntakeResult, accept_batch
+from processor.engine.intake import IntakeResult, accept_batch, prepare_batch, store_batch
 from processor.store import Store
 from producers.relay import outbox_record
 from schemas.topics import STATUS_TOPIC
@@ -521,3 +521,14 @@ async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(st
             ("bob", "request_declined", declined_id),
             ("dispersion-intake", "changed_accounts_flagged", flagged_id),
         ]
+
+
+async def test_a_batch_stored_under_a_retry_id_before_the_rule_does_not_block_the_real_retry(store: Store) -> None:
+    async with admin_rig(store) as (rig, http):
+        batch_id = await pay(rig)
+        # stored before intake reserved the suffix (an ERP's batch that passed for a retry): not a retry record
+        legacy = prepare_batch(batch(f"{batch_id}.retry-1", transfers=[("6660006666", "750.25")]), retry=True)
+        assert store.run(lambda tx: store_batch(tx, legacy, now=rig.clock.now())).created
+        created = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
+        assert created.status_code == 201, created.text
+        assert created.json()["retry_batch_id"] == f"{batch_id}.retry-2"  # its number is skipped, not refused
