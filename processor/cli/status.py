@@ -29,12 +29,16 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from types import FrameType
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from processor.domain.money import money_text
-from processor.domain.outcomes import EXIT_NOT_TERMINAL, exit_code
+from processor.domain.outcomes import EXIT_KAFKA_UNREACHABLE, EXIT_NOT_TERMINAL, exit_code
 from processor.domain.text import printable
 from processor.domain.time import iso_ms
+
+if TYPE_CHECKING:
+    from producers.kafka import KafkaSettings
+    from schemas import WireCodec
 
 VRP_TERMINAL: Final = {"AUTHORIZED": 0, "REJECTED": 1, "EXPIRED": 1, "INVALID": 1}
 
@@ -142,11 +146,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], out: IO[str] | None = None) -> int:
     """`dispersion status`."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
-
     import schemas
     from processor.cli.config import settings_from_config
-    from producers.clients import new_consumer, reader_config
+    from processor.cli.kafka_noise import collapsed_kafka_logs, where_kafka_is
     from producers.kafka import KafkaSetupError
     from schemas.topics import STATUS_TOPIC, VRP_STATUS_TOPIC
 
@@ -158,8 +160,6 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
     if args.timeout is not None and args.timeout <= 0:
         print("dispersion status: --timeout must be a positive number of seconds", file=sys.stderr)
         return 2
-    follow = args.follow or args.until_terminal  # a script must never take an unapproved batch for paid
-    deadline = None if args.timeout is None or not args.until_terminal else time.monotonic() + args.timeout
     logical = VRP_STATUS_TOPIC if args.vrp else STATUS_TOPIC
     try:
         settings = settings_from_config(args.config, bootstrap=args.bootstrap)
@@ -169,12 +169,44 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
     topic = args.topic or settings.topic(logical)
     codec = schemas.WireCodec(logical, settings.wire)  # either wire format
     wanted = args.key.encode("utf-8") if args.key else None
+    where = where_kafka_is(settings.bootstrap, args.bootstrap, args.config)
+    try:
+        with collapsed_kafka_logs():
+            return _follow(args, settings, topic, codec, wanted, out)
+    except _UnreachableError as exc:  # the one clear line, after librdkafka's own lines were summed up
+        print(f"dispersion status: Kafka at {where} is not reachable ({exc})", file=sys.stderr)
+        return EXIT_KAFKA_UNREACHABLE
+
+
+class _UnreachableError(Exception):
+    """The broker did not answer (librdkafka's reason)."""
+
+
+def _follow(
+    args: argparse.Namespace,
+    settings: KafkaSettings,
+    topic: str,
+    codec: WireCodec,
+    wanted: bytes | None,
+    out: IO[str],
+) -> int:
+    """Read the status topic (see `main`); librdkafka's own lines are collapsed by the caller."""
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+
+    import schemas
+    from producers.clients import new_consumer, reader_config
+
+    follow = args.follow or args.until_terminal  # a script must never take an unapproved batch for paid
+    deadline = None if args.timeout is None or not args.until_terminal else time.monotonic() + args.timeout
     consumer = new_consumer(reader_config(settings, "status", **{"enable.partition.eof": True}))
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_stop) if main_thread else None
     seen: set[str] = set()
     try:
-        metadata = consumer.list_topics(topic, timeout=args.timeout or 30.0)
+        try:
+            metadata = consumer.list_topics(topic, timeout=args.timeout or 30.0)
+        except KafkaException as exc:
+            raise _UnreachableError(exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc) from None
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             print(f"dispersion status: topic {topic} not found", file=sys.stderr)
@@ -198,6 +230,8 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
                     continue
                 if error.fatal():
                     raise KafkaException(error)
+                if error.code() == KafkaError._ALL_BROKERS_DOWN and not at_end:
+                    raise _UnreachableError(error.str())
                 print(f"dispersion status: {error}", file=sys.stderr)
                 continue
             at_end.discard(message.partition() or 0)

@@ -24,6 +24,7 @@ REASON_CODE: Final = re.compile(r"^[A-Z0-9]{4}$")
 
 # `dispersion status --until-terminal` and `dispersion pay-file` (docs/operations.md, "Exit codes").
 EXIT_PAID, EXIT_ENDED, EXIT_USAGE, EXIT_NOT_TERMINAL, EXIT_PARTLY_PAID = 0, 1, 2, 3, 4
+EXIT_KAFKA_UNREACHABLE: Final = 8  # `status`: the broker did not answer (not "not final yet")
 ENDED_STATUSES: Final = frozenset({"FAILED", "REJECTED", "EXPIRED", "INVALID"})
 
 
