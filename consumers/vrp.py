@@ -59,7 +59,14 @@ class VrpIntake:
             return Reject(f"invalid: {exc}")
         mandate = outcome.mandate
         if mandate.state == Mandate.INVALID:
-            return Reject(f"invalid: {'; '.join(outcome.problems) or mandate.last_error}", mandate.mandate_id)
+            if outcome.created or outcome.problems:
+                return Reject(f"invalid: {'; '.join(outcome.problems) or mandate.last_error}", mandate.mandate_id)
+            # Valid today (say, a replay after the cause was fixed), but its id was refused before, for good.
+            return Reject(
+                f"invalid: mandate {mandate.mandate_id} was already refused as INVALID ({mandate.last_error}); "
+                "send it again under a new mandate id",
+                mandate.mandate_id,
+            )
         if not outcome.created:
             return Accept("duplicate")
         self.wake()

@@ -30,6 +30,7 @@ import io
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -548,6 +549,8 @@ def _read(
         from processor.cli.submit_profile import read_for_submit
 
         export = read_for_submit(args, profile, fields, defaults, requested_at=requested_at, progress=progress.update)
+        # the updates while reading are throttled (a workbook's first rows come at once): the real count, once
+        progress.update(f"read {args.export.name}: {len(export.batch.transactions):,} rows", force=True)
         return replace(settle_batch_id(export), size=size)
     with args.export.open("rb") as opened:
         mismatch = kind_mismatch(args.export.name, fmt, opened.read(8))
@@ -591,11 +594,36 @@ def _chain(first: str, rest: IO[str]) -> Iterator[str]:
     yield from rest
 
 
+SHOWN_PROBLEMS: Final = 50  # printed one by one; the rest are summed up per column
+
+
+def problem_summary(problems: list[Problem]) -> list[str]:
+    """The closing lines: how many problems in how many rows, per column when there are many, and a hint when
+    one column fails on nearly every row (a wrong profile or number format, not 300 wrong rows)."""
+    rows = {p.line for p in problems if p.line is not None}
+    lines: list[str] = []
+    if len(problems) > SHOWN_PROBLEMS:
+        lines.append(f"... and {len(problems) - SHOWN_PROBLEMS} more problem(s) like those")
+    per_field = Counter(p.field for p in problems if p.line is not None)
+    if len(per_field) > 1 and len(problems) > 10:
+        lines.append("problems per column: " + ", ".join(f"{name} {n}" for name, n in per_field.most_common()))
+    if per_field:
+        field, count = per_field.most_common(1)[0]
+        if count >= 10 and count >= 0.9 * len(rows):
+            lines.append(
+                f"{field} is refused on {count} of {len(rows)} rows: is it the right --profile, column or number "
+                "format (1.234,56 or 1,234.56)? `--dry-run --explain` shows how each cell was read"
+            )
+    lines.append(f"dispersion submit: {len(problems)} problem(s); nothing was produced")
+    return lines
+
+
 def _report(problems: list[Problem], progress: Progress) -> None:
     progress.done("")
-    for problem in problems:
+    for problem in problems[:SHOWN_PROBLEMS]:
         print(str(problem), file=sys.stderr)
-    print(f"dispersion submit: {len(problems)} problem(s); nothing was produced", file=sys.stderr)
+    for line in problem_summary(problems):
+        print(line, file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

@@ -217,6 +217,7 @@ def console_app(
     """The console (see the module docstring), to be mounted at `/console`."""
     time: Clock = clock or SystemClock()
     rules = controls or Controls()
+    turns = signin.Turns()
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
@@ -298,7 +299,7 @@ def console_app(
             await asyncio.sleep(0.5)
             return await sign_in_form(request, "Unknown operator or wrong password.", 401)
         address = _address(request)
-        attempt = await signin.sign_in(store, auth, str(name), str(password), address=address, now=time.now())
+        attempt = await signin.sign_in(store, auth, turns, str(name), str(password), address=address, now=time.now())
         if attempt.locked_until is not None:
             await asyncio.sleep(0.5)
             until = attempt.locked_until.strftime("%H:%M:%S UTC")

@@ -231,14 +231,14 @@ async def test_a_corrected_retry_waits_for_a_second_person_and_is_recorded(store
         ]
 
 
-async def sign_in_from(address: str, url: str, name: str) -> httpx.Response:
-    """Sign in with the right password from another loopback address, on a fresh client."""
+async def sign_in_from(address: str, url: str, name: str, password: str = PASSWORD) -> httpx.Response:
+    """Sign in (the right password unless told) from another loopback address, on a fresh client."""
     transport = httpx.AsyncHTTPTransport(local_address=address)
     async with httpx.AsyncClient(timeout=10, transport=transport) as http:
         form = await http.get(f"{url}/sign-in")
         token = CSRF.search(form.text)
         assert token is not None
-        return await http.post(f"{url}/sign-in", data={"csrf": token[1], "name": name, "password": PASSWORD})
+        return await http.post(f"{url}/sign-in", data={"csrf": token[1], "name": name, "password": password})
 
 
 async def test_the_sixth_wrong_password_locks_and_a_cookie_dies_at_sign_out(store: Store) -> None:
@@ -450,3 +450,10 @@ async def test_an_unconfigured_console_says_how_to_turn_it_on() -> None:
             assert page.headers["x-frame-options"] == "DENY"
         style = await http.get(f"http://127.0.0.1:{port}/console/static/console.css")
         assert style.status_code == 200
+
+
+async def test_wrong_passwords_sent_at_once_are_counted_one_by_one(store: Store) -> None:
+    async with console(store) as c:
+        burst = [sign_in_from("127.0.0.3", c.url, "vera", "not the password") for _ in range(10)]
+        codes = sorted(answer.status_code for answer in await asyncio.gather(*burst))
+        assert codes == [401] * 6 + [429] * 4  # the sixth locks, whatever arrived at the same moment

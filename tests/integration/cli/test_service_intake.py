@@ -117,6 +117,12 @@ async def test_vrp_requests_are_stored_without_a_bank_call(store: Store) -> None
         assert isinstance(rejected, Reject) and rejected.batch_id == bad["mandate_id"]
         assert "max_individual_amount" in rejected.reason
         assert _statuses(store, bad["mandate_id"]) == ["INVALID"]
+        # The same id corrected (a replay once the cause is fixed): still INVALID, and the reason says why, not
+        # the problem that no longer holds.
+        fixed = await _in_consumer_thread(intake.mandate, {**bad, "max_individual_amount": "5.00"})
+        assert isinstance(fixed, Reject)
+        assert fixed.reason.startswith(f"invalid: mandate {bad['mandate_id']} was already refused as INVALID (")
+        assert _statuses(store, bad["mandate_id"]) == ["INVALID"]
 
         # Without a readable id there is nothing to store: dead letter only.
         nameless = await _in_consumer_thread(intake.mandate, {"integration": "sandbox"})

@@ -199,6 +199,8 @@ def test_workbook_amounts_are_what_the_cells_show_and_text_accounts_keep_zeros(
     assert "total row 6: 8501.31 (sum of 3 rows: 8501.31) matches" in lines
     assert "footer row(s) ignored: 7" in lines
     assert lines[-1] == "valid batch NOM-2024-11: 3 transactions, control sum 8501.31 GTQ"
+    loud = run(capsys, "--config", str(config), "--profile", "nomina", str(path), "--dry-run")
+    assert "read nomina.xlsx: 3 rows" in loud.err.splitlines()  # the real count, not the first throttled update
 
 
 def test_bad_workbook_cells_name_row_column_and_reason(
@@ -488,3 +490,19 @@ def test_a_file_of_one_kind_named_as_another_is_a_clear_problem(
     result = run(capsys, "--config", str(config), "--profile", "nomina", str(old), "--dry-run", "--quiet")
     assert result.code == 1
     assert "old.xlsx is an Excel 97-2003 workbook (.xls), which cannot be read: save it as .xlsx" in result.err
+
+
+def test_a_wrong_number_format_is_summed_up_not_300_lines(
+    capsys: pytest.CaptureFixture[str], config: Path, tmp_path: Path
+) -> None:
+    rows = "".join(f"E-{n},20010020{n:02d},1.234,56,employee{n}@example.com,Payroll\n" for n in range(60))
+    path = tmp_path / "export.csv"
+    path.write_text("employee_reference,account_number,amount,email,concept\n" + rows.replace(",56,", "56,"))
+    path.write_text(path.read_text().replace("1.23456", '"1.234,56"'))
+    result = run(capsys, "--config", str(config), str(path), *ORIGIN, "--dry-run", "--quiet")
+    assert result.code == 1
+    lines = result.err.splitlines()
+    assert len(lines) <= 50 + 4, result.err
+    assert "... and 10 more problem(s) like those" in lines
+    assert any(line.startswith("amount is refused on 60 of 60 rows: is it the right --profile") for line in lines)
+    assert lines[-1] == "dispersion submit: 60 problem(s); nothing was produced"
