@@ -4,6 +4,8 @@ kept server-side, every attempt in the audit trail.
 - Each failed sign-in counts against the operator's name and against the client's address; after 5 in a row either
   is locked for a minute, doubling with every further failure up to an hour (`processor.domain.roles`). While
   locked, even the right password is refused (429) without being checked. A successful sign-in clears both counts.
+  Attempts for one name or from one address are checked one at a time in a process, so a burst sent in parallel
+  is counted as it would be one by one.
 - A session is a signed cookie and a row in the store (by the hash of its id): signing out ends the row, so a copied
   cookie is dead at once; a session also ends when the operator's password in the configuration changes (its row
   holds a fingerprint of the password it was made with).
@@ -14,6 +16,7 @@ kept server-side, every attempt in the audit trail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -55,8 +58,32 @@ def _audit(
     )
 
 
-async def sign_in(store: Store, auth: ConsoleAuth, name: str, password: str, *, address: str, now: datetime) -> Attempt:
+class Turns:
+    """Attempts for one operator or from one address, one at a time in this process (striped locks: a bounded
+    number, whatever names are tried), so ten wrong passwords sent at once count one after the other and the
+    sixth already finds the lock. One per console app (its locks belong to the event loop that serves it)."""
+
+    def __init__(self, stripes: int = 64) -> None:
+        self.locks = tuple(asyncio.Lock() for _ in range(stripes))
+
+    def of(self, name: str, address: str) -> list[asyncio.Lock]:
+        """The locks to hold, always in the same order (no two attempts wait for each other's second lock)."""
+        return [self.locks[i] for i in sorted({hash(s) % len(self.locks) for s in _subjects(name, address)})]
+
+
+async def sign_in(
+    store: Store, auth: ConsoleAuth, turns: Turns, name: str, password: str, *, address: str, now: datetime
+) -> Attempt:
     """Check a sign-in (see the module docstring); an `Attempt`."""
+    async with contextlib.AsyncExitStack() as held:
+        for lock in turns.of(name, address):
+            await held.enter_async_context(lock)
+        return await _attempt(store, auth, name, password, address=address, now=now)
+
+
+async def _attempt(
+    store: Store, auth: ConsoleAuth, name: str, password: str, *, address: str, now: datetime
+) -> Attempt:
     subjects = _subjects(name, address)
     locks = await store.arun(lambda tx: [tx.sign_in_failures.get(s) for s in subjects], write=False)
     until = max((lock.locked_until for lock in locks if lock.locked_until and lock.locked_until > now), default=None)
