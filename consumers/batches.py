@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import structlog
@@ -34,19 +35,23 @@ from opentelemetry.trace import SpanKind
 import schemas
 from consumers.loop import Accept, Reject, Retry
 from consumers.loop import Verdict as LoopVerdict
+from processor.domain.difference import batch_difference
+from processor.domain.duplicates import ALLOW_DUPLICATE_HEADER
 from processor.domain.file_states import FlowState
 from processor.domain.roles import Controls
 from processor.domain.schedule import Calendar
 from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
-from processor.engine.intake import accept_batch, prepare_batch
+from processor.engine.intake import Guard, IntakeResult, accept_batch, prepare_batch
 from processor.engine.tracing import continued, traceparent_of
-from processor.store import Store, StoreError
+from processor.store import Flow, Store, StoreError
+from processor.store.lifecycle import Verdict as Verdict_
+from producers.dlq import REPLAY_OF_HEADER
 from schemas.topics import BATCHES_TOPIC
 
 log = structlog.get_logger("consumers.batches")
 
-Verdict = Literal["accepted", "duplicate", "invalid", "conflict"]
+Verdict = Literal["accepted", "duplicate", "invalid", "conflict", "held"]
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,43 @@ class IntakeOutcome:
     verdict: Verdict
     batch_id: str | None
     reason: str | None = None
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class MessageRef:
+    """Where a batch message was read, and whether it is a replay of a dead letter (`dispersion-replay-of`)."""
+
+    topic: str
+    partition: int
+    offset: int
+    replayed: bool = False
+    allow_duplicate_of: str | None = None  # `submit --allow-duplicate-of ID`
+
+    @classmethod
+    def of(cls, message: Message) -> MessageRef:
+        """Where `message` was read and what its headers say."""
+        headers: dict[str, str] = {}
+        for header in message.headers() or []:
+            key, value = str(header[0]), header[1]
+            if key in (REPLAY_OF_HEADER, ALLOW_DUPLICATE_HEADER):
+                raw = value if isinstance(value, bytes) else str(value or "").encode()
+                headers[key] = raw.decode("utf-8", "replace")[:200]
+        return cls(
+            message.topic() or BATCHES_TOPIC,
+            message.partition() or 0,
+            message.offset() or 0,
+            REPLAY_OF_HEADER in headers,
+            headers.get(ALLOW_DUPLICATE_HEADER) or None,
+        )
 
 
 class BatchIntake(Protocol):
     """Durably accepts a batch document (`processor.domain.batch` shape) and says what became of it. Must not call the
-    bank; raises `StoreError` when the store cannot be reached (the handler answers Retry)."""
+    bank; raises `StoreError` when the store cannot be reached (the handler answers Retry). `message`: where it
+    was read (its verdict is kept for `dispersion submit`), and whether it is a replay."""
 
-    def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome: ...
+    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome: ...
 
 
 class EngineIntake:
@@ -77,6 +112,7 @@ class EngineIntake:
         limits: ValidationLimits = DEFAULT_LIMITS,
         clock: Clock | None = None,
         calendars: Mapping[str, Calendar] | None = None,
+        guard: Guard | None = None,
         controls: Controls | None = None,
     ) -> None:
         self.store = store
@@ -84,11 +120,12 @@ class EngineIntake:
         self.integrations = None if integrations is None else frozenset(integrations)
         self.limits = limits
         self.calendars = calendars  # each integration's time zone, for scheduled batches (execute_on)
+        self.guard = guard  # the duplicate-payroll guard (None: off)
         self.clock: Clock = clock or SystemClock()
         self._runner = asyncio.Runner()
 
-    def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome:
-        """Store the batch (or recognise it) and classify the result."""
+    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome:
+        """Store the batch (or recognise it), classify the result and keep the verdict where `message` was read."""
         now = self.clock.now()
         result = self._runner.run(
             accept_batch(
@@ -98,31 +135,73 @@ class EngineIntake:
                 integrations=self.integrations,
                 limits=self.limits,
                 calendars=self.calendars,
+                guard=self.guard
+                if self.guard is None or message is None
+                else self.guard.allowing(message.allow_duplicate_of),
+                replayed=message is not None and message.replayed,
                 controls=self.controls,
             )
         )
-        batch_id = result.flow.batch_id if result.flow is not None else None
-        if result.flow is None or (result.created and result.status == FlowState.INVALID):
-            return IntakeOutcome("invalid", batch_id, result.reason)
+        outcome = self._classify(result, document, now)
+        if message is not None:
+            verdict = Verdict_(
+                message.topic,
+                message.partition,
+                message.offset,
+                outcome.batch_id,
+                outcome.verdict,
+                outcome.reason,
+                outcome.attempt,
+                now,
+            )
+            self.store.run(lambda tx: tx.lifecycle.record_verdict(verdict))
+        return outcome
+
+    def _classify(self, result: IntakeResult, document: Mapping[str, Any], now: datetime) -> IntakeOutcome:
+        flow = result.flow
+        batch_id = flow.batch_id if flow is not None else None
+        attempt = flow.attempt if flow is not None else None
+        if flow is None or (result.created and result.status == FlowState.INVALID):
+            return IntakeOutcome("invalid", batch_id, result.reason, attempt)
         if result.created:
-            return IntakeOutcome("accepted", batch_id)
+            if result.held is not None:
+                return IntakeOutcome("held", batch_id, result.held, attempt)
+            return IntakeOutcome("accepted", batch_id, "a new attempt" if result.restarted else None, attempt)
         if result.status == FlowState.INVALID:
             # Stored as INVALID before: dead-letter again (the first dead letter may have been lost in a crash).
             again = prepare_batch(
                 document, integrations=self.integrations, limits=self.limits, now=now, calendars=self.calendars
             ).reason
-            return IntakeOutcome("invalid", batch_id, again or f"batch {batch_id} was already refused as INVALID")
+            return IntakeOutcome(
+                "invalid", batch_id, again or f"batch {batch_id} was already refused as INVALID", attempt
+            )
         if not result.same_document:
+            difference = self._difference(flow, document)
             return IntakeOutcome(
                 "conflict",
                 batch_id,
-                f"batch_id {batch_id} was already received with different content; this event changed nothing",
+                f"batch_id {batch_id} was already received with different content ({difference}); this event "
+                f"changed nothing{_resubmit_advice(flow)}",
+                attempt,
             )
-        return IntakeOutcome("duplicate", batch_id)
+        return IntakeOutcome("duplicate", batch_id, f"attempt {flow.attempt}: {flow.state}", attempt)
+
+    def _difference(self, flow: Flow, document: Mapping[str, Any]) -> str:
+        stored = self.store.run(lambda tx: tx.flows.payload_document(flow.batch_id), write=False)
+        return batch_difference(stored, document)
 
     def close(self) -> None:
         """Close the event loop."""
         self._runner.close()
+
+
+def _resubmit_advice(flow: Flow) -> str:
+    if flow.state in (FlowState.AWAITING_AUTHORIZATION, FlowState.RECEIVED, FlowState.CONSENT_CREATED):
+        return (
+            f"; to replace it, withdraw it first (dispersion withdraw --batch {flow.batch_id} --reason TEXT), "
+            "then submit again"
+        )
+    return ""
 
 
 class BatchHandler:
@@ -160,8 +239,9 @@ class BatchHandler:
             return Reject(f"undecodable: {exc}")
         except schemas.RegistryUnavailableError as exc:
             return Retry(f"schema registry unavailable: {exc}")
+        where = MessageRef.of(message)
         try:
-            outcome = self.intake(record)  # the decoded record is the engine's batch document
+            outcome = self.intake(record, message=where)  # the decoded record is the engine's batch document
         except StoreError as exc:
             return Retry(str(exc))
         if outcome.verdict in ("invalid", "conflict"):

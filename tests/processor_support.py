@@ -79,6 +79,9 @@ FAST_ENGINE: dict[str, float | int] = {
     "duplicate_wait": 2.0,
     "exchange_recovery_after": 3,
     "concurrency": 16,
+    # Most tests pay the same few rows in many batches on purpose; the duplicate-payroll guard (on by default,
+    # 35 days) would hold all but the first. tests/e2e/test_submissions.py turns it back on.
+    "duplicate_window_days": 0,
 }
 
 

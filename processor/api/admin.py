@@ -10,6 +10,9 @@ token configured: 401. The token never reaches a log or an answer.
 
     GET  /admin/batches?status=COMPLETED,FAILED&since=T&until=T&limit=N&cursor=C   batches, oldest first
     GET  /admin/batches/{batch_id}                           one batch, every transfer's result, its retries
+    POST /admin/batches/{batch_id}/withdraw                  {"reason": "..."}: withdraw it (admin_lifecycle)
+    POST /admin/batches/{batch_id}/confirm-duplicate         a batch held as a possible duplicate payroll goes on
+    GET  /admin/intake?topic=T&partition=P&offset=O          the processor's verdict on one message (submit)
     POST /admin/batches/{batch_id}/retry                     {"corrections": [{"index": 2, "account_number": "..."}]}
                                                              -> the retry batch (201), or with corrections the
                                                              request that waits for a second person (202)
@@ -53,6 +56,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from processor.api.admin_lifecycle import lifecycle_routes
 from processor.api.letter_record import read_record
 from processor.api.people import audit_view, replay_audit, request_view
 from processor.domain.file_states import FlowState
@@ -67,6 +71,7 @@ from processor.engine.reporting import batch_detail, batch_summary, report
 from processor.engine.requests import Where, ask_retry, decide_request
 from processor.engine.retries import Correction, RetryError
 from processor.engine.vrp_views import mandate_timeline, mandate_view, mandate_views, payment_json, vrp_report
+from processor.engine.withdrawal import WithdrawError, lifecycle_detail
 from processor.store import Store, StoreError, StoreTx
 from processor.store.operator import DeadLetterRow
 from processor.store.vrp import MandateFilter
@@ -308,7 +313,7 @@ def admin_app(
                 return _error(400, str(exc))
             except ForbiddenError as exc:
                 return _error(403, str(exc))
-            except (RetryError, ReplayError) as exc:
+            except (RetryError, ReplayError, WithdrawError) as exc:
                 return _error(exc.status, str(exc))
             except StoreError as exc:
                 log.warning("admin_store_unavailable", error=str(exc)[:200])
@@ -336,7 +341,9 @@ def admin_app(
     async def batch(request: Request, actor: Actor) -> Response:
         batch_id = _path_id(request, "batch_id")
         found = await store.arun(lambda tx: batch_detail(tx, batch_id), write=False)
-        return _error(404, f"batch {batch_id} is unknown") if found is None else _ok(found)
+        if found is None:
+            return _error(404, f"batch {batch_id} is unknown")
+        return _ok({**found, **await store.arun(lambda tx: lifecycle_detail(tx, batch_id), write=False)})
 
     async def retry(request: Request, actor: Actor) -> Response:
         batch_id = _path_id(request, "batch_id")
@@ -583,6 +590,16 @@ def admin_app(
     from processor.api.admin_iso import iso_routes
 
     routes = [
+        *lifecycle_routes(
+            store,
+            guarded=guarded,
+            where=where,
+            time=time,
+            body_of=_body,
+            text=_text,
+            ok=_ok,
+            bad=BadRequestError,
+        ),
         *iso_routes(store, time, readers),
         Route("/find", guarded(find), methods=["GET"]),
         Route("/totals", guarded(money), methods=["GET"]),

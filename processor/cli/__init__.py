@@ -32,6 +32,8 @@ commands:
   vrp         variable recurring payments: `vrp mandate`, `vrp pay`, `vrp status` (docs/vrp.md)
   console     operator console helpers: `console hash-password NAME` (docs/console.md)
   retry-failed  pay a batch's failed transfers again as ID.retry-N (admin API)
+  withdraw    withdraw a batch not yet initiated at the bank: `withdraw --batch ID --reason TEXT` (admin API)
+  confirm-duplicate  let a batch held as a possible duplicate payroll go to the bank (admin API)
   dlq         dead letters: `dlq list`, `dlq show ID`, `dlq replay ID --reason TEXT` (admin API)
   report      reconciliation report and money totals: `report --since DAY [--until DAY] [--format csv|json]`
   requests    requests for a second person: `requests list`, `requests approve ID`, `requests decline ID`
@@ -58,6 +60,8 @@ MODULES: dict[str, str] = {
     "vrp": "processor.cli.vrp",
     "console": "processor.cli.console",
     "retry-failed": "processor.cli.retry_failed",
+    "withdraw": "processor.cli.withdraw",
+    "confirm-duplicate": "processor.cli.confirm_duplicate",
     "dlq": "processor.cli.dlq",
     "report": "processor.cli.report",
     "requests": "processor.cli.requests",
@@ -94,6 +98,8 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "topics": ("processor.cli.topics", "parser"),
     "vrp": ("processor.cli.vrp", "build_parser"),
     "config": ("processor.cli.config_command", "parser"),
+    "withdraw": ("processor.cli.withdraw", "withdraw_parser"),
+    "confirm-duplicate": ("processor.cli.confirm_duplicate", "parser"),
 }
 _NESTED: dict[str, tuple[str, str, str]] = {
     "dev": ("kafka", "processor.devtools.dev", "kafka_parser"),

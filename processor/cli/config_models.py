@@ -348,6 +348,12 @@ class EngineTable(Table):
     )
     """Seconds between two reads of an authorised VRP mandate's consent (revoked, rejected or expired at the bank),
     also read before a payment when the last read is older."""
+    duplicate_window_days: Annotated[float, Range(*ENGINE_LIMITS["duplicate_window_days"])] = (
+        EngineSettings.duplicate_window_days
+    )
+    """Days back a new batch's transfers are compared with other batches' (the duplicate-payroll guard); 0: off."""
+    duplicate_overlap: Annotated[float, Range(*ENGINE_LIMITS["duplicate_overlap"])] = EngineSettings.duplicate_overlap
+    """Share of a new batch's transfers (same account, same amount) another recent batch must hold to hold it."""
 
 
 class TelemetryTable(Table):

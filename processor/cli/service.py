@@ -43,6 +43,8 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import structlog
@@ -70,7 +72,7 @@ from processor.cli.logs import configure_logging
 from processor.cli.telemetry import Telemetry, start_telemetry
 from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
-from processor.engine.intake import calendars_of
+from processor.engine.intake import Guard, calendars_of
 from processor.engine.vrp import attach_vrp
 from processor.store import Store, StoreError, load_cipher
 from producers.dlq import DeadLetterPublisher
@@ -242,6 +244,11 @@ class Processor:
             integrations=self.config.integrations,
             clock=self.engine.ctx.clock,
             calendars=calendars_of(self.config.integrations),
+            guard=Guard(
+                window=timedelta(days=self.config.engine.duplicate_window_days),
+                threshold=Decimal(str(self.config.engine.duplicate_overlap)),
+                public_url=self.config.public_url,
+            ),
             controls=self.config.controls,
         )
         handlers: dict[str, Handler] = {

@@ -68,6 +68,8 @@ def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
     occurred = record.get("occurred_at")
     when = iso_ms(occurred) if isinstance(occurred, datetime) else str(occurred)
     parts = [when, str(key), str(record.get("status"))]
+    if (record.get("attempt") or 1) > 1:  # a batch id submitted again after it ended
+        parts.append(f"attempt={record['attempt']}")
     labels = (
         ("payment_id", "payment"),
         ("consent_id", "consent"),
@@ -76,6 +78,8 @@ def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
         ("bank_status", "bank_status"),
         ("number_of_transactions", "transactions"),
         ("execute_on", "execute_on"),
+        ("duplicate_of", "duplicate_of"),
+        ("duplicate_confirmed_by", "confirmed_by"),
     )
     parts.extend(f"{label}={record[name]}" for name, label in labels if record.get(name) is not None)
     if record.get("control_sum") is not None:
@@ -214,6 +218,8 @@ def _follow(
         start = OFFSET_END if args.new else OFFSET_BEGINNING
         consumer.assign([TopicPartition(topic, p, start) for p in info.partitions])
         at_end: set[int] = set()
+        caught_up: set[int] = set()  # partitions read to their end once (the history is behind us)
+        pending: tuple[int, int] | None = None  # (partition, exit code) of a final status seen in the history
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 print(f"dispersion status: {args.key} not final within {args.timeout:g} s", file=sys.stderr)
@@ -225,6 +231,9 @@ def _follow(
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     at_end.add(message.partition() or 0)
+                    caught_up.add(message.partition() or 0)
+                    if pending is not None and pending[0] in caught_up:
+                        return pending[1]  # the latest attempt's final status
                     if not follow and len(at_end) == len(info.partitions):
                         return 0
                     continue
@@ -249,9 +258,13 @@ def _follow(
             out.write((as_json(record) if args.json else as_text(record, details=args.details)) + "\n")
             out.flush()
             if args.until_terminal:
+                # A batch id submitted again after it ended has a later attempt: a final status read from the
+                # history counts only when no later event of the key follows it.
                 code = _final(record, vrp=args.vrp)
-                if code is not None:
+                partition = message.partition() or 0
+                if code is not None and partition in caught_up:
                     return code
+                pending = None if code is None else (partition, code)
     except (KeyboardInterrupt, _Stop):
         return EXIT_NOT_TERMINAL if args.until_terminal else 0
     except KafkaException as exc:

@@ -38,6 +38,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Final, Literal
 
+from processor.cli.submit_wait import add_wait_arguments
 from processor.domain.batch import (
     DEFAULT_DESTINATION_ACCOUNT_TYPE,
     DEFAULT_ORIGIN_ACCOUNT_TYPE,
@@ -49,6 +50,7 @@ from processor.domain.batch import (
     iso_day,
     loads_exact,
 )
+from processor.domain.duplicates import ALLOW_DUPLICATE_HEADER
 from processor.domain.export_profile import (
     BATCH_COLUMNS,
     REQUIRED_COLUMNS,
@@ -507,6 +509,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="read and validate only; produce nothing")
     p.add_argument("--quiet", action="store_true", help="no progress on standard error")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for Kafka's acknowledgement")
+    add_wait_arguments(p)
     return p
 
 
@@ -711,6 +714,7 @@ def _produce(
 
     import schemas
     from consumers.records import batch_record
+    from processor.cli.kafka_noise import collapsed_kafka_logs, where_kafka_is
     from producers.clients import new_producer
     from producers.kafka import KafkaSetupError, producer_config, settings_from
     from schemas.topics import BATCHES_TOPIC
@@ -739,22 +743,48 @@ def _produce(
         )
     )
     outcome: list[tuple[KafkaError | None, Message]] = []
+    headers = [("source", SOURCE.encode()), ("export_file", args.export.name.encode("utf-8"))]
+    if args.allow_duplicate_of:
+        headers.append((ALLOW_DUPLICATE_HEADER, args.allow_duplicate_of.encode("utf-8")))
     producer.produce(
         topic,
         value=value,
         key=batch.batch_id.encode("utf-8"),
-        headers=[("source", SOURCE.encode()), ("export_file", args.export.name.encode("utf-8"))],
+        headers=headers,
         on_delivery=lambda err, msg: outcome.append((err, msg)),
     )
-    producer.flush(args.timeout + 5)
+    with collapsed_kafka_logs():  # an unreachable broker: each librdkafka line once, counted, not 100 of them
+        producer.flush(args.timeout + 5)
     if not outcome or outcome[0][0] is not None:
-        why = outcome[0][0] if outcome else "no acknowledgement"
+        why = outcome[0][0].str() if outcome and outcome[0][0] is not None else "no acknowledgement"
+        where = where_kafka_is(settings.bootstrap, args.bootstrap, args.config)
         progress.done("")
-        print(f"dispersion submit: Kafka did not take the batch ({why}); it may be retried safely", file=sys.stderr)
+        print(
+            f"dispersion submit: Kafka at {where} did not take the batch ({why}); it may be retried safely",
+            file=sys.stderr,
+        )
         return EXIT_KAFKA
     message = outcome[0][1]
     progress.done(f"done in {time.monotonic() - started:.1f} s")
     print(f"submitted {summary} -> {topic} partition {message.partition()} offset {message.offset()}")
+    if not args.no_wait:
+        from processor.cli.common import CliError
+        from processor.cli.submit_wait import EXIT_NO_VERDICT, await_verdict, verdict_client
+
+        try:
+            client = verdict_client(args)
+        except CliError as exc:
+            print(f"dispersion submit: the processor's verdict cannot be asked: {exc}", file=sys.stderr)
+            return EXIT_NO_VERDICT
+        if client is not None:
+            where = (topic, message.partition() or 0, message.offset() or 0)
+            return await_verdict(args, client, batch.batch_id, *where)
+        if not args.quiet:
+            print(
+                "note: not waiting for the processor's verdict: no admin token ($DISPERSION_ADMIN_TOKEN, or the "
+                "variable [admin] token_env names); pass --no-wait to say so",
+                file=sys.stderr,
+            )
     if note and not args.quiet:
         print(
             f"note: batch {batch.batch_id} is identified by its content (not by when it was sent): submitting the same "

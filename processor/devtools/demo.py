@@ -340,6 +340,7 @@ class Demo(Progress):
             "--batch-id",
             batch_id,
             "--quiet",
+            "--no-wait",  # the demo follows the status events itself
         ]
         with _captured() as output:
             code = submit_main(argv)

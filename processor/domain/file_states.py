@@ -8,6 +8,11 @@ One flow per batch:
        └──▶ FAILED                               └──▶ EXPIRED (authorization deadline passed)        └──▶ FAILED
                                                  (REJECTED also when the consent reads Rejected at the bank)
 
+A person may withdraw a flow before its payment is asked of the bank (`WITHDRAWABLE_STATES` ──▶ WITHDRAWN, published
+as REJECTED with who, when and why). A batch id whose flow ended withdrawn, REJECTED, EXPIRED, INVALID or FAILED
+before anything was paid may be submitted again: a new attempt of the same row (`attempt` 2, 3, ...), whose statuses
+start over (processor.store.lifecycle).
+
 A scheduled batch (`execute_on`) waits in AUTHORIZED until the start of its day in the integration's time zone
 (`Wait.EXECUTE_ON`); the payment step itself refuses to run earlier (`processor.engine.file_schedule`).
 
@@ -42,6 +47,7 @@ class FlowState(StrEnum):
     REJECTED = "REJECTED"
     EXPIRED = "EXPIRED"
     INVALID = "INVALID"
+    WITHDRAWN = "WITHDRAWN"  # withdrawn by a person before anything was initiated; published as REJECTED
 
 
 class IllegalTransitionError(ValueError):
@@ -78,7 +84,21 @@ FILE_TABLE: dict[FlowState, Rule[FlowState]] = {
     _S.REJECTED: Rule(None, frozenset(), approval=Approval.REJECTED),
     _S.EXPIRED: Rule(None, frozenset(), approval=Approval.EXPIRED),
     _S.INVALID: Rule(None, frozenset(), approval=Approval.ENDED),
+    _S.WITHDRAWN: Rule(None, frozenset(), approval=Approval.ENDED),
 }
+
+# Withdrawal (`dispersion withdraw`) is a person's act, not a step of the table: it may end a flow in these
+# states, as long as no payment was asked of the bank (processor.engine.withdrawal checks that too).
+WITHDRAWABLE_STATES = frozenset({_S.RECEIVED, _S.CONSENT_CREATED, _S.AWAITING_AUTHORIZATION, _S.AUTHORIZED})
+# A batch id whose flow ended in one of these (FAILED only before anything was paid) may be submitted again as a
+# new attempt (processor.store.lifecycle).
+RESUBMITTABLE_STATES = frozenset({_S.WITHDRAWN, _S.REJECTED, _S.EXPIRED, _S.INVALID, _S.FAILED})
+
+
+def resubmit_hint(batch_id: str) -> str:
+    """The exact command that pays an ended batch id again (a new attempt)."""
+    return f"dispersion submit EXPORT --batch-id {batch_id}"
+
 
 TERMINAL_FLOW_STATES = frozenset(state for state, rule in FILE_TABLE.items() if rule.terminal)
 
@@ -91,6 +111,7 @@ FILE_PUBLISHES: dict[FlowState, BatchStatus] = {
     FlowState.INITIATED: BatchStatus.INITIATED,
     FlowState.COMPLETED: BatchStatus.COMPLETED,
     FlowState.FAILED: BatchStatus.FAILED,
+    FlowState.WITHDRAWN: BatchStatus.REJECTED,
 }
 
 # Order of the `dispersion.status` values (DESIGN.md), the only copy: a status may only follow one of lower

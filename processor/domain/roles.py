@@ -4,7 +4,9 @@ Every person acting on the console or the admin API has a name and one role:
 
     viewer     reads every page and listing (batches, dead letters, requests, the audit trail)
     operator   and asks for things: retries (a corrected retry becomes a request), dead-letter replays
-    approver   and approves or declines other people's requests (four eyes, changed-account reviews)
+    operator   (also) withdraws a batch not yet initiated at the bank
+    approver   and approves or declines other people's requests (four eyes, changed-account reviews), and
+               confirms a batch held as a possible duplicate payroll
     admin      everything; like anyone, not the approval of their own request
 
 The name recorded for an action is the authenticated one (the console's operator, the admin token's name), never
@@ -36,6 +38,8 @@ class Action(StrEnum):
     RETRY = "retry"  # retry failed transfers (with corrections: a request that waits for four eyes)
     REPLAY = "replay"  # replay a dead letter
     DECIDE = "decide"  # approve or decline someone else's request
+    WITHDRAW = "withdraw"  # withdraw a batch not yet initiated at the bank (issue 18)
+    CONFIRM = "confirm"  # confirm that a batch held as a possible duplicate payroll is to be paid (issue 18)
 
 
 ALLOWED: dict[Action, frozenset[Role]] = {
@@ -43,6 +47,8 @@ ALLOWED: dict[Action, frozenset[Role]] = {
     Action.RETRY: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),
     Action.REPLAY: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),
     Action.DECIDE: frozenset({Role.APPROVER, Role.ADMIN}),
+    Action.WITHDRAW: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),
+    Action.CONFIRM: frozenset({Role.APPROVER, Role.ADMIN}),  # money goes out a second time: an approver says so
 }
 
 ROLE_NAMES = ", ".join(role.value for role in Role)

@@ -86,6 +86,9 @@ class PendingAuthorization:
       authorised, rejected, expired, ended) makes the link refuse and the callback skip the token exchange.
     - `state`: the flow's state name, shown in logs; what the link answers for it comes from the kind's table.
     - `traceparent`: the trace context kept with the flow (W3C text), continued by the link and the redirect.
+    - `refusal`: what the link answers (code, message) when the flow says more than its state: withdrawn by whom
+      and why, held until a person confirms it is no duplicate payroll.
+    - `earlier`: the approval tokens of the batch id's ended attempts, with what their links answer now.
     """
 
     integration: str
@@ -95,6 +98,8 @@ class PendingAuthorization:
     awaiting: bool
     state: str
     traceparent: str | None = None
+    refusal: tuple[str, str] | None = None  # (code, message) the link answers instead (withdrawn, held)
+    earlier: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (token, message) of ended attempts
 
 
 @runtime_checkable
@@ -232,10 +237,18 @@ class Authorizer:
     async def _open_link(self, kind: Kind, flow_id: str, token: str, refused: Outcome) -> Outcome:
         hooks = self.kinds.hooks(kind)
         pending = await self.store.arun(lambda tx: hooks.consent_for(tx, flow_id), write=False)
-        if pending is None or not hmac.compare_digest(pending.approval_token.encode(), token.encode()):
+        if pending is None:
             return refused
-        now = self.clock.now()
         where = {"kind": kind.link, "flow_id": flow_id}
+        if not hmac.compare_digest(pending.approval_token.encode(), token.encode()):
+            for earlier, message in pending.earlier:  # a link of an ended attempt says what became of it
+                if hmac.compare_digest(earlier.encode(), token.encode()):
+                    return Outcome(410, "earlier_attempt", message, **where)
+            return refused
+        if pending.refusal is not None:
+            code, message = pending.refusal
+            return Outcome(410 if code == "withdrawn" else 409, code, message, **where)
+        now = self.clock.now()
         if pending.deadline is not None and now >= pending.deadline:
             return Outcome(
                 410,

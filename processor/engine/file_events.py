@@ -50,6 +50,10 @@ def status_payload(
         "transaction_results": None,
         "retry_of": retry_of(flow.batch_id),
         "execute_on": flow.execute_on,  # a scheduled batch's day, on every event of it
+        "attempt": flow.attempt,  # v3: a batch id submitted again after it ended counts its attempts
+        "withdrawn_by": flow.withdrawn_by,
+        "duplicate_of": flow.duplicate_of,  # v3: held as a possible duplicate payroll of that batch
+        "duplicate_confirmed_by": flow.duplicate_confirmed_by,
     }
     payload.update(overrides)
     payload.update(outcome_totals(payload["transaction_results"]))

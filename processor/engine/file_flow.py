@@ -26,7 +26,7 @@ import structlog
 from processor.bank import BankClient, BankError
 from processor.bank import errors as bank_errors
 from processor.bank.models import FilePayment
-from processor.domain.file_states import FlowState, move, outcome_of_bank_status
+from processor.domain.file_states import BatchStatus, FlowState, move, outcome_of_bank_status
 from processor.domain.kinds import Kind
 from processor.domain.time import iso_ms
 from processor.engine.accounts import remember_paid, review_fields
@@ -45,7 +45,9 @@ from processor.engine.leased import LeasedFlow
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
 from processor.engine.transfer_events import end_flow
+from processor.engine.withdrawal import earlier_links, refusal_of
 from processor.store import EffectStatus, Flow, Operation, StoreTx
+from schemas.topics import STATUS_TOPIC
 
 log = structlog.get_logger("processor.engine.file")
 
@@ -172,8 +174,7 @@ class FileFlow(LeasedFlow[Flow]):
         assert flow.consent_id is not None
         consent_id = flow.consent_id
         now = self.now()
-        # A replacement consent (the first one's tokens were lost) keeps the deadline and the published link.
-        replacing = flow.authorization_deadline is not None
+        replacing = await link_published(self.ctx, flow)
         deadline = flow.authorization_deadline or now + timedelta(seconds=self.ctx.settings.authorization_deadline)
         link = approval_link(self.ctx.public_url, self.kind, flow.batch_id, flow.approval_token)
         review = await self.ctx.store.arun(lambda tx: review_fields(tx, flow.batch_id), write=False)
@@ -459,6 +460,18 @@ class FileFlow(LeasedFlow[Flow]):
         return updated
 
 
+async def link_published(ctx: EngineContext, flow: Flow) -> bool:
+    """Whether the flow's approval link went out already: a replacement consent (the first one's tokens were lost)
+    keeps the deadline and the published link; a batch held as a possible duplicate payroll published its link
+    (AUTHORIZATION_REQUIRED) when it was held (one confirmed up front did not)."""
+    if flow.authorization_deadline is not None:
+        return True
+    if flow.duplicate_of is None:
+        return False
+    published = await ctx.store.arun(lambda tx: tx.outbox.statuses(STATUS_TOPIC, flow.batch_id), write=False)
+    return BatchStatus.AUTHORIZATION_REQUIRED.value in published
+
+
 # -- the authorization hooks of the file kind -------------------------------------------------------------------
 
 
@@ -481,6 +494,8 @@ class FileAuthorizationHooks(AuthorizationHooks):
             awaiting=flow.state == FlowState.AWAITING_AUTHORIZATION,
             state=flow.state,
             traceparent=flow.traceparent,
+            refusal=refusal_of(flow),
+            earlier=earlier_links(tx.lifecycle.earlier(flow_id)) if flow.attempt > 1 else (),
         )
 
     def _awaiting(self, tx: StoreTx, flow_id: str, consent_id: str | None) -> Flow:

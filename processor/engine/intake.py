@@ -9,6 +9,15 @@
   the duplicate holds (`same_document` tells whether it was the same batch: the same business content,
   `processor.domain.identity`; `requested_at` and `source` do not count, so a resubmitted export is a duplicate,
   not a conflict).
+- A batch id whose flow ended withdrawn, REJECTED, EXPIRED, INVALID or FAILED before anything was paid takes a
+  new submission (its `requested_at` after the flow ended, or any replay of a dead letter) as a new attempt
+  (`processor.store.lifecycle`): the same row, attempt + 1, its statuses starting over. A replay of a batch
+  refused INVALID is validated again against today's configuration (replay re-decides); still invalid, it stays
+  the refused attempt.
+- A valid new batch (or attempt) whose transfers match those of another batch of its integration received within
+  the duplicate window is held before any bank call (`processor.domain.duplicates`): stored with `duplicate_of`,
+  not due, and published as AUTHORIZATION_REQUIRED with its approval link, `duplicate_of` and the figures in
+  `reason`; the link and the worker wait until a person confirms it (processor.engine.withdrawal).
 - Input that has no readable `batch_id` cannot be stored; it comes back with `flow=None` and the reason, for the
   caller to dead-letter.
 """
@@ -18,15 +27,25 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from datetime import date, datetime
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from processor.bank.integration import Integration
-from processor.domain.batch import BatchParseError, batch_from_dict, loads_exact
-from processor.domain.file_states import BatchStatus, FlowState
+from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, loads_exact
+from processor.domain.duplicates import (
+    ALLOWED_BY,
+    DEFAULT_THRESHOLD,
+    DEFAULT_WINDOW_DAYS,
+    Candidate,
+    batch_keys,
+    best_match,
+    sketch,
+)
+from processor.domain.file_states import RESUBMITTABLE_STATES, BatchStatus, FlowState
 from processor.domain.identity import content_sha256, document_content_sha256
+from processor.domain.kinds import Kind
 from processor.domain.outcomes import batch_id_problem
 from processor.domain.payload import build_file_payload
 from processor.domain.roles import Controls
@@ -34,9 +53,11 @@ from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
 from processor.domain.validation import InvalidBatchError as _Invalid
 from processor.engine.accounts import review_at_intake
+from processor.engine.authorization import approval_link
 from processor.engine.file_events import status_payload
 from processor.engine.tracing import continued, current_traceparent
 from processor.store import Flow, Store, StoreTx
+from processor.store.lifecycle import NewContent
 from processor.store.values import money, sha256_hex
 from schemas.topics import STATUS_TOPIC
 
@@ -53,6 +74,8 @@ class IntakeResult:
     reason: str | None = None
     same_document: bool = True
     review: str | None = None  # PENDING: held for a changed-account review; FLAGGED: changed accounts marked
+    restarted: bool = False  # a new attempt of an ended batch id
+    held: str | None = None  # held as a possible duplicate payroll: the figures
 
     @property
     def invalid(self) -> bool:
@@ -112,6 +135,8 @@ class PreparedBatch:
     control_sum: Decimal | None = None
     content_sha256: str | None = None  # the business-content hash (None: not even a batch id)
     execute_on: date | None = None
+    batch: PayrollBatch | None = None  # the parsed batch, when it parsed
+    keys: tuple[str, ...] = ()  # each transfer's duplicate-guard key (valid batches)
 
 
 def prepare_batch(
@@ -148,6 +173,7 @@ def prepare_batch(
         )
     identity = content_sha256(batch)
     problems: list[str] = []
+    keys = tuple(batch_keys(batch))
     if integrations is not None and batch.integration not in integrations:
         known = ", ".join(sorted(integrations)) or "none"
         problems.append(f"integration {batch.integration!r} is not configured (configured: {known})")
@@ -159,7 +185,9 @@ def prepare_batch(
         payload = build_file_payload(validated(batch, limits))
     except _Invalid as exc:
         problems.append(exc.report.summary(limit=REASON_LIMIT))
-        return PreparedBatch(batch_id, batch.integration, text, "; ".join(problems), content_sha256=identity)
+        return PreparedBatch(
+            batch_id, batch.integration, text, "; ".join(problems), content_sha256=identity, batch=batch
+        )
     try:
         money(payload.control_sum)
     except ValueError as exc:
@@ -175,7 +203,78 @@ def prepare_batch(
         payload.control_sum,
         identity,
         batch.execute_on,
+        batch,
+        keys,
     )
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The duplicate-payroll guard's settings (`[engine] duplicate_window_days`, `duplicate_overlap`) and where
+    approval links point (`public_url`), for the hold's event."""
+
+    window: timedelta = timedelta(days=DEFAULT_WINDOW_DAYS)
+    threshold: Decimal = DEFAULT_THRESHOLD
+    public_url: str | None = None
+    allowed: tuple[str, str] | None = None  # (batch id, recorded as): `submit --allow-duplicate-of`, one message
+
+    def allowing(self, batch_id: str | None, by: str = ALLOWED_BY) -> Guard:
+        """The guard for one submission that says it pays what `batch_id` pays on purpose."""
+        return replace(self, allowed=None if batch_id is None else (batch_id, by))
+
+    @property
+    def on(self) -> bool:
+        """A zero window switches the guard off."""
+        return self.window > timedelta(0)
+
+
+def _allow(tx: StoreTx, flow: Flow, hold: tuple[str, str] | None, guard: Guard | None, now: datetime) -> Flow:
+    """A match the submission allowed up front (`--allow-duplicate-of` that batch) is confirmed at once."""
+    if hold is None or guard is None or guard.allowed is None or guard.allowed[0] != hold[0]:
+        return flow
+    return tx.lifecycle.confirm_duplicate(flow, by=guard.allowed[1], now=now)
+
+
+def _held(hold: tuple[str, str] | None, guard: Guard | None) -> bool:
+    return hold is not None and (guard is None or guard.allowed is None or guard.allowed[0] != hold[0])
+
+
+def _hold(tx: StoreTx, prepared: PreparedBatch, guard: Guard | None, now: datetime) -> tuple[str, str] | None:
+    """(batch it duplicates, the figures) when a valid batch pays what a recent batch pays (`duplicates`)."""
+    if guard is None or not guard.on or prepared.batch is None or prepared.batch_id is None:
+        return None
+    found = tx.lifecycle.candidates(
+        prepared.integration, sketch(prepared.keys), since=now - guard.window, exclude=prepared.batch_id
+    )
+    candidates = [Candidate(batch_id, received, keys) for batch_id, received, keys in found]
+    match = best_match(prepared.batch, prepared.keys, candidates, threshold=guard.threshold)
+    if match is None:
+        return None
+    return match.batch_id, match.note(prepared.batch.origin.currency)
+
+
+def _hold_event(tx: StoreTx, flow: Flow, prepared: PreparedBatch, guard: Guard | None, now: datetime) -> None:
+    """A held batch's AUTHORIZATION_REQUIRED: its approval link (which waits for the confirmation), whom it
+    duplicates and the figures; reaching the bank's approval later publishes nothing more (file_flow)."""
+    assert prepared.batch is not None
+    link = None
+    if guard is not None and guard.public_url is not None:
+        link = approval_link(guard.public_url, Kind.FILE, flow.batch_id, flow.approval_token)
+    reason = f"held: {flow.duplicate_note}; confirm it with `dispersion confirm-duplicate --batch {flow.batch_id}`"
+    payload = status_payload(
+        flow,
+        BatchStatus.AUTHORIZATION_REQUIRED,
+        now,
+        currency=prepared.batch.origin.currency,
+        authorization_url=link,
+        reason=reason,
+    )
+    tx.outbox.append_status(STATUS_TOPIC, flow.batch_id, BatchStatus.AUTHORIZATION_REQUIRED.value, payload, now=now)
+
+
+def _invalid_event(tx: StoreTx, flow: Flow, reason: str, now: datetime) -> None:
+    payload = status_payload(flow, BatchStatus.INVALID, now, reason=reason)
+    tx.outbox.append_status(STATUS_TOPIC, flow.batch_id, BatchStatus.INVALID.value, payload, now=now)
 
 
 def store_batch(
@@ -184,11 +283,13 @@ def store_batch(
     *,
     now: datetime,
     traceparent: str | None = None,
+    guard: Guard | None = None,
     controls: Controls | None = None,
 ) -> IntakeResult:
-    """Insert a prepared batch (RECEIVED, or INVALID with its event) unless its id exists; `traceparent` (W3C
-    text) is kept with the flow, so its steps continue the batch's trace. With `controls`, a new batch's
-    destination accounts are compared with where its employees were last paid (`processor.engine.accounts`)."""
+    """Insert a prepared batch (RECEIVED, held, or INVALID with its event) unless its id exists; `traceparent`
+    (W3C text) is kept with the flow, so its steps continue the batch's trace. `guard`: the duplicate-payroll
+    guard. With `controls`, a new batch's destination accounts are compared with where its employees were last
+    paid (`processor.engine.accounts`)."""
     if prepared.batch_id is None:
         return IntakeResult(None, False, FlowState.INVALID, prepared.reason)
     if prepared.reason is not None:
@@ -205,9 +306,9 @@ def store_batch(
         flow = created.row
         if not created.created:
             return IntakeResult(flow, False, flow.state, None, created.same_document)
-        payload = status_payload(flow, BatchStatus.INVALID, now, reason=prepared.reason)
-        tx.outbox.append_status(STATUS_TOPIC, prepared.batch_id, BatchStatus.INVALID.value, payload, now=now)
+        _invalid_event(tx, flow, prepared.reason, now)
         return IntakeResult(flow, True, FlowState.INVALID, prepared.reason)
+    hold = _hold(tx, prepared, guard, now)
     created = tx.flows.create(
         prepared.batch_id,
         prepared.integration,
@@ -217,17 +318,72 @@ def store_batch(
         file_hash=prepared.file_hash,
         number_of_transactions=prepared.number_of_transactions,
         control_sum=prepared.control_sum,
-        next_action_at=now,
+        next_action_at=None if hold else now,  # a held batch waits for the confirmation
         payload_checked=True,
         content_sha256=prepared.content_sha256,
         traceparent=traceparent,
         execute_on=prepared.execute_on,
+        transfer_keys=" ".join(sorted(prepared.keys)),
+        duplicate_of=hold[0] if hold else None,
+        duplicate_note=hold[1] if hold else None,
     )
     flow = created.row
+    if not created.created:
+        return IntakeResult(flow, False, flow.state, None, created.same_document)
+    tx.lifecycle.keep_sketch(flow.batch_id, flow.integration, sketch(prepared.keys), now=now)
+    flow = _allow(tx, flow, hold, guard, now)
     review = None
-    if created.created and controls is not None:
+    if controls is not None:  # the changed-account review may hold it too (both must let it go)
         review = review_at_intake(tx, flow, prepared.text, controls, now=now)
-    return IntakeResult(flow, created.created, flow.state, None, created.same_document, review)
+        flow = tx.flows.require(flow.batch_id)
+    if _held(hold, guard):
+        _hold_event(tx, flow, prepared, guard, now)
+        return IntakeResult(flow, True, flow.state, None, True, review, held=flow.duplicate_note)
+    return IntakeResult(flow, True, flow.state, None, True, review)
+
+
+def restart_batch(
+    tx: StoreTx,
+    prepared: PreparedBatch,
+    seen: Flow,
+    *,
+    now: datetime,
+    traceparent: str | None = None,
+    guard: Guard | None = None,
+) -> IntakeResult:
+    """A new attempt of the ended batch `seen` (read before validating), unless it changed or may not take one:
+    then the submission is judged against the stored flow as any repeated batch id is."""
+    flow = tx.flows.get(seen.batch_id, for_update=True)
+    assert flow is not None and prepared.batch_id == flow.batch_id
+    same = flow.payload_sha256 == prepared.content_sha256
+    if flow.version != seen.version or not tx.lifecycle.resubmittable(flow):
+        return IntakeResult(flow, False, flow.state, None, same)
+    hold = None if prepared.reason is not None else _hold(tx, prepared, guard, now)
+    content = NewContent(
+        integration=prepared.integration,
+        text=prepared.text,
+        content_sha256=prepared.content_sha256 or sha256_hex(prepared.text),
+        state=FlowState.INVALID if prepared.reason is not None else FlowState.RECEIVED,
+        file_reference=prepared.file_reference,
+        file_hash=prepared.file_hash,
+        number_of_transactions=prepared.number_of_transactions,
+        control_sum=prepared.control_sum,
+        execute_on=prepared.execute_on,
+        traceparent=traceparent,
+        transfer_keys=" ".join(sorted(prepared.keys)) if prepared.reason is None else None,
+        duplicate_of=hold[0] if hold else None,
+        duplicate_note=hold[1] if hold else None,
+    )
+    renewed = tx.lifecycle.restart(flow, content, status_topic=STATUS_TOPIC, now=now)
+    if prepared.reason is not None:
+        _invalid_event(tx, renewed, prepared.reason, now)
+        return IntakeResult(renewed, True, renewed.state, prepared.reason, True, restarted=True)
+    tx.lifecycle.keep_sketch(renewed.batch_id, renewed.integration, sketch(prepared.keys), now=now)
+    renewed = _allow(tx, renewed, hold, guard, now)
+    if _held(hold, guard):
+        _hold_event(tx, renewed, prepared, guard, now)
+        return IntakeResult(renewed, True, renewed.state, None, True, restarted=True, held=renewed.duplicate_note)
+    return IntakeResult(renewed, True, renewed.state, None, True, restarted=True)
 
 
 def calendars_of(integrations: Mapping[str, Integration]) -> dict[str, Calendar]:
@@ -252,46 +408,87 @@ async def accept_batch(
     limits: ValidationLimits = DEFAULT_LIMITS,
     traceparent: str | None = None,
     calendars: Mapping[str, Calendar] | None = None,
+    guard: Guard | None = None,
+    replayed: bool = False,
     controls: Controls | None = None,
 ) -> IntakeResult:
     """Parse, validate and store one batch (see the module docstring). `integrations`: the configured names;
     a batch naming another is INVALID. `calendars`: each integration's calendar, for a scheduled batch (UTC
-    when absent). `controls`: the changed-account review (none without). Checking runs before the transaction
-    (in a thread), so a big batch holds no lock while it is validated; a batch id already stored is answered
-    without validating again.
+    when absent). `guard`: the duplicate-payroll guard (None: off). `replayed`: the message is a replay of a dead
+    letter (a refused batch id is decided again). `controls`: the changed-account review (none without).
+    Checking runs before the transaction (in a thread), so a big batch holds no lock while it is validated; a
+    batch id already stored is answered without validating again, unless it may take a new attempt.
 
     The intake is a span (`intake batch`) continuing `traceparent` (the W3C text the batch came with), or the
     current span (the consumer's) without it; its context is stored with the flow."""
     parent = traceparent if traceparent is not None else current_traceparent()
     with continued("intake batch", parent) as span:
-        result = await _accept(
-            store, raw, now=now, integrations=integrations, limits=limits, calendars=calendars, controls=controls
-        )
+        checks = _Checks(integrations, limits, calendars, guard, controls)
+        result = await _accept(store, raw, now=now, checks=checks, replayed=replayed)
         if result.flow is not None:
             span.set_attribute("dispersion.batch_id", result.flow.batch_id)
         span.set_attribute("dispersion.intake", "created" if result.created else "known")
         return result
 
 
+@dataclass(frozen=True)
+class _Checks:
+    integrations: Collection[str] | None
+    limits: ValidationLimits
+    calendars: Mapping[str, Calendar] | None
+    guard: Guard | None
+    controls: Controls | None = None
+
+    def prepare(self, raw: str | bytes | Mapping[str, Any], now: datetime) -> PreparedBatch:
+        return prepare_batch(raw, integrations=self.integrations, limits=self.limits, now=now, calendars=self.calendars)
+
+
+def requested_at(document: Any) -> datetime | None:
+    """The document's `requested_at` (an Avro instant, or ISO 8601 text), None when unreadable."""
+    value = document.get("requested_at") if isinstance(document, Mapping) else None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value
+    return None
+
+
+def _may_restart(existing: Flow, document: Any, replayed: bool) -> bool:
+    """A submission for an ended batch id that may be a new attempt: a replay, or one requested after the flow
+    ended (a redelivery of the message that made the flow is older than its end, and stays a duplicate)."""
+    if existing.state not in RESUBMITTABLE_STATES:
+        return False
+    if replayed:
+        return True
+    asked = requested_at(document)
+    return asked is not None and asked > existing.updated_at
+
+
 async def _accept(
-    store: Store,
-    raw: str | bytes | Mapping[str, Any],
-    *,
-    now: datetime,
-    integrations: Collection[str] | None,
-    limits: ValidationLimits,
-    calendars: Mapping[str, Calendar] | None,
-    controls: Controls | None,
+    store: Store, raw: str | bytes | Mapping[str, Any], *, now: datetime, checks: _Checks, replayed: bool
 ) -> IntakeResult:
     document, _ = _document(raw)
     batch_id = readable_batch_id(document)
+    traceparent = current_traceparent()
     if batch_id is not None:
         existing = await store.arun(lambda tx: tx.flows.get(batch_id), write=False)
         if existing is not None:
             same = existing.payload_sha256 in (document_content_sha256(document), sha256_hex(_as_text(raw)))
-            return IntakeResult(existing, False, existing.state, None, same)
-    prepared = await asyncio.to_thread(
-        prepare_batch, raw, integrations=integrations, limits=limits, now=now, calendars=calendars
+            known = IntakeResult(existing, False, existing.state, None, same)
+            if not _may_restart(existing, document, replayed):
+                return known
+            prepared = await asyncio.to_thread(checks.prepare, raw, now)
+            if existing.state == FlowState.INVALID and prepared.reason is not None:
+                return known  # refused again: the refused attempt stays (a dead letter says why, once more)
+            return await store.arun(
+                lambda tx: restart_batch(tx, prepared, existing, now=now, traceparent=traceparent, guard=checks.guard)
+            )
+    prepared = await asyncio.to_thread(checks.prepare, raw, now)
+    return await store.arun(
+        lambda tx: store_batch(
+            tx, prepared, now=now, traceparent=traceparent, guard=checks.guard, controls=checks.controls
+        )
     )
-    traceparent = current_traceparent()
-    return await store.arun(lambda tx: store_batch(tx, prepared, now=now, traceparent=traceparent, controls=controls))

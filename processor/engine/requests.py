@@ -227,8 +227,9 @@ def _carry_out(
     flow = tx.flows.get(request.batch_id)
     if flow is None or flow.state != FlowState.RECEIVED:
         raise RetryError(409, f"batch {request.batch_id} is no longer waiting for this review")
-    if approve:  # the worker creates its consent next
-        tx.flows.update(request.batch_id, expected_version=flow.version, now=now, next_action_at=now)
+    if approve:  # the worker creates its consent next (unless a duplicate-payroll hold still waits for its own)
+        due = None if flow.duplicate_held else now
+        tx.flows.update(request.batch_id, expected_version=flow.version, now=now, next_action_at=due)
         return "released"
     reason = f"the changed destination accounts were declined by {actor.name} (request {request.id})"
     event = status_event(

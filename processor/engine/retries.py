@@ -22,7 +22,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from processor.domain.file_states import FlowState
+from processor.domain.file_states import FlowState, resubmit_hint
 from processor.domain.masking import mask_account
 from processor.domain.outcomes import retry_batch_id
 from processor.domain.time import iso_ms
@@ -32,7 +32,7 @@ from processor.engine.intake import PreparedBatch, prepare_batch, store_batch
 from processor.store import Store, StoreTx
 
 SOURCE = "dispersion-retry-failed"
-_NOT_ATTEMPTED = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID)
+_NOT_ATTEMPTED = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID, FlowState.WITHDRAWN)
 
 
 class RetryError(Exception):
@@ -205,7 +205,10 @@ def plan(
     if not isinstance(transfers, list):
         raise RetryError(409, f"batch {batch_id} holds no readable transfers")
     if flow.state in _NOT_ATTEMPTED:
-        message = f"batch {batch_id} ended {flow.state}: nothing was paid or attempted; submit it again instead"
+        message = (
+            f"batch {batch_id} ended {flow.state}: nothing was paid; submit it again as a new attempt: "
+            f"{resubmit_hint(batch_id)}"
+        )
         return RetryPlan(RetryOutcome(batch_id, None, message=message))
     failed = _failed_indexes(tx, batch_id, flow.state, len(transfers))
     if only is not None:

@@ -14,6 +14,8 @@
     exchange_recovery_after = 30      # a used `state` whose code exchange left no tokens may be retried after this
     consent_watch_interval = 60       # seconds between two reads of a consent awaiting its approver
     mandate_watch_interval = 3600     # seconds between two reads of an authorised VRP mandate's consent
+    duplicate_window_days = 35        # a batch paying what another of the last 35 days pays is held (0: off)
+    duplicate_overlap = 0.8           # ... when it shares at least this share of its transfers (account, amount)
 
 Unknown keys and out-of-range values are refused with the key named, like the rest of the configuration.
 """
@@ -46,6 +48,8 @@ class EngineSettings:
     exchange_recovery_after: float = 30.0
     consent_watch_interval: float = 60.0
     mandate_watch_interval: float = 3600.0
+    duplicate_window_days: float = 35.0  # the duplicate-payroll guard looks this far back (0: off)
+    duplicate_overlap: float = 0.8  # share of a new batch's transfers another batch must hold to hold it
 
     def poll_delay(self, attempt: int) -> float:
         """Wait before the next read of a pending payment: doubling from `poll_first`, capped at `poll_max`."""
@@ -71,6 +75,8 @@ ENGINE_LIMITS: dict[str, tuple[float, float]] = {
     "exchange_recovery_after": (1, 86_400),
     "consent_watch_interval": (1, 86_400),
     "mandate_watch_interval": (1, 7 * 86_400),
+    "duplicate_window_days": (0, 366),
+    "duplicate_overlap": (0.01, 1),
 }
 
 

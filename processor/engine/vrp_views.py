@@ -14,9 +14,11 @@ from typing import Any
 
 from processor.domain.masking import mask_account
 from processor.domain.time import iso_ms
+from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import MANDATE_PUBLISHES, Mandate
 from processor.engine.vrp_moves import COUNTED, mandate_request, mandate_usage
 from processor.store import StoreTx, VrpMandate, VrpPayment
+from processor.store.values import load_json
 from schemas.topics import VRP_STATUS_TOPIC
 
 # The states whose approval link works (the console shows it to operators).
@@ -56,7 +58,7 @@ class MandateView:
     status: str
     creditor: str  # masked, with the creditor's name
     currency: str
-    max_individual: Decimal
+    max_individual: Decimal | None  # None: an INVALID mandate whose request does not parse
     limits: list[LimitLine]
     reference: str
 
@@ -75,7 +77,7 @@ class MandateView:
             "currency": self.currency,
             "valid_from": _iso(m.valid_from),
             "valid_to": _iso(m.valid_to),
-            "max_individual_amount": str(self.max_individual),
+            "max_individual_amount": None if self.max_individual is None else str(self.max_individual),
             "periodic_limits": [
                 {
                     "period_type": line.period_type,
@@ -110,7 +112,10 @@ def mandate_view(
 ) -> MandateView:
     """The mandate with its limits and the ledger of the current periods at `now` (`accepted`: its accepted
     payments, when already read)."""
-    request = mandate_request(mandate)
+    try:
+        request = mandate_request(mandate)
+    except InvalidRequestError:
+        return _unparsed_view(mandate)
     account = request.creditor
     creditor = f"{mask_account(account.identification)} {account.name}".strip()
     limits = [
@@ -133,6 +138,26 @@ def mandate_view(
         request.max_individual_amount,
         limits,
         request.reference,
+    )
+
+
+def _unparsed_view(mandate: VrpMandate) -> MandateView:
+    """An INVALID mandate whose request does not parse (stored as it came): what it names, the account masked, no
+    limits and no ledger (nothing of it was ever checked or paid)."""
+    doc = load_json(mandate.request)
+    doc = doc if isinstance(doc, Mapping) else {}
+    account = doc.get("creditor_account")
+    account = account if isinstance(account, Mapping) else {}
+    name, reference = account.get("name"), doc.get("reference")
+    creditor = f"{mask_account(account.get('identification'))} {name if isinstance(name, str) else ''}".strip()
+    return MandateView(
+        mandate,
+        mandate_status(mandate.state),
+        creditor,
+        mandate.currency or "",
+        None,
+        [],
+        reference if isinstance(reference, str) else "",
     )
 
 

@@ -52,6 +52,14 @@ class Flow:
     updated_at: datetime
     traceparent: str | None = None  # W3C trace context of the batch's intake: later steps continue its trace
     execute_on: date | None = None  # a scheduled batch: the day its payment is made on (integration's zone)
+    attempt: int = 1  # 2, 3, ...: a new attempt under the same batch id (processor.store.lifecycle)
+    withdrawn_by: str | None = None
+    withdrawn_at: datetime | None = None
+    withdraw_reason: str | None = None
+    duplicate_of: str | None = None  # held as a possible duplicate payroll of that batch (duplicate_note: figures)
+    duplicate_note: str | None = None
+    duplicate_confirmed_by: str | None = None
+    duplicate_confirmed_at: datetime | None = None
 
     @property
     def key(self) -> str:
@@ -62,6 +70,11 @@ class Flow:
     def terminal(self) -> bool:
         """Whether the flow has ended."""
         return self.state in TERMINAL_FLOW_STATES
+
+    @property
+    def duplicate_held(self) -> bool:
+        """Held as a possible duplicate payroll and not confirmed yet: nothing may go to the bank."""
+        return self.duplicate_of is not None and self.duplicate_confirmed_by is None
 
 
 class FlowFields(TypedDict, total=False):
@@ -79,6 +92,11 @@ class FlowFields(TypedDict, total=False):
     file_payment_id: str | None
     authorization_deadline: datetime | None
     report: Any
+    withdrawn_by: str | None
+    withdrawn_at: datetime | None
+    withdraw_reason: str | None
+    duplicate_confirmed_by: str | None
+    duplicate_confirmed_at: datetime | None
 
 
 class FlowChanges(FlowFields, total=False):
@@ -107,6 +125,14 @@ class FlowRepo(WorkRepo[Flow]):
         **WORK_COLUMNS,
         "traceparent": "text",
         "execute_on": "date",
+        "attempt": "int",
+        "withdrawn_by": "text",
+        "withdrawn_at": "ts",
+        "withdraw_reason": "text",
+        "duplicate_of": "text",
+        "duplicate_note": "text",
+        "duplicate_confirmed_by": "text",
+        "duplicate_confirmed_at": "ts",
     }
     write_only: ClassVar[Mapping[str, Kind]] = {"report": "json"}
     updatable: ClassVar[frozenset[str]] = WORK_UPDATABLE | {
@@ -118,6 +144,11 @@ class FlowRepo(WorkRepo[Flow]):
         "file_payment_id",
         "authorization_deadline",
         "report",
+        "withdrawn_by",
+        "withdrawn_at",
+        "withdraw_reason",
+        "duplicate_confirmed_by",
+        "duplicate_confirmed_at",
     }
     row_type: ClassVar[type[Any]] = Flow
 
@@ -140,6 +171,9 @@ class FlowRepo(WorkRepo[Flow]):
         content_sha256: str | None = None,
         traceparent: str | None = None,
         execute_on: date | None = None,
+        transfer_keys: str | None = None,
+        duplicate_of: str | None = None,
+        duplicate_note: str | None = None,
     ) -> Created[Flow]:
         """Insert a flow unless its batch id exists. A duplicate changes nothing and comes back with
         `created=False` (and `same_document` telling whether it was the same batch).
@@ -152,15 +186,17 @@ class FlowRepo(WorkRepo[Flow]):
         not parsed once more to check (for a 100,000-transfer batch that parse alone costs about 100 MiB).
 
         `traceparent`: the W3C trace context of the batch's intake, kept as text for the flow's later steps.
-        `execute_on`: the day a scheduled batch is to be paid on (its payment is never created earlier)."""
+        `execute_on`: the day a scheduled batch is to be paid on (its payment is never created earlier).
+        `transfer_keys`: one short hash per transfer (processor.domain.duplicates), for the duplicate-payroll guard;
+        `duplicate_of` / `duplicate_note`: the batch it is held as a possible duplicate of, and the figures."""
         text = payload if payload_checked and isinstance(payload, str) else json_text(payload)
         digest = content_sha256 or sha256_hex(text)
         now = utc_ms(now)
         row = self.tx.fetchone(
             "INSERT INTO flows (batch_id, integration, state, payload, payload_sha256, file_reference, file_hash,"  # noqa: S608
             " number_of_transactions, control_sum, approval_token, authorization_deadline, next_action_at,"
-            " created_at, updated_at, traceparent, execute_on)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " created_at, updated_at, traceparent, execute_on, transfer_keys, duplicate_of, duplicate_note)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             f" ON CONFLICT (batch_id) DO NOTHING RETURNING {self._cols()}",
             (
                 batch_id,
@@ -179,6 +215,9 @@ class FlowRepo(WorkRepo[Flow]):
                 now,
                 traceparent,
                 None if execute_on is None else execute_on.isoformat(),
+                transfer_keys,
+                duplicate_of,
+                duplicate_note,
             ),
         )
         if row is not None:

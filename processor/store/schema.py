@@ -292,6 +292,61 @@ _V8 = (
 # integration's time zone), NULL for a batch paid as soon as it is approved.
 _V9 = ("ALTER TABLE flows ADD COLUMN execute_on TEXT",)
 
+# Submissions mean what they say (issue 18): a batch id may be paid by a new attempt after its batch was withdrawn,
+# rejected, expired, invalid or failed before anything was paid (`attempt`; the earlier attempts kept in
+# `batch_attempts`, their approval tokens still answering); a withdrawal names who, when and why; a batch whose
+# transfers match another's recently received one is held until a person confirms it (`duplicate_*`), found by
+# `transfer_keys` (one short hash per transfer: destination account and amount); every message's intake verdict is
+# kept where `submit` asks for it (`intake_verdicts`, with a conflict's difference). `transfer_sketches` holds each
+# batch's smallest transfer keys (a bottom-k sketch), so a new batch finds the few recent batches worth comparing
+# with in full without reading every batch of the window.
+_V10 = (
+    "ALTER TABLE flows ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE flows ADD COLUMN withdrawn_by TEXT",
+    "ALTER TABLE flows ADD COLUMN withdrawn_at {TS}",
+    "ALTER TABLE flows ADD COLUMN withdraw_reason TEXT",
+    "ALTER TABLE flows ADD COLUMN transfer_keys TEXT",
+    "ALTER TABLE flows ADD COLUMN duplicate_of TEXT",
+    "ALTER TABLE flows ADD COLUMN duplicate_note TEXT",
+    "ALTER TABLE flows ADD COLUMN duplicate_confirmed_by TEXT",
+    "ALTER TABLE flows ADD COLUMN duplicate_confirmed_at {TS}",
+    """CREATE TABLE batch_attempts (
+    batch_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    payload_sha256 TEXT NOT NULL,
+    consent_id TEXT,
+    file_payment_id TEXT,
+    approval_token TEXT NOT NULL UNIQUE,
+    reason TEXT,
+    withdrawn_by TEXT,
+    withdrawn_at {TS},
+    created_at {TS} NOT NULL,
+    ended_at {TS} NOT NULL,
+    PRIMARY KEY (batch_id, attempt)
+)""",
+    """CREATE TABLE intake_verdicts (
+    topic TEXT NOT NULL,
+    part INTEGER NOT NULL,
+    message_offset BIGINT NOT NULL,
+    batch_id TEXT,
+    verdict TEXT NOT NULL,
+    detail TEXT,
+    attempt INTEGER,
+    decided_at {TS} NOT NULL,
+    PRIMARY KEY (topic, part, message_offset)
+)""",
+    "CREATE INDEX intake_verdicts_batch ON intake_verdicts (batch_id, decided_at)",
+    """CREATE TABLE transfer_sketches (
+    sketch_key TEXT NOT NULL,
+    batch_id TEXT NOT NULL,
+    integration TEXT NOT NULL,
+    created_at {TS} NOT NULL,
+    PRIMARY KEY (sketch_key, batch_id)
+)""",
+    "CREATE INDEX transfer_sketches_batch ON transfer_sketches (batch_id)",
+)
+
 # People (issue 19): the append-only audit trail of every operator action (who, with which role, what, on what,
 # from where); console sessions kept server-side (ended at sign-out, or when the operator's password changes: the
 # stamp is a hash of the configured password hash); failed sign-ins per operator and per address (lockout with
@@ -372,6 +427,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "flows: the trace context of the batch", _V7),
     Migration(8, "consumer attempts per message", _V8),
     Migration(9, "scheduled batches: execute_on", _V9),
+    Migration(10, "attempts, withdrawals, duplicate-payroll holds, intake verdicts", _V10),
     Migration(11, "people: audit trail, sessions, sign-in failures, requests, paid accounts", _V11),
     Migration(14, "VRP mandates watched: consent_read_at; listing indexes", _V14),
 )

@@ -28,6 +28,7 @@ from processor.store.auth_attempts import AuthAttempts
 from processor.store.crypto import Cipher, require_cipher
 from processor.store.db import Database, Dialect, StoreBusyError, Tx, connect
 from processor.store.flows import FlowRepo
+from processor.store.lifecycle import Lifecycle
 from processor.store.observe import Observer
 from processor.store.operator import OperatorRepo
 from processor.store.outbox import Outbox
@@ -58,6 +59,11 @@ class StoreTx:
     def flows(self) -> FlowRepo:
         """File-payment flows."""
         return FlowRepo(self.raw)
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """A batch id's attempts, withdrawal, duplicate-payroll hold and intake verdicts."""
+        return Lifecycle(self.raw)
 
     @property
     def side_effects(self) -> SideEffects:

@@ -3,6 +3,8 @@
     GET  /console/                       Batches (filters, counts per status, newest first, pages)
     GET  /console/batches/{batch_id}     Batch (timeline, approval link while it waits, transfers, retries)
     POST /console/retry                  retry the failed transfers of a batch (optional corrections)
+    POST /console/withdraw               withdraw a batch not yet initiated at the bank (a reason is required)
+    POST /console/confirm-duplicate      let a batch held as a possible duplicate payroll go to the bank
     GET  /console/dead-letters           Dead letters;  GET /console/dead-letters/{id}: one, decoded or as hex
     POST /console/dead-letters/{id}/replay   replay it (a reason is required)
     GET  /console/overview?day=D | month=M | from=D&to=D   Month-end: money counted once (paid, failed, outstanding,
@@ -59,6 +61,7 @@ from processor.domain.text import text_problem
 from processor.domain.time import Clock, SystemClock, within_range
 from processor.engine.requests import Where, ask_retry, decide_request
 from processor.engine.retries import Correction, RetryError, preview
+from processor.engine.withdrawal import WithdrawError, act_audit, confirm_duplicate, lifecycle_detail, withdraw_batch
 from processor.store import Store, StoreError, StoreTx
 from processor.store.console import BatchFilter
 from processor.store.vrp import MandateFilter
@@ -359,11 +362,15 @@ def console_app(
         if data is None:
             return render(request, "error.html", 404, operator=operator, message=f"Batch {batch_id} is unknown.")
         reviews = await store.arun(lambda tx: [request_view(r) for r in tx.requests.of_batch(batch_id)], write=False)
+        life = await store.arun(lambda tx: lifecycle_detail(tx, batch_id), write=False)
+        life["may_withdraw"] = operator.actor.may(Action.WITHDRAW)
+        life["may_confirm"] = operator.actor.may(Action.CONFIRM)
         return render(
             request,
             "batch.html",
             operator=operator,
             data=data,
+            life=life,
             sort=sort,
             descending=descending,
             only_failed=only_failed,
@@ -414,6 +421,34 @@ def console_app(
         if outcome.retry_batch_id is None:
             return render(request, "error.html", 409, operator=operator, message=outcome.message, back=back)
         return RedirectResponse(f"{base}/batches/{quote(outcome.retry_batch_id, safe='')}?done=retry", 303)
+
+    def act(kind: str) -> Page:
+        """Withdraw a batch, or confirm a held one (the batch page's buttons), as the signed-in operator (recorded
+        with the batch and in the audit trail); back to the batch page."""
+
+        async def run(request: Request, operator: Operator) -> Response:
+            form = await request.form()
+            batch_id = _field(form.get("batch_id"), "batch id", required=True, limit=200)
+            assert batch_id is not None
+            page = f"{request.scope.get('root_path', '')}/batches/{quote(batch_id, safe='')}"
+            now, place = time.now(), Where("console", _address(request))
+            try:
+                if kind == "withdraw":
+                    reason = _field(form.get("reason"), "reason", required=True, limit=500)
+                    assert reason is not None
+                    audit = act_audit("withdraw", operator.actor, place, now, reason=reason)
+                    await asyncio.to_thread(
+                        withdraw_batch, store, batch_id, by=operator.name, reason=reason, now=now, audit=audit
+                    )
+                else:
+                    audit = act_audit("confirm-duplicate", operator.actor, place, now)
+                    await asyncio.to_thread(confirm_duplicate, store, batch_id, by=operator.name, now=now, audit=audit)
+            except WithdrawError as exc:
+                return render(request, "error.html", exc.status, operator=operator, message=str(exc), back=page)
+            log.info("console_batch_act", batch_id=batch_id, act=kind, operator=operator.name)
+            return RedirectResponse(page, status_code=303)
+
+        return run
 
     async def dead_letters(request: Request, operator: Operator) -> Response:
         after_text = request.query_params.get("after") or "0"
@@ -573,6 +608,8 @@ def console_app(
         Route("/", signed_in(batches), methods=["GET"]),
         Route("/batches/{batch_id:path}", signed_in(batch), methods=["GET"]),
         Route("/retry", signed_in(retry, Action.RETRY), methods=["POST"]),
+        Route("/withdraw", signed_in(act("withdraw"), Action.WITHDRAW), methods=["POST"]),
+        Route("/confirm-duplicate", signed_in(act("confirm"), Action.CONFIRM), methods=["POST"]),
         Route("/dead-letters", signed_in(dead_letters), methods=["GET"]),
         Route("/dead-letters/{letter_id}", signed_in(dead_letter), methods=["GET"]),
         Route("/dead-letters/{letter_id}/replay", signed_in(replay, Action.REPLAY), methods=["POST"]),

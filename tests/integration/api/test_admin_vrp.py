@@ -25,14 +25,17 @@ from starlette.routing import Mount
 from vrp_engine_support import (
     VRP_DELAY,
     VrpRig,
+    mandate_request,
     payment_request,
     vrp_rig,
     vrp_sandbox,  # noqa: F401  (module fixture)
 )
 
 from processor.api.admin import admin_app, token_digest
+from processor.api.console.mandate_views import mandate_page, mandates_page
 from processor.domain.roles import AdminToken, Role
 from processor.store import Store
+from processor.store.vrp import MandateFilter
 
 TOKEN = "admin-token-for-vrp-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -154,3 +157,33 @@ async def test_the_report_keeps_vrp_payments_apart_with_totals_per_mandate_and_c
             (True, "500.00", "REFUSED"),
         ]
         assert f"vrp total {mandate_id} GBP: 3 payments (2 COMPLETED 550.00, 1 REFUSED 500.00)" in done.stderr
+
+
+async def test_an_invalid_mandate_whose_request_does_not_parse_is_listed_and_shown(
+    vrp_sandbox: SandboxProcess,  # noqa: F811
+    store: Store,
+) -> None:
+    # Stored INVALID as it came (a currency, an amount and an account that do not parse): the listing, the mandate
+    # and the console's pages still answer, the account masked, nothing made up for what did not parse.
+    async with admin_vrp_rig(vrp_sandbox, store) as (rig, http):
+        account = {"scheme_name": "UK.OBIE.SortCodeAccountNumber", "identification": "9999991234567", "name": "Pot"}
+        request = mandate_request(now=rig.clock.now(), currency="XX", max_individual_amount="abc")
+        outcome = await rig.vrp.submit_mandate({**request, "creditor_account": account})
+        mandate_id = outcome.mandate.mandate_id
+        assert outcome.mandate.state == "INVALID"
+
+        listed = await http.get("/mandates", params={"q": mandate_id}, headers=AUTH)
+        assert listed.status_code == 200, listed.text
+        [row] = listed.json()["mandates"]
+        assert (row["status"], row["creditor_account"]) == ("INVALID", "****4567 Pot")
+        assert row["max_individual_amount"] is None and row["periodic_limits"] == []
+        one = await http.get(f"/mandates/{mandate_id}", headers=AUTH)
+        assert one.status_code == 200, one.text
+        assert [e["status"] for e in one.json()["timeline"]] == ["INVALID"]
+        assert "9999991234567" not in listed.text + one.text
+
+        now, url = rig.clock.now(), rig.config.processor.public_url
+        page = store.run(lambda tx: mandate_page(tx, mandate_id, public_url=url, now=now), write=False)
+        assert page is not None and page.view.creditor == "****4567 Pot" and page.terminal
+        listing = store.run(lambda tx: mandates_page(tx, MandateFilter(text=mandate_id), 0, now), write=False)
+        assert [v.mandate.mandate_id for v in listing.rows] == [mandate_id]

@@ -372,6 +372,73 @@ async def test_fuzzed_console_requests_get_a_4xx_never_a_5xx(store: Store) -> No
         assert len(seen) >= 100 and 400 in seen
 
 
+async def test_the_batch_page_withdraws_confirms_a_held_batch_and_shows_a_conflict(store: Store) -> None:
+    """Issue 18: the Withdraw button (with a reason) and the confirmation of a batch held as a possible duplicate
+    payroll, both recorded with the operator's name; a conflicting submission shown on the batch's page."""
+    from processor.engine.intake import Guard, accept_batch
+    from processor.store.lifecycle import Verdict
+
+    async with console(store) as c:
+        rows = [("200100300", "100.00"), ("200100301", "200.00")]
+        guard = Guard(public_url=c.rig.public_url)
+        for batch_id in ("NOV-A", "NOV-B"):
+            await accept_batch(store, batch(batch_id, rows), now=c.rig.clock.now(), guard=guard)
+        await c.sign_in()  # ana, an operator: sees the hold, may not confirm it
+        page = await c.http.get(f"{c.url}/batches/NOV-B")
+        assert 'id="duplicate-hold"' in page.text and "possible duplicate payroll of batch NOV-A" in page.text
+        assert 'id="confirm-duplicate-form"' not in page.text and "the approver role confirms it" in page.text
+        token = await c.csrf("/batches/NOV-B")
+        refused = await c.http.post(f"{c.url}/confirm-duplicate", data={"csrf": token, "batch_id": "NOV-B"})
+        assert refused.status_code == 403 and c.rig.flow("NOV-B").duplicate_confirmed_by is None
+        bob = await c.person("bob")  # an approver
+        answer = await bob.http.post(
+            f"{c.url}/confirm-duplicate", data={"csrf": await bob.csrf("/batches/NOV-B"), "batch_id": "NOV-B"}
+        )
+        assert answer.status_code == 303 and answer.headers["location"] == "/console/batches/NOV-B"
+        assert c.rig.flow("NOV-B").duplicate_confirmed_by == "bob"
+        page = await c.http.get(f"{c.url}/batches/NOV-B")
+        assert 'id="duplicate-confirmed"' in page.text and "confirmed by bob" in page.text
+        audit = store.run(lambda tx: tx.audit.since(c.rig.clock.now() - timedelta(days=1)), write=False)
+        assert [(row.action, row.actor, row.subject) for row in audit][-1] == ("confirm-duplicate", "bob", "NOV-B")
+
+        vera = await c.person("vera")  # a viewer may not withdraw
+        page = await vera.http.get(f"{c.url}/batches/NOV-A")
+        assert 'id="withdraw-form"' not in page.text
+        viewer = await vera.http.post(
+            f"{c.url}/withdraw",
+            data={"csrf": await vera.csrf("/batches/NOV-A"), "batch_id": "NOV-A", "reason": "no"},
+        )
+        assert viewer.status_code == 403 and c.rig.flow("NOV-A").state == FlowState.RECEIVED
+
+        refused = await c.http.post(f"{c.url}/withdraw", data={"csrf": token, "batch_id": "NOV-A", "reason": ""})
+        assert refused.status_code == 400 and c.rig.flow("NOV-A").state == FlowState.RECEIVED
+        answer = await c.http.post(
+            f"{c.url}/withdraw", data={"csrf": token, "batch_id": "NOV-A", "reason": "sent by mistake"}
+        )
+        assert answer.status_code == 303
+        assert c.rig.flow("NOV-A").state == FlowState.WITHDRAWN and c.rig.flow("NOV-A").withdrawn_by == "ana"
+        page = await c.http.get(f"{c.url}/batches/NOV-A")
+        assert 'id="withdrawn"' in page.text and "Withdrawn by ana at " in page.text
+        assert "dispersion submit EXPORT --batch-id NOV-A" in page.text and 'id="withdraw-form"' not in page.text
+        again = await c.http.post(f"{c.url}/withdraw", data={"csrf": token, "batch_id": "NOV-A", "reason": "x"})
+        assert again.status_code == 409 and "already withdrawn by ana" in unescape(again.text)
+
+        conflict = Verdict(
+            "payroll.batches",
+            3,
+            17,
+            "NOV-B",
+            "conflict",
+            "transfers: 1 changed (#1 amount 200.00 -> 250.00)",
+            1,
+            c.rig.clock.now(),
+        )
+        store.run(lambda tx: tx.lifecycle.record_verdict(conflict))
+        page = await c.http.get(f"{c.url}/batches/NOV-B")
+        assert 'id="conflicts"' in page.text and "payroll.batches/3/17" in page.text
+        assert "#1 amount 200.00 -&gt; 250.00" in page.text
+
+
 async def test_an_unconfigured_console_says_how_to_turn_it_on() -> None:
     sock, port = bound_socket()
     app = Starlette(routes=[Mount("/console", app=console_off())])

@@ -374,7 +374,8 @@ def test_progress_goes_to_stderr_and_the_result_to_stdout(
     assert "validating 3,000 transactions" in progress
     assert "encoding" in progress
     assert any(re.fullmatch(rf"producing [0-9,]+ bytes to {re.escape(kafka_topic)}", p) for p in progress)
-    assert re.fullmatch(r"done in [0-9.]+ s", progress[-2])
+    assert re.fullmatch(r"done in [0-9.]+ s", progress[-3])
+    assert progress[-2].startswith("note: not waiting for the processor's verdict: no admin token")  # none here
     assert progress[-1].startswith(f"note: batch {batch_id} is identified by its content")
 
     quiet = submit_run(capsys, *argv, "--quiet")
@@ -409,7 +410,7 @@ def test_unreachable_broker_exits_3_without_traceback(tmp_path: Path) -> None:
     )
     assert completed.returncode == 3, completed.stderr
     assert completed.stdout == ""
-    assert "dispersion submit: Kafka did not take the batch" in completed.stderr
+    assert "dispersion submit: Kafka at 127.0.0.1:1 (from --bootstrap) did not take the batch" in completed.stderr
     assert "it may be retried safely" in completed.stderr
     assert "Traceback" not in completed.stderr
 

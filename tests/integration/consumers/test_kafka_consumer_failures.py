@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka_layer_support import batch_record, committed, new_topic, produce, read_topic, settings_for, unique
 
 import schemas
-from consumers.batches import BatchHandler, IntakeOutcome
+from consumers.batches import BatchHandler, IntakeOutcome, MessageRef
 from consumers.loop import AtLeastOnceConsumer, consumer_config
 from processor.store import StoreError
 from producers.dlq import DeadLetterPublisher, SourceMessage
@@ -41,7 +41,7 @@ class FlakyIntake:
         self.calls: list[str] = []
         self.accepted: list[str] = []
 
-    def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome:
+    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome:
         batch_id = str(document["batch_id"])
         self.calls.append(batch_id)
         if batch_id in self.bugs:

@@ -20,7 +20,7 @@ from kafka_layer_support import batch_consumer, batch_record, committed, new_top
 from registry_fixtures import register_subjects
 from store_fixtures import StoreTarget
 
-from consumers.batches import EngineIntake, IntakeOutcome
+from consumers.batches import EngineIntake, IntakeOutcome, MessageRef
 from consumers.loop import AtLeastOnceConsumer
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
@@ -38,8 +38,8 @@ class RecordingIntake:
         self.engine = EngineIntake(store)
         self.verdicts: list[tuple[str | None, str]] = []
 
-    def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome:
-        outcome = self.engine(document)
+    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome:
+        outcome = self.engine(document, message=message)
         self.verdicts.append((outcome.batch_id, outcome.verdict))
         return outcome
 

@@ -27,7 +27,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import schemas
-from consumers.batches import BatchHandler, EngineIntake, IntakeOutcome
+from consumers.batches import BatchHandler, EngineIntake, IntakeOutcome, MessageRef
 from consumers.loop import AtLeastOnceConsumer, consumer_config
 from processor.api.admin import admin_app, token_digest
 from processor.domain.file_states import FlowState
@@ -58,10 +58,10 @@ class DefectiveIntake:
         self.intake = intake
         self.broken = threading.Event()
 
-    def __call__(self, document: Mapping[str, Any]) -> IntakeOutcome:
+    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome:
         if self.broken.is_set():
             raise RuntimeError("intake defect: KeyError 'origin_account' in a code path")
-        return self.intake(document)
+        return self.intake(document, message=message)
 
 
 @pytest.fixture

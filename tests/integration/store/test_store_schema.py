@@ -19,6 +19,9 @@ TABLES = {
     "vrp_payments",
     "outbox",
     "outbox_keys",
+    "batch_attempts",
+    "intake_verdicts",
+    "transfer_sketches",
     "schema_migrations",
 }
 

@@ -71,6 +71,7 @@ def test_terminal_states() -> None:
         FlowState.REJECTED,
         FlowState.EXPIRED,
         FlowState.INVALID,
+        FlowState.WITHDRAWN,
     }
 
 

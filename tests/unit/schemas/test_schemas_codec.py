@@ -92,6 +92,11 @@ def _status() -> dict[str, Any]:
             {"index": 1, "employee_reference": "E-002", "previous_account": "****0301", "account": "****0666"}
         ],
         "reviewed_by": "bob",
+        # v3: the attempt, a withdrawal, a duplicate-payroll hold and who confirmed it
+        "attempt": 2,
+        "withdrawn_by": None,
+        "duplicate_of": "ERP-2025-12-0001",
+        "duplicate_confirmed_by": "ana",
     }
 
 

@@ -318,7 +318,7 @@ RELEASED = {
     ("payroll.batches", 2): "c345602f555282d7f50abefc4cf6b551c0b7c9aefa1d573f5b70ec0dc31cb5fd",
     ("dispersion.status", 1): "f4dde67164403b98b07368d80842148b2f355a689a02547bc2dae27d20e24af8",
     ("dispersion.status", 2): "9b91cc5faab1286f114fdbf1845a1e1a49869a8f68d6b9dd5f703bd4135ffb35",
-    ("dispersion.status", 3): "64b9567287e64f9e761742d81431dcad862f8fe9e07120df01671ad13270eaa3",
+    ("dispersion.status", 3): "2725a318fcf064e61d07040998f15359637096a818966da3310d9801ed08b63f",
     ("payroll.batches.dlq", 1): "d85341e52cd8ef7218e2bf1b06c2e2953408d540aee4bdb234982954c946882a",
     ("vrp.mandates", 1): "76004b2017a96ecedaab9ff75cc3d630d16f4aa20cf2f276838a48a146fb65e5",
     ("vrp.payments", 1): "4fb60f73087e75f33600c6870f3ec4f5e4209779ffa7fb043c28b899131a07f5",

@@ -1,0 +1,236 @@
+"""Submissions mean what they say (issue 18), as deployed: a real Kafka broker, PostgreSQL, the sandbox bank and
+`dispersion processor` as a subprocess, the operator's commands as typed (one deployment, one run):
+
+- the same workbook saved twice (other bytes, no profile) is one batch: `submit` says "accepted", then "same batch";
+- a re-export under another batch id is held as a possible duplicate payroll (`submit` exits 6 naming the batch),
+  `dispersion confirm-duplicate` lets it go, and it is paid once;
+- the same batch id with other transfers: `submit` exits 5 and prints the difference;
+- `dispersion withdraw`: the link refuses ("withdrawn by ..."), the corrected batch under the same id is paid;
+- an EXPIRED batch submitted again is paid (`status --until-terminal` follows the new attempt to 0);
+- a batch dead-lettered for an integration not configured yet, replayed after it is configured (processor
+  restarted): paid once, and the replay landed on the partition its original was read from, although the
+  original's producer used librdkafka's default partitioner (CRC32), not the Java client's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+import tomllib
+import zlib
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from murmur2_support import java_partition
+from openpyxl import Workbook
+from processor_support import (
+    BATCHES_TOPIC,
+    DLQ_TOPIC,
+    STATUS_TOPIC,
+    Approver,
+    Deployment,
+    DeploymentFactory,
+    TopicLog,
+    deployment_factory_fixture,  # noqa: F401  (the fixture deployment_factory)
+    e2e_database_fixture,  # noqa: F401  (the fixture e2e_database)
+    payroll_batch,
+    rebase,
+    unique_id,
+)
+
+import schemas
+from processor.devtools.demo import toml_document
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(420)]
+
+ORIGIN = ("--origin-account", "100200300", "--origin-currency", "GTQ", "--integration", "sandbox")
+ADMIN_TOKEN = "submissions-admin-token-0123456789"
+PARTITIONS = 3
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+
+def dispersion(deployment: Deployment, *argv: str, timeout: float = 120) -> Ran:
+    """`dispersion ARGV...` against the deployment, as typed; printed for docs/operations.md."""
+    done = subprocess.run(
+        [sys.executable, "-m", "processor.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "DISPERSION_CONFIG": str(deployment.config_path), "DISPERSION_ADMIN_TOKEN": ADMIN_TOKEN},
+        cwd=deployment.directory,
+        check=False,
+    )
+    print(f"$ dispersion {' '.join(argv)}\n{done.stdout}{done.stderr}--- exit {done.returncode}")
+    return Ran(done.returncode, done.stdout, done.stderr)
+
+
+def workbook(path: Path, rows: list[tuple[str, float]], *, creator: str) -> Path:
+    """A workbook in our own layout (no profile needed); `creator` makes another save of the same rows."""
+    book = Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.append(["employee_reference", "account_number", "amount", "email", "concept"])
+    for index, (account, amount) in enumerate(rows):
+        sheet.append([f"E-{index:03d}", account, amount, f"employee{index}@example.com", "Sueldo noviembre"])
+    book.properties.creator = creator
+    book.save(path)
+    return path
+
+
+def export(path: Path, rows: list[tuple[str, str]], people: str) -> Path:
+    lines = ["employee_reference,account_number,amount,email,concept"]
+    # employee references of their own: issue 19's changed-account review would hold an employee paid elsewhere
+    lines += [
+        f"{people}-{i},{acct},{amount},employee{i}@example.com,Horas extra" for i, (acct, amount) in enumerate(rows)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def event(log: TopicLog, key: str, status: str, attempt: int = 1) -> Any:
+    for found in log.by_key(key):
+        if found.status == status and (found.record.get("attempt") or 1) == attempt:
+            return found
+    return None
+
+
+def wait_for(log: TopicLog, key: str, status: str, attempt: int = 1, timeout: float = 90) -> Any:
+    log.wait_until(lambda _: event(log, key, status, attempt) is not None, timeout=timeout, what=f"{key} {status}")
+    return event(log, key, status, attempt)
+
+
+def link_of(log: TopicLog, key: str, attempt: int = 1) -> str:
+    """The approval link of that attempt's AUTHORIZATION_REQUIRED."""
+    return str(wait_for(log, key, "AUTHORIZATION_REQUIRED", attempt).record["authorization_url"])
+
+
+def approve(approver: Approver, link: str, via: str, timeout: float = 60) -> None:
+    """Open the approval link until it leads to the bank (a batch just confirmed may not have its consent yet),
+    approve, and deliver the bank's redirect."""
+    deadline = time.monotonic() + timeout
+    while approver.http.get(rebase(link, via)).status_code == 409:
+        assert time.monotonic() < deadline, "the approval link never led to the bank"
+        time.sleep(0.3)
+    assert approver.approve(link, via=via).status_code == 200
+
+
+def configure_payday(deployment: Deployment) -> None:
+    """The integration `payday` (the same sandbox client) added to the configuration."""
+    sandbox = tomllib.loads(deployment.config_path.read_text())["integrations"]["sandbox"]
+    with deployment.config_path.open("a") as config:
+        config.write("\n" + toml_document({"integrations.payday": sandbox}))
+
+
+def test_submissions_mean_what_they_say(kafka_bootstrap: str, deployment_factory: DeploymentFactory) -> None:
+    deployment = deployment_factory(
+        kafka_bootstrap,
+        partitions=PARTITIONS,
+        engine={"duplicate_window_days": 35, "authorization_deadline": 15, "consent_watch_interval": 1},
+        tables={"admin": {"token_sha256": hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()}},
+    )
+    instance = deployment.start(0)
+    statuses = deployment.topic_log(STATUS_TOPIC)
+    approver = deployment.approver()
+    directory = deployment.directory
+
+    # 1. The same workbook saved twice is one batch; read by its extension, without a profile.
+    rows = [("200100300", 1500.5), ("200100301", 2000.0), ("200100302", 743.25)]
+    first = workbook(directory / "planilla-nov.xlsx", rows, creator="ERP")
+    again = workbook(directory / "planilla-nov (saved again).xlsx", rows, creator="Excel")
+    assert first.read_bytes() != again.read_bytes()
+    accepted = dispersion(deployment, "submit", str(first), *ORIGIN, "--quiet")
+    assert accepted.code == 0, accepted.err
+    payroll_id = accepted.out.split()[2].rstrip(":")
+    assert payroll_id.startswith("payroll-") and "accepted by the processor" in accepted.out
+    same = dispersion(deployment, "submit", str(again), *ORIGIN, "--quiet")
+    assert same.code == 0 and f"submitted batch {payroll_id}:" in same.out and "same batch" in same.out, same.err
+    link = wait_for(statuses, payroll_id, "AUTHORIZATION_REQUIRED").record["authorization_url"]
+    approve(approver, link, instance.url)
+    wait_for(statuses, payroll_id, "COMPLETED")
+
+    # 2. A re-export under another batch id: held, confirmed, paid once.
+    held = dispersion(deployment, "submit", str(first), *ORIGIN, "--batch-id", "NOV-B", "--quiet")
+    assert held.code == 6, held.out + held.err
+    assert f"held: possible duplicate payroll of batch {payroll_id}" in held.err
+    assert "3 of 3 transfers (100 %, 4243.75 GTQ)" in held.err
+    assert "dispersion confirm-duplicate --batch NOV-B" in held.err
+    hold = wait_for(statuses, "NOV-B", "AUTHORIZATION_REQUIRED")
+    assert hold.record["duplicate_of"] == payroll_id
+    assert approver.http.get(rebase(hold.record["authorization_url"], instance.url)).status_code == 409
+    confirmed = dispersion(deployment, "confirm-duplicate", "--batch", "NOV-B")
+    assert confirmed.code == 0 and "confirmed by " in confirmed.out, confirmed.err
+    approve(approver, hold.record["authorization_url"], instance.url)
+    assert wait_for(statuses, "NOV-B", "AUTHORIZED").record["duplicate_confirmed_by"]
+    wait_for(statuses, "NOV-B", "COMPLETED")
+
+    # 3. The same batch id with other transfers: a conflict, with the difference.
+    hours = export(directory / "horas-extra.csv", [("200100310", "1000.00"), ("200100311", "266.25")], "HEX")
+    assert dispersion(deployment, "submit", str(hours), *ORIGIN, "--batch-id", "HEX-B", "--quiet").code == 0
+    edited = export(directory / "horas-extra-edit.csv", [("200100310", "1000.00"), ("200100311", "366.25")], "HEX")
+    conflict = dispersion(deployment, "submit", str(edited), *ORIGIN, "--batch-id", "HEX-B", "--quiet")
+    assert conflict.code == 5, conflict.out + conflict.err
+    assert "transfers: 1 changed (#1 amount 266.25 -> 366.25); control sum 1266.25 -> 1366.25 GTQ" in conflict.err
+    assert "dispersion withdraw --batch HEX-B --reason TEXT" in conflict.err
+
+    # 4. Withdraw it; its link refuses; the corrected batch under the same id is paid.
+    old_link = wait_for(statuses, "HEX-B", "AUTHORIZATION_REQUIRED").record["authorization_url"]
+    withdrawn = dispersion(deployment, "withdraw", "--batch", "HEX-B", "--reason", "overtime corrected")
+    assert withdrawn.code == 0 and "withdrawn by " in withdrawn.out, withdrawn.err
+    rejected = wait_for(statuses, "HEX-B", "REJECTED")
+    assert rejected.record["withdrawn_by"] and rejected.record["reason"].endswith(": overtime corrected")
+    refused = approver.http.get(rebase(old_link, instance.url))
+    assert refused.status_code == 410 and "withdrawn by" in refused.text
+    corrected = dispersion(deployment, "submit", str(edited), *ORIGIN, "--batch-id", "HEX-B", "--quiet")
+    assert corrected.code == 0 and "as attempt 2" in corrected.out, corrected.out + corrected.err
+    approve(
+        approver, wait_for(statuses, "HEX-B", "AUTHORIZATION_REQUIRED", 2).record["authorization_url"], instance.url
+    )
+    assert wait_for(statuses, "HEX-B", "COMPLETED", 2).record["control_sum"] == Decimal("1366.25")
+
+    # 5. An EXPIRED batch submitted again is paid.
+    late = export(directory / "bono.csv", [("200100320", "50.00")], "BONO")
+    assert dispersion(deployment, "submit", str(late), *ORIGIN, "--batch-id", "BONO", "--quiet").code == 0
+    wait_for(statuses, "BONO", "EXPIRED", timeout=60)
+    resubmitted = dispersion(deployment, "submit", str(late), *ORIGIN, "--batch-id", "BONO", "--quiet")
+    assert resubmitted.code == 0 and "as attempt 2" in resubmitted.out, resubmitted.out + resubmitted.err
+    approve(approver, link_of(statuses, "BONO", 2), instance.url)
+    followed = dispersion(deployment, "status", "--batch", "BONO", "--until-terminal", "--timeout", "60")
+    assert followed.code == 0, followed.out + followed.err
+
+    # 6. A dead letter replayed after its integration is configured: paid once, on its original partition.
+    keys = (f"PAYDAY-{unique_id('x')}-{i}".encode() for i in range(100))
+    key = next(k for k in keys if zlib.crc32(k) % PARTITIONS != java_partition(k, PARTITIONS)).decode()
+    document = payroll_batch(key, [("200100330", "75.00")])
+    document["integration"] = "payday"
+    erp = Producer({"bootstrap.servers": deployment.bootstrap, "partitioner": "consistent_random"})  # an ERP's
+    erp.produce(deployment.topics[BATCHES_TOPIC], key=key.encode(), value=schemas.encode(BATCHES_TOPIC, document))
+    assert erp.flush(30) == 0
+    letters = deployment.topic_log(DLQ_TOPIC)
+    letters.wait_until(lambda log: any(e.key == key for e in log.events), timeout=60, what="the dead letter")
+    original = next(e for e in letters.events if e.key == key).record["partition"]
+    assert original == zlib.crc32(key.encode()) % PARTITIONS
+    assert instance.terminate() == 0
+    configure_payday(deployment)
+    instance = deployment.start(0)
+    listed = dispersion(deployment, "dlq", "list", "--batch", key)
+    replayed = dispersion(deployment, "dlq", "replay", listed.out.split()[0], "--reason", "payday configured")
+    assert replayed.code == 0 and f"replayed to {deployment.topics[BATCHES_TOPIC]}/{original}/" in replayed.out
+    approve(approver, link_of(statuses, key, 2), instance.url)
+    wait_for(statuses, key, "COMPLETED", 2)
+
+    counts = deployment.bank_counts()
+    assert counts["file_payment"] == 5  # payroll, NOV-B, HEX-B (attempt 2), BONO (attempt 2), the replayed one
+    assert instance.terminate() == 0
