@@ -714,6 +714,7 @@ def _produce(
 
     import schemas
     from consumers.records import batch_record
+    from processor.cli.kafka_noise import collapsed_kafka_logs, where_kafka_is
     from producers.clients import new_producer
     from producers.kafka import KafkaSetupError, producer_config, settings_from
     from schemas.topics import BATCHES_TOPIC
@@ -752,11 +753,16 @@ def _produce(
         headers=headers,
         on_delivery=lambda err, msg: outcome.append((err, msg)),
     )
-    producer.flush(args.timeout + 5)
+    with collapsed_kafka_logs():  # an unreachable broker: each librdkafka line once, counted, not 100 of them
+        producer.flush(args.timeout + 5)
     if not outcome or outcome[0][0] is not None:
-        why = outcome[0][0] if outcome else "no acknowledgement"
+        why = outcome[0][0].str() if outcome and outcome[0][0] is not None else "no acknowledgement"
+        where = where_kafka_is(settings.bootstrap, args.bootstrap, args.config)
         progress.done("")
-        print(f"dispersion submit: Kafka did not take the batch ({why}); it may be retried safely", file=sys.stderr)
+        print(
+            f"dispersion submit: Kafka at {where} did not take the batch ({why}); it may be retried safely",
+            file=sys.stderr,
+        )
         return EXIT_KAFKA
     message = outcome[0][1]
     progress.done(f"done in {time.monotonic() - started:.1f} s")

@@ -532,3 +532,21 @@ async def test_a_batch_stored_under_a_retry_id_before_the_rule_does_not_block_th
         created = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
         assert created.status_code == 201, created.text
         assert created.json()["retry_batch_id"] == f"{batch_id}.retry-2"  # its number is skipped, not refused
+
+
+async def test_without_four_eyes_a_corrected_retry_is_made_at_once_and_the_trail_says_so(store: Store) -> None:
+    async with engine_rig(store) as rig:
+        sock, port = bound_socket()
+        app = admin_app(
+            store, tokens=TOKENS, integrations={"sandbox"}, clock=rig.clock, controls=Controls(four_eyes=False)
+        )
+        async with serve(mounted(app), sock), httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/admin") as http:
+            batch_id = await pay(rig)
+            fix = {"corrections": [{"index": 2, "account_number": "200100303"}]}
+            made = await http.post(f"/batches/{batch_id}/retry", json=fix, headers=bearer(ANA))
+            assert made.status_code == 201 and made.json()["retry_batch_id"] == f"{batch_id}.retry-1", made.text
+            assert made.json()["request"]["state"] == "APPROVED" and made.json()["request"]["decided_by"] == "ana"
+            trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=AUTH)).json()
+            approved = trail["entries"][-1]
+            assert (approved["actor"], approved["action"]) == ("ana", "request_approved")
+            assert approved["detail"]["four_eyes"] is False and approved["detail"]["approved_by_requester"] is True

@@ -48,3 +48,16 @@ def test_librdkafka_lines_that_differ_only_in_thread_and_timing_are_one() -> Non
     first = f"FAIL [dispersion-status#consumer-1] [thrd:127.0.0.1:1/bootstrap]: {tail} (after 0ms in state CONNECT)"
     again = f"FAIL [dispersion-status#consumer-2] [thrd:127.0.0.1:1/bootstrap]: {tail} (after 12ms in state CONNECT)"
     assert distinct(first) == distinct(again) == f"FAIL {tail} (in state CONNECT)"
+
+
+def test_submit_to_an_unreachable_broker_says_where_it_tried(tmp_path: Path) -> None:
+    export = tmp_path / "ok.csv"
+    export.write_text("employee_reference,account_number,amount,email,concept\nE-1,200100300,10.00,a@example.com,Pay\n")
+    address = f"127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "processor.cli", "submit", str(export), "--origin-account", "3001234567"]
+    command += ["--origin-currency", "GTQ", "--integration", "sandbox", "--bootstrap", address, "--timeout", "3"]
+    answer = subprocess.run([*command, "--quiet"], capture_output=True, text=True, timeout=120)
+    assert answer.returncode == 3, answer.stderr
+    lines = answer.stderr.splitlines()
+    assert len(lines) <= 3, answer.stderr
+    assert lines[-1].startswith(f"dispersion submit: Kafka at {address} (from --bootstrap) did not take the batch")

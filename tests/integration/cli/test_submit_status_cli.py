@@ -410,7 +410,7 @@ def test_unreachable_broker_exits_3_without_traceback(tmp_path: Path) -> None:
     )
     assert completed.returncode == 3, completed.stderr
     assert completed.stdout == ""
-    assert "dispersion submit: Kafka did not take the batch" in completed.stderr
+    assert "dispersion submit: Kafka at 127.0.0.1:1 (from --bootstrap) did not take the batch" in completed.stderr
     assert "it may be retried safely" in completed.stderr
     assert "Traceback" not in completed.stderr
 
