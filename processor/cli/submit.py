@@ -777,8 +777,8 @@ def _produce(
             print(f"dispersion submit: the processor's verdict cannot be asked: {exc}", file=sys.stderr)
             return EXIT_NO_VERDICT
         if client is not None:
-            where = (topic, message.partition() or 0, message.offset() or 0)
-            return await_verdict(args, client, batch.batch_id, *where)
+            placed = (topic, message.partition() or 0, message.offset() or 0)
+            return await_verdict(args, client, batch.batch_id, *placed)
         if not args.quiet:
             print(
                 "note: not waiting for the processor's verdict: no admin token ($DISPERSION_ADMIN_TOKEN, or the "
