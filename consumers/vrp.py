@@ -29,11 +29,13 @@ from typing import Any
 
 import structlog
 from confluent_kafka import Message
+from opentelemetry.trace import SpanKind
 
 import schemas
 from consumers.loop import Accept, Handler, Reject, Retry, Verdict
 from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, Payment
+from processor.engine.tracing import continued, traceparent_of
 from processor.engine.vrp import VrpEngine
 from processor.store import StoreError
 from producers.kafka import KafkaSettings
@@ -106,6 +108,12 @@ class _RecordHandler:
         self._take = take
 
     def __call__(self, message: Message) -> Verdict:
+        """The record taken under a span `process TOPIC` continuing the message's `traceparent` (a new trace
+        without one); the mandate or payment keeps that context, so its steps and status events continue it."""
+        with continued(f"process {message.topic()}", traceparent_of(message.headers()), kind=SpanKind.CONSUMER):
+            return self._handle(message)
+
+    def _handle(self, message: Message) -> Verdict:
         value = message.value()
         if value is None:
             return Reject("tombstone: the message has no value")

@@ -217,6 +217,7 @@ class MandateAuthorizationHooks:
             deadline=mandate.authorization_deadline,
             awaiting=mandate.state in _ASKING and mandate.consent_id is not None,
             state=mandate.state,
+            traceparent=mandate.traceparent,  # the approval link and the redirect continue its request's trace
         )
 
     def on_authorized(self, tx: StoreTx, flow_id: str, consent_id: str, *, now: datetime) -> None:

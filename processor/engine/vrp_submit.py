@@ -10,7 +10,7 @@ Nothing here calls the bank: the stored mandate (B1) and payment (B2) are due wo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -29,6 +29,7 @@ from processor.domain.vrp_requests import (
 from processor.domain.vrp_states import MANDATE_STATUS_RANKS, Mandate, Payment, VrpStatus, enter_payment
 from processor.engine.banks import UnknownIntegrationError
 from processor.engine.context import EngineContext
+from processor.engine.tracing import current_traceparent
 from processor.engine.vrp_moves import emit_payment_status, place_payment
 from processor.store import StoreTx, VrpMandate, VrpPayment
 from processor.store.values import json_text
@@ -94,8 +95,10 @@ class VrpSubmissions:
         parts = consent_parts(req, integration.tpp_name)
         deadline = now + timedelta(seconds=self.ctx.settings.authorization_deadline)
 
+        traceparent = current_traceparent()  # the request's trace (the consumer's span)
+
         def store(tx: StoreTx) -> Any:
-            return tx.mandates.create(
+            created = tx.mandates.create(
                 req.mandate_id,
                 req.integration,
                 req.document(),
@@ -108,6 +111,10 @@ class VrpSubmissions:
                 next_action_at=now,
                 content_sha256=request_content_sha256(req.document()),  # requested_at/source do not count
             )
+            if created.created:  # its steps continue the trace the request came with
+                tx.lifecycle.keep_trace("mandate", req.mandate_id, traceparent)
+                created = replace(created, row=replace(created.row, traceparent=traceparent))
+            return created
 
         created = await self._run(store)
         if not created.created:
@@ -172,6 +179,8 @@ class VrpSubmissions:
             return await self._invalid_payment(request, exc, now)
         digest = request_content_sha256(req.document())  # a rerun differs only in requested_at
 
+        traceparent = current_traceparent()  # the request's trace (the consumer's span)
+
         def place(tx: StoreTx) -> PaymentOutcome:
             mandate = tx.mandates.get(req.mandate_id, for_update=True)  # serialises the checks of one mandate
             existing = tx.vrp_payments.get(req.payment_id)
@@ -210,7 +219,8 @@ class VrpSubmissions:
             )
             if not created.created:
                 return PaymentOutcome(created.row, False, created.same_document)
-            payment = created.row
+            tx.lifecycle.keep_trace("payment", req.payment_id, traceparent)
+            payment = replace(created.row, traceparent=traceparent)
             if reason is not None:
                 payment = tx.vrp_payments.update(
                     payment.payment_id, expected_version=payment.version, now=now, last_error=reason

@@ -247,6 +247,16 @@ class Lifecycle:
             raise StoreError(f"batch {flow.batch_id} changed meanwhile; try again")
         return FlowRepo(self.tx).require(flow.batch_id)
 
+    # -- traces ---------------------------------------------------------------------------------------------------
+
+    def keep_trace(self, kind: str, key: str, traceparent: str | None) -> None:
+        """Keep the W3C trace context of a VRP mandate's or payment's intake (`kind` "mandate" or "payment") with
+        its row, so its steps continue that trace (as a file flow's do)."""
+        if traceparent is None:
+            return
+        table, column = ("vrp_mandates", "mandate_id") if kind == "mandate" else ("vrp_payments", "payment_id")
+        self.tx.execute(f"UPDATE {table} SET traceparent = ? WHERE {column} = ?", (traceparent, key))  # noqa: S608
+
     # -- verdicts -----------------------------------------------------------------------------------------------
 
     def record_verdict(self, verdict: Verdict) -> None:

@@ -345,6 +345,9 @@ _V10 = (
     PRIMARY KEY (sketch_key, batch_id)
 )""",
     "CREATE INDEX transfer_sketches_batch ON transfer_sketches (batch_id)",
+    # VRP mandates and payments keep the trace context of their intake too (a flow's `traceparent`, migration 7)
+    "ALTER TABLE vrp_mandates ADD COLUMN traceparent TEXT",
+    "ALTER TABLE vrp_payments ADD COLUMN traceparent TEXT",
 )
 
 # People (issue 19): the append-only audit trail of every operator action (who, with which role, what, on what,

@@ -52,6 +52,7 @@ class VrpMandate:
     created_at: datetime
     updated_at: datetime
     consent_read_at: datetime | None = None
+    traceparent: str | None = None  # W3C trace context of its intake: its steps continue that trace
 
     @property
     def key(self) -> str:
@@ -108,6 +109,7 @@ class MandateRepo(WorkRepo[VrpMandate]):
         "authorization_deadline": "ts",
         **WORK_COLUMNS,
         "consent_read_at": "ts",
+        "traceparent": "text",
     }
     updatable: ClassVar[frozenset[str]] = WORK_UPDATABLE | {
         "consent_id",
@@ -257,6 +259,7 @@ class VrpPayment:
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    traceparent: str | None = None  # W3C trace context of its intake
 
     @property
     def key(self) -> str:
@@ -296,6 +299,7 @@ class VrpPaymentRepo(WorkRepo[VrpPayment]):
         "domestic_vrp_id": "text",
         "idempotency_key": "text",
         **WORK_COLUMNS,
+        "traceparent": "text",
     }
     updatable: ClassVar[frozenset[str]] = WORK_UPDATABLE | {"domestic_vrp_id", "idempotency_key"}
     row_type: ClassVar[type[Any]] = VrpPayment

@@ -32,15 +32,24 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from otlp_support import Collector, collector_fixture  # noqa: F401  (the fixture collector)
 from processor_support import write_config
+from sandbox_process import SandboxProcess
+from vrp_engine_support import (
+    VRP_DELAY,
+    mandate_request,
+    payment_request,
+    vrp_rig,
+    vrp_sandbox,  # noqa: F401  (module fixture)
+)
 
 import schemas
 from consumers.batches import BatchHandler, EngineIntake
 from consumers.loop import Accept, AtLeastOnceConsumer
 from processor.cli.telemetry import Telemetry, start_telemetry
 from processor.domain.file_states import FlowState
+from processor.engine.tracing import continued
 from processor.store import Store
 from producers.relay import OutboxRelay
-from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC, VRP_STATUS_TOPIC
 
 UPSTREAM_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"  # the ERP's trace, as its producer put it on the message
 UPSTREAM_SPAN = "00f067aa0ba902b7"
@@ -307,3 +316,43 @@ def test_the_processor_exports_its_spans_over_otlp_when_configured(
 def _unserved() -> str:
     """A loopback address where nothing listens (the api role starts even when its bank is down)."""
     return f"http://127.0.0.1:{free_port()}"
+
+
+async def test_a_vrp_mandate_and_its_payments_continue_the_traces_their_requests_came_with(
+    vrp_sandbox: SandboxProcess,  # noqa: F811
+    store: Store,
+    traced: tuple[Telemetry, InMemorySpanExporter],
+) -> None:
+    """Issue 18: every `vrp.status` event of a mandate carries the trace of the request it belongs to (the mandate's
+    for its own statuses, the payment's for the payment's), also for the steps taken later: the approval's redirect,
+    the payment's settlement read by the worker."""
+    telemetry, exporter = traced
+    exporter.clear()
+    telemetry.observe(store)
+    payment_trace = "5ce0e9a56015fec5aadfa328ae398115"
+    async with vrp_rig(vrp_sandbox, store) as rig:
+        request = mandate_request(now=rig.clock.now())
+        mandate_id = str(request["mandate_id"])
+        with continued("process vrp.mandates", UPSTREAM, kind=SpanKind.CONSUMER):
+            outcome = await rig.vrp.submit_mandate(request)
+        assert outcome.created and rig.mandate(mandate_id).traceparent is not None
+        assert (await rig.approve(mandate_id)).status_code == 200
+        with continued("process vrp.payments", f"00-{payment_trace}-{UPSTREAM_SPAN}-01", kind=SpanKind.CONSUMER):
+            first = await rig.vrp.submit_payment(payment_request(mandate_id, "25.00"))
+        assert first.payment is not None
+        done = await rig.vrp.follow_payment(first.payment.payment_id, max_seconds=10 * VRP_DELAY)
+        assert done.state == "COMPLETED"
+        events = store.run(lambda tx: tx.outbox.events(VRP_STATUS_TOPIC, mandate_id), write=False)
+
+    seen = [(e.payload["status"], e.payload.get("payment_id") is not None) for e in events]
+    assert seen == [
+        ("AUTHORIZATION_REQUIRED", False),
+        ("AUTHORIZED", False),
+        ("PAYMENT_PENDING", True),
+        ("PAYMENT_COMPLETED", True),
+    ]
+    for event in events:
+        assert event.headers is not None, event.payload
+        trace_id, _ = _ids(event.headers["traceparent"])
+        wanted = payment_trace if event.payload.get("payment_id") else UPSTREAM_TRACE
+        assert trace_id == int(wanted, 16), event.payload["status"]
