@@ -49,7 +49,7 @@ from processor.domain.file_states import FlowState
 from processor.engine.tracing import continued
 from processor.store import Store
 from producers.relay import OutboxRelay
-from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC, VRP_STATUS_TOPIC
+from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC, TRANSFERS_TOPIC, VRP_STATUS_TOPIC
 
 UPSTREAM_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"  # the ERP's trace, as its producer put it on the message
 UPSTREAM_SPAN = "00f067aa0ba902b7"
@@ -205,6 +205,8 @@ async def test_the_status_messages_carry_the_trace_the_batch_came_with(
         BATCHES_TOPIC: new_topic(kafka_bootstrap, "batches"),
         DLQ_TOPIC: new_topic(kafka_bootstrap, "dlq"),
         STATUS_TOPIC: new_topic(kafka_bootstrap, "status"),
+        # The relay also publishes the batch's per-transfer outcomes (issue 21): it needs their topic too.
+        TRANSFERS_TOPIC: new_topic(kafka_bootstrap, "transfers"),
     }
     settings = settings_for(kafka_bootstrap, topics)
     async with engine_rig(store, bank_options=telemetry.bank_options()) as rig:
