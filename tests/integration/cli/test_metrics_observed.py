@@ -31,7 +31,7 @@ from starlette.applications import Starlette
 from consumers.loop import Accept, AtLeastOnceConsumer, Retry, Verdict, consumer_config
 from processor.cli.service import Processor
 from processor.store import Store
-from schemas.topics import BATCHES_TOPIC
+from schemas.topics import BATCHES_TOPIC, TRANSFERS_TOPIC
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -93,18 +93,20 @@ async def test_bank_calls_and_store_gauges_follow_a_paid_batch(store: Store) -> 
             assert delta(before, after, "dispersion_bank_call_seconds_sum", operation=A1, outcome="2xx") > 0
             assert changed(before, after, "dispersion_bank_call_errors_total") == {}
 
-            # The store's gauges: the batch COMPLETED, its four status events waiting for the relay.
+            # The store's gauges: the batch COMPLETED, its four status events and one dispersion.transfers event
+            # per transfer outcome (three transfers) waiting for the relay.
             statuses = rig.statuses(batch_id)
-            assert len(statuses) == 4
+            transfers = store.run(lambda tx: tx.outbox.events(TRANSFERS_TOPIC, batch_id), write=False)
+            assert len(statuses) == 4 and len(transfers) == 3
             assert value(after, "dispersion_batches", state="COMPLETED") == 1
             assert value(after, "dispersion_batches", state="RECEIVED") == 0
-            assert value(after, "dispersion_outbox_backlog") == 4
+            assert value(after, "dispersion_outbox_backlog") == 7
 
             events = rig.events(batch_id)
             now = datetime.now(UTC)
             store.run(lambda tx: tx.outbox.mark_published([e.id for e in events[:3]], now=now))
-            assert value(await scrape(app), "dispersion_outbox_backlog") == 1
-            store.run(lambda tx: tx.outbox.mark_published([events[3].id], now=now))
+            assert value(await scrape(app), "dispersion_outbox_backlog") == 4
+            store.run(lambda tx: tx.outbox.mark_published([events[3].id, *(e.id for e in transfers)], now=now))
             assert value(await scrape(app), "dispersion_outbox_backlog") == 0
         finally:
             await processor.engine.aclose()

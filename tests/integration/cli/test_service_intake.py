@@ -68,6 +68,9 @@ class _Message:
     def value(self) -> bytes | None:
         return self.data
 
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return None  # no traceparent: the handler starts a trace of its own
+
 
 _CONSUMER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="consumer")
 
