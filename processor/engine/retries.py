@@ -231,6 +231,9 @@ def plan(
         return RetryPlan(RetryOutcome(batch_id, None, message=f"batch {asked} has no failed transfer: nothing created"))
     number = last + 1
     while tx.flows.get(retry_batch_id(batch_id, number)) is not None:
+        if tx.operator.retry(retry_batch_id(batch_id, number)) is not None:
+            # A concurrent request made this retry after our history was read: it pays these transfers.
+            raise RetryError(409, f"{retry_batch_id(batch_id, number)} was created meanwhile: nothing created")
         number += 1  # a batch stored with that id before intake reserved the suffix: not a retry, skip its number
     retry_id = retry_batch_id(batch_id, number)
     retry_document = _document(document, retry_id, eligible, corrections, number, now)
