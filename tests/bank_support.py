@@ -274,6 +274,11 @@ class Recording(httpx.AsyncBaseTransport):
         """Requests whose path ends with `path_suffix` (and have `method`)."""
         return [s for s in self.sent if s.url.path.endswith(path_suffix) and (method is None or s.method == method)]
 
+    def token_requests(self, grant: str) -> int:
+        """POSTs to the token endpoint for `grant` (client_credentials, authorization_code, refresh_token): each
+        attempt counts. The grant parameter's name is the integration's (`grand_type` for the sandbox)."""
+        return sum(1 for s in self.to("/token", "POST") if grant in s.form().values())
+
 
 class Sleeps:
     """An instant sleep that records how long the client asked to wait."""

@@ -231,6 +231,10 @@ class Rig:
         """Replace the sandbox's fault plan (docs/sandbox-faults.md)."""
         self.bank.faults = FaultPlan.from_json({"seed": 7, "rules": rules})
 
+    def code_exchanges(self) -> int:
+        """Authorization-code exchanges (E6) the engine's bank clients sent to the bank (each attempt counts)."""
+        return self.sent.token_requests("authorization_code")
+
     def keys_used(self, path_suffix: str) -> set[str]:
         """The idempotency keys of every POST to a path ending with `path_suffix`."""
         return {s.headers.get("x-idempotency-key", "") for s in self.sent.to(path_suffix, "POST")}
