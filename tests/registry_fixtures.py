@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from kafka_fixtures import REQUIRE_KAFKA_ENV
 
-from processor.devtools.jvm_service import die_with_parent
+from processor.devtools.processes import die_with_parent
 from producers.kafka import KafkaSettings
 from producers.topics import SubjectResult, ensure_subjects
 from schemas import CONFLUENT, SINGLE_OBJECT, Registry, WireSettings

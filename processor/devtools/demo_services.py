@@ -8,85 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
+import socket
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from processor.devtools.jvm_service import die_with_parent
+from processor.devtools.processes import Child, port_of, spawn
 
 SANDBOX_DELAYS = ("--file-payment-delay", "1", "--vrp-delay", "1")
 
 
 class DemoError(Exception):
     """A step of the demo failed; the message says which and what to look at."""
-
-
-def _log_tail(path: Path, lines: int = 25) -> str:
-    if not path.is_file():
-        return "(no output)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-@dataclass
-class Child:
-    """A child process of the demo, with its output in a log file."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        """Its process id."""
-        return self.process.pid
-
-    @property
-    def alive(self) -> bool:
-        """Still running."""
-        return self.process.poll() is None
-
-    def check(self) -> None:
-        """Raise `DemoError` (with the tail of its log) when it exited."""
-        if not self.alive:
-            raise DemoError(
-                f"the {self.name} exited with status {self.process.returncode}; last lines of {self.log_path}:\n"
-                + _log_tail(self.log_path)
-            )
-
-    def stop(self, timeout: float) -> int:
-        """SIGTERM, wait up to `timeout`, then SIGKILL; the exit status."""
-        if self.alive:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-        return self.process.wait(10)
-
-
-def spawn(name: str, args: list[str], log_path: Path, env: Mapping[str, str], cwd: Path) -> Child:
-    """Start `python -m processor.cli ARGS` in its own session (Ctrl-C reaches only the demo, which stops it)."""
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "processor.cli", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=die_with_parent(),  # SIGTERM if the demo itself is killed
-        )
-    return Child(name, process, log_path)
 
 
 @dataclass
@@ -207,15 +144,27 @@ class Services:
         env["DISPERSION_STORE_ALLOW_DEV_KEY"] = "1"  # a development key for the store's secrets: demo only
         return env
 
-    def start_sandbox(self, port: int) -> tuple[Child, str]:
-        """The sandbox bank as a child process (not yet waited for)."""
-        clients = self.progress.directory / "sandbox-bank" / "clients.json"
-        args = ["sandbox", "--host", "127.0.0.1", "--port", str(port), "--clients", str(clients), *SANDBOX_DELAYS]
+    def _spawn(self, name: str, args: list[str], log: str, sock: socket.socket) -> Child:
+        """`python -m processor.cli ARGS --listen-fd FD` serving on `sock` (held since the port was chosen), in
+        its own session (Ctrl-C reaches only the demo, which stops it)."""
         child = spawn(
-            "sandbox bank", args, self.progress.logs / "sandbox.log", self.child_env(), self.progress.directory
+            name,
+            [sys.executable, "-m", "processor.cli", *args, "--listen-fd", str(sock.fileno())],
+            self.progress.logs / log,
+            env=self.child_env(),
+            cwd=self.progress.directory,
+            pass_fds=(sock.fileno(),),
+            new_session=True,
+            append=True,
         )
         self.children.append(child)
-        return child, f"http://127.0.0.1:{port}"
+        return child
+
+    def start_sandbox(self, sock: socket.socket) -> tuple[Child, str]:
+        """The sandbox bank as a child process serving on `sock` (not yet waited for)."""
+        clients = self.progress.directory / "sandbox-bank" / "clients.json"
+        args = ["sandbox", "--clients", str(clients), *SANDBOX_DELAYS]
+        return self._spawn("sandbox bank", args, "sandbox.log", sock), f"http://127.0.0.1:{port_of(sock)}"
 
     def wait_http(self, child: Child, url: str) -> None:
         """Until `url` answers (any status below 500)."""
@@ -228,16 +177,14 @@ class Services:
                         return
                 time.sleep(0.2)
 
-    def start_processor(self, config: Path, bootstrap: str, port: int) -> Child:
-        """One `dispersion processor` (role all) as a child process (not yet waited for)."""
+    def start_processor(self, config: Path, bootstrap: str, sock: socket.socket) -> Child:
+        """One `dispersion processor` (role all) as a child process serving on `sock` (not yet waited for)."""
         args = [
             "processor",
             "--config",
             str(config),
             "--bootstrap",
             bootstrap,
-            "--listen",
-            f"127.0.0.1:{port}",
             "--instance",
             "demo-1",
             "--log-format",
@@ -245,11 +192,7 @@ class Services:
             "--grace",
             "5",
         ]
-        child = spawn(
-            "processor", args, self.progress.logs / "processor.log", self.child_env(), self.progress.directory
-        )
-        self.children.append(child)
-        return child
+        return self._spawn("processor", args, "processor.log", sock)
 
     def wait_ready(self, child: Child) -> str:
         """Until the processor prints its ready line; that line."""
@@ -262,7 +205,7 @@ class Services:
             time.sleep(0.2)
 
     def check_children(self) -> None:
-        """Raise `DemoError` when a child exited."""
+        """Raise `ChildExitedError` when a child exited."""
         for child in self.children:
             child.check()
 
