@@ -30,6 +30,15 @@ def held_socket() -> Iterator[socket.socket]:
         yield sock
 
 
+@pytest.fixture
+def unserved_port() -> Iterator[int]:
+    """A loopback port where nothing listens, held (bound, not listening) for the test so that no other program
+    starts serving on it meanwhile: connecting is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
+
+
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
     """Debian's Chromium for browser tests; skipped locally when absent, an error in CI."""

@@ -27,6 +27,7 @@ from manual_clock import ManualClock
 from processor.api.callback import callback_app
 from processor.cli.config import Config, parse_config
 from processor.devtools.approver import decision_post
+from processor.devtools.processes import listening_socket, port_of
 from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
@@ -79,14 +80,9 @@ async def serve(app: Any, sock: socket.socket) -> AsyncIterator[None]:
 
 
 def bound_socket() -> tuple[socket.socket, int]:
-    """A loopback socket bound to a free port (kept open, so nobody else takes the port)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted connections inherit it: without it uvicorn's split writes of an answer wait out the client's
-    # delayed ACK (about 40 ms a call on loopback).
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", 0))
-    return sock, int(sock.getsockname()[1])
+    """A loopback listening socket held by the test (nobody else takes its port) and its port."""
+    sock = listening_socket()
+    return sock, port_of(sock)
 
 
 def batch(

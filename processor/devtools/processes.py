@@ -185,16 +185,16 @@ async def eventually_async(
         await asyncio.sleep(interval)
 
 
-def listening_socket(host: str = "127.0.0.1") -> socket.socket:
-    """A TCP socket listening on a port the system chose (`getsockname()[1]`), held until closed: serve on it in
-    this process, or hand it to a child (`pass_fds`, `--listen-fd`). Unlike picking a free port and releasing it,
-    nobody can take the port between choosing it and serving on it."""
+def listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A TCP socket listening on `port` (by default one the system chooses: `port_of`), held until closed: serve on
+    it in this process, or hand it to a child (`pass_fds`, `--listen-fd`). Unlike picking a free port and releasing
+    it, nobody can take the port between choosing it and serving on it."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # Accepted connections inherit it: without it split writes of an answer wait out the peer's delayed ACK.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((host, 0))
+        sock.bind((host, port))
         sock.listen(2048)
     except OSError:
         sock.close()

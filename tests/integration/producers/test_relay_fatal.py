@@ -42,6 +42,7 @@ from store_fixtures import StoreTarget
 
 from processor.cli.config import parse_config
 from processor.cli.service import Processor
+from processor.devtools.processes import listening_socket
 from processor.store import Cipher, Store
 from producers.dlq import DeadLetterError, DeadLetterPublisher
 from producers.kafka import KafkaSettings
@@ -163,13 +164,6 @@ def test_the_dead_letter_publisher_replaces_a_producer_broken_by_a_fatal_error(k
     assert [letter.key for letter in letters] == [b"ERP-GARBAGE"]
 
 
-def _free_socket() -> socket.socket:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    return sock
-
-
 class RunningProcessor:
     """`Processor.run` on its own event loop in a thread (as `dispersion processor` runs it)."""
 
@@ -226,7 +220,7 @@ def test_a_fatal_producer_error_is_survived_with_healthz_503_meanwhile_and_nothi
 ) -> None:
     topics = topic_names("fatal")
     create_project_topics(kafka_bootstrap, topics, partitions=3)
-    unserved = _free_socket()  # a bank address nobody answers (no batch here reaches the bank)
+    unserved = listening_socket()  # a bank address nobody answers (no batch here reaches the bank)
     bank = f"http://127.0.0.1:{unserved.getsockname()[1]}"
     unserved.close()
     config = parse_config(
@@ -239,7 +233,7 @@ def test_a_fatal_producer_error_is_survived_with_healthz_503_meanwhile_and_nothi
     kafka = KafkaSettings(bootstrap=kafka_bootstrap, group_id=unique_id("fatal-group"), topics=topics)
     factory = ProducerFactory(healthy=2)
     processor = Processor(config, kafka, store, instance=unique_id("fatal"), grace=5, producer_factory=factory)
-    running = RunningProcessor(processor, _free_socket())
+    running = RunningProcessor(processor, listening_socket())
     statuses = TopicLog(kafka_bootstrap, topics[STATUS_TOPIC], STATUS_TOPIC)
     producer = KafkaProducer(kafka_bootstrap, topics)
     batch_ids = [unique_id(f"ERP-FATAL-{i}") for i in range(6)]

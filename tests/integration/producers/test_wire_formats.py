@@ -31,7 +31,6 @@ from processor.cli import status as statuscli
 from processor.cli import submit
 from processor.cli.config import settings_from_config
 from processor.cli.topics import main as topics_main
-from processor.devtools.jvm_service import free_port
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
 from producers.kafka import producer_config
@@ -178,7 +177,7 @@ def test_without_a_registry_a_confluent_record_is_a_clear_dead_letter(
 
 
 def test_a_registry_that_cannot_serve_is_waited_for_never_dead_lettered(
-    kafka_bootstrap: str, schema_registry_url: str, sqlite_store: Store
+    kafka_bootstrap: str, schema_registry_url: str, sqlite_store: Store, unserved_port: int
 ) -> None:
     topics = {BATCHES_TOPIC: new_topic(kafka_bootstrap, "batches", 1), DLQ_TOPIC: new_topic(kafka_bootstrap, "dlq")}
     good = WireSettings(CONFLUENT, Registry(schema_registry_url))
@@ -187,7 +186,7 @@ def test_a_registry_that_cannot_serve_is_waited_for_never_dead_lettered(
     produce(kafka_bootstrap, topics[BATCHES_TOPIC], [(b"CF-DOWN-1", value, None)])
 
     # A port nothing listens on: the registry is "down" for this consumer.
-    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"))
+    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{unserved_port}/apis/ccompat/v7"))
     stuck_settings = settings_for(kafka_bootstrap, topics, down)
     intake = EngineIntake(sqlite_store)
     # Dead letters that would go out (single-object: no registry needed) and no second chance for a failing
@@ -254,6 +253,7 @@ def test_producers_wait_for_a_registry_that_cannot_serve(
     sqlite_store: Store,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    unserved_port: int,
 ) -> None:
     """The relay keeps the events in the outbox (and keeps running), a dead letter is not acknowledged (so the
     consumer retries the message), `submit` produces nothing and says why; all go on once the registry answers."""
@@ -263,7 +263,7 @@ def test_producers_wait_for_a_registry_that_cannot_serve(
         STATUS_TOPIC: new_topic(kafka_bootstrap, "status", 1),
     }
     good = WireSettings(CONFLUENT, Registry(schema_registry_url))
-    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"))
+    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{unserved_port}/apis/ccompat/v7"))
     register_subjects(settings_for(kafka_bootstrap, topics, good))
 
     with sqlite_store.transaction() as tx:

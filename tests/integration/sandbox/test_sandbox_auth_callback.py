@@ -287,11 +287,8 @@ async def test_callback_answering_200_without_success_is_refused() -> None:
         assert record["outcome"] == "refused" and record["http_status"] == 200
 
 
-async def test_unreachable_callback_is_recorded_as_failed() -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    dead_port = sock.getsockname()[1]
-    sock.close()  # nothing listens there now
+async def test_unreachable_callback_is_recorded_as_failed(unserved_port: int) -> None:
+    dead_port = unserved_port  # nothing listens there
     async with sandbox_with(f"http://127.0.0.1:{dead_port}/bank-redirects") as sb:
         consent_id = sb.consent(FILE_KIND, FILE_DATA)
         location, _ = await authorise(sb, consent_id, "approve")
