@@ -335,13 +335,19 @@ class TopicLog:
         each: Callable[[list[Event]], None] | None = None,
     ) -> None:
         """Poll until `done(self)`; `each` sees every batch of new events (e.g. to approve)."""
-        deadline = time.monotonic() + timeout
-        while not done(self):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; {self.summary()}")
+
+        def step() -> bool:
+            if done(self):
+                return True
             new = self.poll(0.3)
             if each is not None:
                 each(new)
+            return False
+
+        try:
+            eventually(step, what=what, timeout=timeout, interval=0)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; {self.summary()}") from None
 
     def by_key(self, key: str) -> list[Event]:
         """The events of one key, in log order (one key lives in one partition)."""

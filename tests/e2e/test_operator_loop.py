@@ -18,7 +18,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,6 +39,8 @@ from processor_support import (
     payroll_batch,
     unique_id,
 )
+
+from processor.devtools.processes import eventually
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -85,10 +86,11 @@ def export(path: Path, rows: list[tuple[str, str]]) -> Path:
 def consumed(deployment: Deployment, count: int, timeout: float = 60) -> None:
     """Until the processor committed `count` input messages."""
     topic = deployment.topics[BATCHES_TOPIC]
-    deadline = time.monotonic() + timeout
-    while sum(committed(deployment.bootstrap, deployment.group_id, topic).values()) < count:
-        assert time.monotonic() < deadline, f"fewer than {count} messages consumed"
-        time.sleep(0.3)
+
+    def done() -> bool:
+        return sum(committed(deployment.bootstrap, deployment.group_id, topic).values()) >= count
+
+    eventually(done, what=f"{count} messages consumed", timeout=timeout, interval=0.3)
 
 
 def test_the_same_export_submitted_twice_is_one_batch_without_dead_letter(

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +25,7 @@ import pytest
 from bank_support import integration_table
 from confluent_kafka import Message
 from engine_support import Rig, batch, engine_rig
-from kafka_layer_support import batch_consumer, new_topic, produce, read_topic, settings_for
+from kafka_layer_support import batch_consumer, consume_until, new_topic, produce, read_topic, settings_for
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -259,10 +258,7 @@ def _handle_and_close(handler: BatchHandler, intake: EngineIntake, message: Mess
 def _consume_one(consumer: AtLeastOnceConsumer, intake: EngineIntake) -> None:
     """Poll until one message was handled, as the processor's consumer thread does."""
     try:
-        deadline = time.monotonic() + 60
-        while consumer.handled < 1:
-            assert time.monotonic() < deadline, "the batch was not consumed"
-            consumer.poll_once()
+        consume_until(consumer, 1)
     finally:
         consumer.close()
         intake.close()

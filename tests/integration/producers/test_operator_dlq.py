@@ -14,7 +14,6 @@ the broker, the consumer group, the dead-letter producer, the store and the admi
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -30,6 +29,7 @@ import schemas
 from consumers.batches import BatchHandler, EngineIntake, IntakeOutcome, MessageRef
 from consumers.loop import AtLeastOnceConsumer, consumer_config
 from processor.api.admin import admin_app, token_digest
+from processor.devtools.processes import eventually
 from processor.domain.file_states import FlowState
 from processor.domain.roles import AdminToken, Role
 from processor.store import Store
@@ -120,13 +120,7 @@ def loop(kafka: KafkaSettings, store: Store, intake: DefectiveIntake) -> Iterato
 
 
 def wait_for(condition: Any, what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+    return eventually(condition, what=what, timeout=timeout, interval=0.2)
 
 
 def avro_batch(**options: Any) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from store_fixtures import StoreTarget
 
 from processor.cli.config import parse_config
 from processor.cli.service import Processor
-from processor.devtools.processes import listening_socket
+from processor.devtools.processes import eventually, listening_socket
 from processor.store import Cipher, Store
 from producers.dlq import DeadLetterError, DeadLetterPublisher
 from producers.kafka import KafkaSettings
@@ -197,13 +196,18 @@ def _health(url: str) -> tuple[int, dict[str, Any]]:
 
 
 def _wait_health(url: str, status: int, what: str, timeout: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        code, body = _health(url)
-        if code == status:
-            return body
-        assert time.monotonic() < deadline, f"/healthz never answered {status} ({what}); last {code} {body}"
-        time.sleep(0.1)
+    last: list[tuple[int, dict[str, Any]]] = []
+
+    def answered() -> dict[str, Any] | None:
+        last[:] = [_health(url)]
+        code, body = last[0]
+        return body if code == status else None
+
+    try:
+        body = eventually(answered, what=f"/healthz answering {status} ({what})", timeout=timeout, interval=0.1)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last {last}") from None
+    return body
 
 
 @pytest.fixture
@@ -256,10 +260,8 @@ def test_a_fatal_producer_error_is_survived_with_healthz_503_meanwhile_and_nothi
         assert "reason" not in body and relay.problem is None
         assert len(factory.made) == 2
 
-        deadline = time.monotonic() + 60
-        while {e.key for e in statuses.events if e.status == "INVALID"} != set(batch_ids):
-            assert time.monotonic() < deadline, f"INVALID not published for every batch: {statuses.summary()}"
-            statuses.poll(0.5)
+        invalid = lambda log: {e.key for e in log.events if e.status == "INVALID"} == set(batch_ids)  # noqa: E731
+        statuses.wait_until(invalid, timeout=60, what="INVALID published for every batch")
     finally:
         factory.release.set()
         exit_status = running.stop()

@@ -21,12 +21,19 @@ import fastavro
 import httpx
 import pytest
 from cli_support import EXPORT, ORIGIN, write_config
-from kafka_layer_support import batch_consumer, batch_record, new_topic, produce, read_topic, settings_for
+from kafka_layer_support import (
+    batch_consumer,
+    batch_record,
+    consume_until,
+    new_topic,
+    produce,
+    read_topic,
+    settings_for,
+)
 from registry_fixtures import register_subjects
 
 import schemas
 from consumers.batches import EngineIntake
-from consumers.loop import AtLeastOnceConsumer
 from processor.cli import status as statuscli
 from processor.cli import submit
 from processor.cli.config import settings_from_config
@@ -39,13 +46,6 @@ from schemas import CONFLUENT, SINGLE_OBJECT, Registry, WireCodec, WireSettings
 from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
-
-
-def consume_until(consumer: AtLeastOnceConsumer, handled: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while consumer.handled < handled:
-        assert time.monotonic() < deadline, f"handled {consumer.handled} of {handled} messages"
-        consumer.poll_once()
 
 
 def test_submit_consume_dead_letter_relay_and_status_in_each_wire_format(
