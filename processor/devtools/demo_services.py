@@ -11,13 +11,16 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from processor.devtools.processes import Child, port_of, spawn
+from processor.devtools.processes import Child, eventually, port_of, spawn
+
+T = TypeVar("T")
 
 SANDBOX_DELAYS = ("--file-payment-delay", "1", "--vrp-delay", "1")
 
@@ -169,13 +172,13 @@ class Services:
     def wait_http(self, child: Child, url: str) -> None:
         """Until `url` answers (any status below 500)."""
         with httpx.Client(timeout=2.0) as http:
-            while True:
-                child.check()
-                self.progress.remaining(f"waiting for the {child.name} at {url}")
+
+            def answers() -> bool:
                 with contextlib.suppress(httpx.HTTPError):
-                    if http.get(url).status_code < 500:
-                        return
-                time.sleep(0.2)
+                    return http.get(url).status_code < 500
+                return False
+
+            self.wait(answers, f"waiting for the {child.name} at {url}", child)
 
     def start_processor(self, config: Path, bootstrap: str, sock: socket.socket) -> Child:
         """One `dispersion processor` (role all) as a child process serving on `sock` (not yet waited for)."""
@@ -196,13 +199,21 @@ class Services:
 
     def wait_ready(self, child: Child) -> str:
         """Until the processor prints its ready line; that line."""
-        while True:
-            child.check()
-            for line in child.log_path.read_text(errors="replace").splitlines():
-                if line.startswith("processor ready:"):
-                    return line
-            self.progress.remaining("waiting for the processor to start")
-            time.sleep(0.2)
+
+        def ready_line() -> str | None:
+            lines = child.output().splitlines()
+            return next((line for line in lines if line.startswith("processor ready:")), None)
+
+        return self.wait(ready_line, "waiting for the processor to start", child)
+
+    def wait(self, check: Callable[[], T | None], what: str, child: Child) -> T:
+        """`check()` once it is true, within the run's time; `ChildExitedError` when `child` exits first,
+        `DemoError` when the run's time is up."""
+        try:
+            return eventually(check, what=what, timeout=self.progress.remaining(what), interval=0.2, child=child)
+        except TimeoutError:
+            self.progress.remaining(what)  # the run's time is up: DemoError saying so
+            raise
 
     def check_children(self) -> None:
         """Raise `ChildExitedError` when a child exited."""

@@ -14,7 +14,6 @@ and fails with the child's last lines when the child exited first.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import signal
@@ -22,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -143,7 +142,7 @@ def _timed_out(what: str, timeout: float, child: Child | None) -> TimeoutError:
 
 
 def eventually(
-    check: Callable[[], T],
+    check: Callable[[], T | None],
     *,
     what: str,
     timeout: float,
@@ -162,27 +161,6 @@ def eventually(
         if time.monotonic() > deadline:
             raise _timed_out(what, timeout, child)
         time.sleep(interval)
-
-
-async def eventually_async(
-    check: Callable[[], Awaitable[T]],
-    *,
-    what: str,
-    timeout: float,  # noqa: ASYNC109 (a polling deadline: the check is retried, never cancelled)
-    interval: float = 0.05,
-    child: Child | None = None,
-) -> T:
-    """`eventually` for a coroutine check, waiting without blocking the event loop."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if child is not None:
-            child.check()
-        if time.monotonic() > deadline:
-            raise _timed_out(what, timeout, child)
-        await asyncio.sleep(interval)
 
 
 def listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
