@@ -103,14 +103,15 @@ def file_defaults(integrations: Collection[str] | None) -> BatchFields:
     return BatchFields(batch_id=FROM_CONTENT, integration=only)
 
 
-def settle_batch_id(export: Export) -> Export:
-    """An export read without a batch id gets `payroll-<SHA-256 prefix of its origin and transfers>` (and its
-    file reference, when that defaulted to the batch id, the same): a re-saved or re-exported file is the same
-    batch, whatever its bytes or name."""
+def settle_batch_id(export: Export, *, submitted_at: datetime) -> Export:
+    """An export read without a batch id gets `payroll-<SHA-256 prefix of its origin, transfers and pay period>`
+    (and its file reference, when that defaulted to the batch id, the same): a re-saved or re-exported file is the
+    same batch in the same pay period (its `execute_on`, else the UTC month of `submitted_at`, the clock's now),
+    whatever its bytes or name; next month's is another."""
     batch = export.batch
     if batch.batch_id != FROM_CONTENT:
         return export
-    batch_id = payroll_id(batch)
+    batch_id = payroll_id(batch, submitted_at=submitted_at)
     reference = batch_id[:40] if batch.file_reference == FROM_CONTENT[:40] else batch.file_reference
     return replace(export, batch=replace(batch, batch_id=batch_id, file_reference=reference))
 

@@ -86,7 +86,7 @@ def read_export(
         )
         # the updates while reading are throttled (a workbook's first rows come at once): the real count, once
         progress.update(f"read {path.name}: {len(export.batch.transactions):,} rows", force=True)
-        return replace(settle_batch_id(export), size=size)
+        return replace(settle_batch_id(export, submitted_at=now), size=size)
     with path.open("rb") as opened:
         mismatch = kind_mismatch(path.name, fmt, opened.read(8))
     if mismatch is not None:
@@ -95,7 +95,8 @@ def read_export(
         data = path.read_bytes()
         progress.update(f"read {size:,} bytes", force=True)
         return replace(
-            settle_batch_id(read_json(data, fields, requested_at=requested_at, defaults=defaults)), size=size
+            settle_batch_id(read_json(data, fields, requested_at=requested_at, defaults=defaults), submitted_at=now),
+            size=size,
         )
     with path.open("rb") as raw:
         counter = _CountingReader(raw)
@@ -112,7 +113,7 @@ def read_export(
         )
         # the updates above are throttled (the first row often reads the whole file): the real count, once
         progress.update(f"read {path.name}: {len(export.batch.transactions):,} rows 100%", force=True)
-    return replace(settle_batch_id(export), size=size)
+    return replace(settle_batch_id(export, submitted_at=now), size=size)
 
 
 def _chain(first: str, rest: IO[str]) -> Iterator[str]:
