@@ -345,13 +345,8 @@ def start_sandbox(bench: Bench, directory: Path) -> Child:
         sock=bench.socket_for(bench.sandbox_port),
     )  # fmt: skip
 
-    def answers() -> bool:
-        try:
-            return httpx.get(f"{bench.sandbox_url}/openapi.json", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    processes.eventually(answers, what="sandbox answer", timeout=60, child=child)
+    url = f"{bench.sandbox_url}/openapi.json"
+    processes.eventually(lambda: processes.answers(url), what="sandbox answer", timeout=60, child=child)
     return child
 
 

@@ -74,14 +74,6 @@ class Sandbox:
     signing_key_pem: bytes
 
 
-def _answers(url: str) -> bool:
-    try:
-        httpx.get(url, timeout=1)
-    except httpx.TransportError:
-        return False
-    return True
-
-
 @contextmanager
 def running_sandbox(directory: Path) -> Iterator[Sandbox]:
     """`dispersion sandbox init` then `dispersion sandbox` on a held port; stopped (by its pid) on exit."""
@@ -94,7 +86,7 @@ def running_sandbox(directory: Path) -> Iterator[Sandbox]:
         child = processes.spawn("sandbox", argv, directory / "sandbox.log", pass_fds=(sock.fileno(),))
     try:
         processes.eventually(
-            lambda: _answers(f"{base_url}/openapi.json"), what="sandbox answer", timeout=30, child=child
+            lambda: processes.answers(f"{base_url}/openapi.json"), what="sandbox answer", timeout=30, child=child
         )
         client = json.loads((directory / "clients.json").read_text())["clients"][0]
         yield Sandbox(base_url, "127.0.0.1", port, child.process, client, (directory / "signing-key.pem").read_bytes())

@@ -20,11 +20,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import uvicorn
 from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
 from manual_clock import ManualClock
 
 from processor.api.callback import callback_app
+from processor.cli.common import serving
 from processor.cli.config import Config, parse_config
 from processor.devtools.approver import decision_post
 from processor.devtools.processes import listening_socket, port_of
@@ -62,21 +62,9 @@ async def instant_sleep(seconds: float) -> None:
 
 @asynccontextmanager
 async def serve(app: Any, sock: socket.socket) -> AsyncIterator[None]:
-    """Serve an ASGI app with uvicorn on an already bound socket, in this event loop."""
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        for _ in range(1000):
-            if server.started:
-                break
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        assert server.started, "server did not start"
+    """Serve an ASGI app with uvicorn on a held listening socket, in this event loop (as the commands serve)."""
+    async with serving(app, sock):
         yield
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, timeout=15)
 
 
 def bound_socket() -> tuple[socket.socket, int]:

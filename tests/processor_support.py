@@ -479,43 +479,21 @@ class ApproveEach:
 
 
 @dataclass
-class ProcessorProcess:
+class ProcessorProcess(Child):
     """One `dispersion processor` subprocess."""
 
-    name: str
     port: int
-    child: Child
-
-    @property
-    def process(self) -> subprocess.Popen[bytes]:
-        """The `dispersion processor` process."""
-        return self.child.process
-
-    @property
-    def log_path(self) -> Path:
-        """Where it writes."""
-        return self.child.log_path
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def alive(self) -> bool:
-        return self.child.alive
-
     def log(self) -> str:
-        return self.child.output()
+        return self.output()
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until the ready line is printed (fails when the process exits first)."""
-        eventually(
-            lambda: "processor ready:" in self.log(), what=f"{self.name} ready", timeout=timeout, child=self.child
-        )
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no commit, no release of anything."""
-        self.child.kill()
+        eventually(lambda: "processor ready:" in self.log(), what=f"{self.name} ready", timeout=timeout, child=self)
 
     def terminate(self, timeout: float = 45.0) -> int:
         """SIGTERM and wait for the graceful exit; the exit status (SIGKILL after `timeout`)."""
@@ -603,7 +581,7 @@ class Deployment:
                 "10",
             ]
             child = spawn(name, argv, log_path, env=env, cwd=self.directory, pass_fds=(sock.fileno(),))
-        instance = ProcessorProcess(name, self.ports[index], child)
+        instance = ProcessorProcess(child.name, child.process, child.log_path, self.ports[index])
         self.processors[index] = instance
         if wait:
             instance.wait_ready()

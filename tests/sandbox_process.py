@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from processor.devtools.processes import Child, eventually, listening_socket, port_of, spawn
+from processor.devtools.processes import Child, answers, eventually, listening_socket, port_of, spawn
 
 SANDBOX = [sys.executable, "-m", "processor.cli", "sandbox"]
 
@@ -41,22 +39,11 @@ def vrp_consent_example() -> Any:
 
 
 @dataclass
-class SandboxProcess:
-    """A running sandbox and the files `dispersion sandbox init` wrote for it."""
+class SandboxProcess(Child):
+    """A running `dispersion sandbox` process and the files `dispersion sandbox init` wrote for it."""
 
     base_url: str
     directory: Path
-    child: Child
-
-    @property
-    def process(self) -> subprocess.Popen[bytes]:
-        """The `dispersion sandbox` process."""
-        return self.child.process
-
-    @property
-    def log_path(self) -> Path:
-        """Where it writes."""
-        return self.child.log_path
 
     @property
     def client(self) -> dict[str, Any]:
@@ -76,7 +63,7 @@ class SandboxProcess:
 
     def log(self) -> str:
         """What the process printed so far."""
-        return self.child.output()
+        return self.output()
 
 
 def init_sandbox_dir(directory: Path, *extra: str) -> None:
@@ -87,14 +74,6 @@ def init_sandbox_dir(directory: Path, *extra: str) -> None:
         capture_output=True,
         timeout=60,
     )
-
-
-def _answers(url: str) -> bool:
-    try:
-        httpx.get(url, timeout=1)
-    except httpx.TransportError:
-        return False
-    return True
 
 
 @contextmanager
@@ -115,7 +94,17 @@ def running_sandbox(
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         child = spawn("sandbox", argv, directory / f"sandbox-{port}.log", env=env, pass_fds=(sock.fileno(),))
     try:
-        eventually(lambda: _answers(f"{base_url}/openapi.json"), what="sandbox answer", timeout=30, child=child)
-        yield SandboxProcess(base_url, directory, child)
+        eventually(lambda: answers(f"{base_url}/openapi.json"), what="sandbox answer", timeout=30, child=child)
+        yield SandboxProcess(child.name, child.process, child.log_path, base_url, directory)
     finally:
         child.stop(timeout=10)
+
+
+@contextmanager
+def sandbox_calling_back(directory: Path, *args: str) -> Iterator[tuple[SandboxProcess, socket.socket]]:
+    """A sandbox whose registered redirect URI is on a port held here: a command serves the callback API there on
+    the held socket (`--listen-fd`)."""
+    with listening_socket() as callback:
+        redirect = f"http://127.0.0.1:{port_of(callback)}/callback"
+        with running_sandbox(directory, *args, init_args=("--redirect-uri", redirect)) as sandbox:
+            yield sandbox, callback

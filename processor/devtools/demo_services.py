@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
-
-from processor.devtools.processes import Child, eventually, port_of, spawn
+from processor.devtools.processes import Child, answers, eventually, port_of, spawn
 
 T = TypeVar("T")
 
@@ -171,14 +169,7 @@ class Services:
 
     def wait_http(self, child: Child, url: str) -> None:
         """Until `url` answers (any status below 500)."""
-        with httpx.Client(timeout=2.0) as http:
-
-            def answers() -> bool:
-                with contextlib.suppress(httpx.HTTPError):
-                    return http.get(url).status_code < 500
-                return False
-
-            self.wait(answers, f"waiting for the {child.name} at {url}", child)
+        self.wait(lambda: answers(url), f"waiting for the {child.name} at {url}", child)
 
     def start_processor(self, config: Path, bootstrap: str, sock: socket.socket) -> Child:
         """One `dispersion processor` (role all) as a child process serving on `sock` (not yet waited for)."""

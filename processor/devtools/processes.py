@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import httpx
+
 T = TypeVar("T")
 
 
@@ -163,11 +165,20 @@ def eventually(
         time.sleep(interval)
 
 
+def answers(url: str, *, timeout: float = 2.0) -> bool:
+    """Whether an HTTP GET of `url` gets an answer below 500 (a server that is up and not failing)."""
+    try:
+        return httpx.get(url, timeout=timeout).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
 def listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     """A TCP socket listening on `port` (by default one the system chooses: `port_of`), held until closed: serve on
     it in this process, or hand it to a child (`pass_fds`, `--listen-fd`). Unlike picking a free port and releasing
     it, nobody can take the port between choosing it and serving on it."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on accepted sockets whose protocol says TCP.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # Accepted connections inherit it: without it split writes of an answer wait out the peer's delayed ACK.

@@ -92,7 +92,7 @@ def test_a_message_that_kills_the_process_goes_to_the_dlq_after_poison_attempts_
             what=f"a dead letter and {after} consumed",
             timeout=90,
             interval=0,
-            child=processor.child,
+            child=processor,
         )
         letters.poll(1.0)
     finally:

@@ -69,7 +69,7 @@ def _consumed(instance: ProcessorProcess, batch_id: str, timeout: float) -> dict
         return None
 
     found: dict[str, Any] = eventually(
-        entry, what=f"{batch_id} consumed", timeout=timeout, interval=0.1, child=instance.child
+        entry, what=f"{batch_id} consumed", timeout=timeout, interval=0.1, child=instance
     )
     return found
 

@@ -22,10 +22,9 @@ import pytest
 from engine_support import batch
 from file_flow_support import browser_decide, write_batch
 from pain001_support import Block, Tx, oracle_pain001, sap_pain001
-from sandbox_process import SandboxProcess, running_sandbox
+from sandbox_process import SandboxProcess, sandbox_calling_back
 from store_fixtures import postgres_dsn_or_skip
 
-from processor.devtools.processes import listening_socket, port_of
 from processor.store import generate_key
 from processor.store.db import connect
 
@@ -42,13 +41,9 @@ def cli_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxPro
     callback API; file payments complete at once (the per-transaction outcome comes from the accounts' last
     digits)."""
     directory = tmp_path_factory.mktemp("payfile-cli")
-    with listening_socket() as callback:
-        redirect = f"http://127.0.0.1:{port_of(callback)}/callback"
+    with sandbox_calling_back(directory, "--admin", "--file-payment-delay", "0") as (sandbox, callback):
         CALLBACK[:] = [callback]
-        with running_sandbox(
-            directory, "--admin", "--file-payment-delay", "0", init_args=("--redirect-uri", redirect)
-        ) as sandbox:
-            yield sandbox
+        yield sandbox
         CALLBACK.clear()
 
 

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sandbox_process import SandboxProcess, running_sandbox
+from sandbox_process import SandboxProcess, sandbox_calling_back
 
 from processor.devtools.approver import decision_post
-from processor.devtools.processes import listening_socket, port_of
 from processor.store import generate_key
 
 # The callback API's listening socket, held by the module and handed to `vrp mandate` (`--listen-fd`).
@@ -30,18 +29,14 @@ def cli_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxPro
     """A sandbox whose registered redirect URI points at a port this module holds, where `vrp mandate` serves the
     callback API (`--listen-fd`)."""
     directory = tmp_path_factory.mktemp("vrp-cli")
-    with listening_socket() as callback:
-        redirect = f"http://127.0.0.1:{port_of(callback)}/callback"
+    with sandbox_calling_back(directory, "--admin", "--vrp-delay", "0") as (sandbox, callback):
         CALLBACK[:] = [callback]
-        with running_sandbox(
-            directory, "--admin", "--vrp-delay", "0", init_args=("--redirect-uri", redirect)
-        ) as sandbox:
-            config = directory / "dispersion.toml"
-            text = config.read_text().replace(
-                'token_auth_method = "private_key_jwt"', 'token_auth_method = "client_secret_basic"'
-            )
-            config.write_text(text)
-            yield sandbox
+        config = directory / "dispersion.toml"
+        basic = config.read_text().replace(
+            'token_auth_method = "private_key_jwt"', 'token_auth_method = "client_secret_basic"'
+        )
+        config.write_text(basic)
+        yield sandbox
         CALLBACK.clear()
 
 
