@@ -37,8 +37,8 @@ from processor.domain.text import printable
 from processor.domain.time import iso_ms
 
 if TYPE_CHECKING:
-    from producers.kafka import KafkaSettings
-    from schemas import WireCodec
+    from processor.kafka.settings import KafkaSettings
+    from processor.kafka.wire import WireCodec
 
 VRP_TERMINAL: Final = {"AUTHORIZED": 0, "REJECTED": 1, "EXPIRED": 1, "INVALID": 1}
 
@@ -150,10 +150,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], out: IO[str] | None = None) -> int:
     """`dispersion status`."""
-    import schemas
     from processor.cli.config import settings_from_config
     from processor.cli.kafka_noise import collapsed_kafka_logs, where_kafka_is
-    from producers.kafka import KafkaSetupError
+    from processor.kafka.settings import KafkaSetupError
+    from processor.kafka.wire import WireCodec
     from schemas.topics import STATUS_TOPIC, VRP_STATUS_TOPIC
 
     args = parser().parse_args(argv)
@@ -171,7 +171,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
         print(f"dispersion status: {exc}", file=sys.stderr)
         return 2
     topic = args.topic or settings.topic(logical)
-    codec = schemas.WireCodec(logical, settings.wire)  # either wire format
+    codec = WireCodec(logical, settings.wire)  # either wire format
     wanted = args.key.encode("utf-8") if args.key else None
     where = where_kafka_is(settings.bootstrap, args.bootstrap, args.config)
     try:
@@ -198,7 +198,8 @@ def _follow(
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
     import schemas
-    from producers.clients import new_consumer, reader_config
+    from processor.kafka.clients import new_consumer, reader_config
+    from processor.kafka.wire import RegistryUnavailableError
 
     follow = args.follow or args.until_terminal  # a script must never take an unapproved batch for paid
     deadline = None if args.timeout is None or not args.until_terminal else time.monotonic() + args.timeout
@@ -249,7 +250,7 @@ def _follow(
             value = message.value()
             try:
                 record = codec.decode(value if value is not None else b"", topic)
-            except (schemas.DecodeError, schemas.RegistryUnavailableError) as exc:
+            except (schemas.DecodeError, RegistryUnavailableError) as exc:
                 print(f"dispersion status: skipped offset {message.offset()}: {exc}", file=sys.stderr)
                 continue
             if record["event_id"] in seen:

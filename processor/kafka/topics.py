@@ -28,8 +28,16 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.cimpl import NewTopic
 
 import schemas
-from producers.clients import new_admin
-from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings
+from processor.kafka.clients import new_admin
+from processor.kafka.settings import MAX_MESSAGE_BYTES, KafkaSettings
+from processor.kafka.wire import (
+    Registry,
+    RegistryUnavailableError,
+    registry_client,
+    registry_text,
+    registry_transport_errors,
+    subject_name,
+)
 from schemas.topics import (
     BATCHES_TOPIC,
     DLQ_TOPIC,
@@ -231,23 +239,23 @@ def _registry_call(what: str, call: Callable[..., Any], *args: Any, **kwargs: An
             return None
         if exc.http_status_code == 409:
             raise
-        raise schemas.RegistryUnavailableError(f"{what}: {exc}") from exc
-    except schemas.registry_transport_errors() as exc:
-        raise schemas.RegistryUnavailableError(f"{what}: unreachable: {type(exc).__name__}: {exc}") from exc
+        raise RegistryUnavailableError(f"{what}: {exc}") from exc
+    except registry_transport_errors() as exc:
+        raise RegistryUnavailableError(f"{what}: unreachable: {type(exc).__name__}: {exc}") from exc
 
 
 def ensure_subjects(
-    registry: schemas.Registry, settings: KafkaSettings | None = None, *, check_only: bool = False
+    registry: Registry, settings: KafkaSettings | None = None, *, check_only: bool = False
 ) -> list[SubjectResult]:
     """Register every released schema version of every topic under `<physical topic>-value` with BACKWARD
     compatibility (idempotent). A version the registry refuses as incompatible raises `SchemaRegistryError`."""
     from confluent_kafka.schema_registry import Schema
 
-    client = schemas.registry_client(registry)
+    client = registry_client(registry)
     name = settings.topic if settings is not None else (lambda logical: logical)
     results: list[SubjectResult] = []
     for logical in schemas.TOPICS:
-        subject = schemas.subject_name(name(logical))
+        subject = subject_name(name(logical))
         level = _registry_call(subject, client.get_compatibility, subject)
         change = level != COMPATIBILITY
         if change and not check_only:
@@ -255,7 +263,7 @@ def ensure_subjects(
         ids: list[int] = []
         added = False
         for version in schemas.versions(logical):
-            candidate = Schema(schemas.registry_text(logical, version.version), "AVRO")
+            candidate = Schema(registry_text(logical, version.version), "AVRO")
             found = _registry_call(subject, client.lookup_schema, subject, candidate)
             if found is None and check_only:
                 results.append(SubjectResult(subject, "missing", tuple(ids), change))
@@ -263,7 +271,7 @@ def ensure_subjects(
             if found is None:
                 registered = _registry_call(subject, client.register_schema, subject, candidate)
                 if registered is None:
-                    raise schemas.RegistryUnavailableError(f"{subject}: the registry did not register the schema")
+                    raise RegistryUnavailableError(f"{subject}: the registry did not register the schema")
                 ids.append(int(registered))
                 added = True
             else:
