@@ -112,10 +112,6 @@ def project_topics(
     ]
 
 
-def _admin(client_config: Mapping[str, Any]) -> AdminClient:
-    return new_admin(client_config)
-
-
 def _describe_configs(admin: AdminClient, names: Iterable[str], timeout: float) -> dict[str, dict[str, str | None]]:
     resources = [ConfigResource("topic", name) for name in names]
     if not resources:
@@ -148,7 +144,7 @@ def ensure_topics(
 
     With `check_only`, nothing is changed; missing topics are reported with action "missing".
     """
-    admin = _admin(client_config)
+    admin = new_admin(client_config)
     metadata = admin.list_topics(timeout=timeout)
     existing = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
     results: dict[str, TopicResult] = {}
