@@ -11,14 +11,18 @@ import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from cli_support import EXPORT, ORIGIN, Run
 
 from processor.cli import submit
-from processor.cli.submit import BatchFields, Export, ExportError, check, read_csv, sniff_delimiter
 from processor.domain.schedule import Calendar
+from processor.exports import reading
+from processor.exports.checks import check, control_sum
+from processor.exports.layout import BatchFields, Export, ExportError, read_csv, read_json
+from processor.exports.profile import sniff_delimiter
 
 NOW = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
 DOC_EXAMPLE = "".join(EXPORT.splitlines(keepends=True)[:4])  # the header and three rows
@@ -82,7 +86,7 @@ def test_doc_example_reads_into_the_batch() -> None:
     assert export.lines == (2, 3, 4)
     assert export.ignored_columns == ()
     assert check(export) == []
-    assert submit.control_sum(batch) == Decimal("27750.50")
+    assert control_sum(batch) == Decimal("27750.50")
 
 
 def test_header_names_match_case_spaces_and_hyphens() -> None:
@@ -285,6 +289,46 @@ def test_dry_run_default_batch_id_follows_what_the_payroll_pays(
     assert ids[3] != ids[0] and ids[3].startswith("payroll-")
 
 
+def submitted_on(monkeypatch: pytest.MonkeyPatch, instant: datetime) -> None:
+    """`submit`'s clock reads `instant` (the default batch id names the month of submission)."""
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:
+            return instant.astimezone(tz)
+
+    monkeypatch.setattr(reading, "datetime", Clock)
+
+
+def test_next_months_identical_payroll_gets_another_default_batch_id(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default id names the pay period: the export re-saved on the 30th is the batch of the 2nd; the same rows
+    submitted on 1 December are another batch (the duplicate-payroll guard holds it, nothing drops it); with an
+    `execute_on`, the day decides, whatever month it is submitted in."""
+    path = tmp_path / "planilla.csv"
+    path.write_text(DOC_EXAMPLE)
+    resaved = tmp_path / "planilla (saved again).csv"
+    resaved.write_bytes(DOC_EXAMPLE.replace("\n", "\r\n").encode())
+
+    def default_id(instant: datetime, export: Path, *options: str) -> str:
+        submitted_on(monkeypatch, instant)
+        result = dry_run(capsys, export, *options)
+        match = re.match(r"valid batch (payroll-[0-9a-f]{16}): 3 transactions, control sum \S+ GTQ", result.out)
+        assert result.code == 0 and match is not None, (result.out, result.err)
+        return match.group(1)
+
+    november = default_id(datetime(2026, 11, 2, 9, 0, tzinfo=UTC), path)
+    assert default_id(datetime(2026, 11, 30, 23, 59, tzinfo=UTC), resaved) == november
+    december = default_id(datetime(2026, 12, 1, 0, 0, 5, tzinfo=UTC), path)
+    assert december != november
+    assert default_id(datetime(2026, 12, 31, 12, 0, tzinfo=UTC), resaved) == december
+    on_day = ("--execute-on", "2026-12-20")
+    scheduled = default_id(datetime(2026, 11, 30, 12, 0, tzinfo=UTC), path, *on_day)
+    assert scheduled not in (november, december)
+    assert default_id(datetime(2026, 12, 2, 12, 0, tzinfo=UTC), resaved, *on_day) == scheduled
+
+
 @pytest.mark.parametrize("delimiter", [",", ";", "\t"])
 def test_delimiter_is_detected(capsys: pytest.CaptureFixture[str], tmp_path: Path, delimiter: str) -> None:
     path = tmp_path / "export.csv"
@@ -349,7 +393,7 @@ def test_json_export_amounts_are_exact_and_options_override(capsys: pytest.Captu
     result = run(capsys, str(path), "--format", "json", "--dry-run", "--quiet", "--integration", "sandbox")
     assert (result.code, result.out) == (0, "valid batch J-1: 2 transactions, control sum 0.30 GTQ\n")
     fields = BatchFields(origin_account_number="3001234567", integration="sandbox")
-    export = submit.read_json(path.read_bytes(), fields, requested_at=NOW, defaults=BatchFields())
+    export = read_json(path.read_bytes(), fields, requested_at=NOW, defaults=BatchFields())
     batch = export.batch
     assert [t.amount for t in batch.transactions] == [Decimal("0.1"), Decimal("0.20")]
     assert batch.origin.number == "3001234567"
@@ -460,7 +504,7 @@ def test_json_export_takes_execute_on_from_the_document_or_the_option(tmp_path: 
         "origin_account": {"account_number": "111", "currency": "GTQ"},
         "transactions": [{"destination_account": {"account_number": "2001", "currency": "GTQ",
                           "email": "a@example.com"}, "amount": "1.00", "concept": "x"}]}"""
-    read = submit.read_json(document, BatchFields(), requested_at=NOW, defaults=BatchFields())
+    read = read_json(document, BatchFields(), requested_at=NOW, defaults=BatchFields())
     assert read.batch.execute_on == date(2024, 11, 29)
-    given = submit.read_json(document, BatchFields(execute_on="2024-11-30"), requested_at=NOW, defaults=BatchFields())
+    given = read_json(document, BatchFields(execute_on="2024-11-30"), requested_at=NOW, defaults=BatchFields())
     assert given.batch.execute_on == date(2024, 11, 30)
