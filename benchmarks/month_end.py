@@ -93,12 +93,22 @@ def load_averages() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def speed_reference() -> str:
+def speed_reference_seconds() -> float:
     """Seconds one core takes for a fixed pure-Python loop now: figures from different days or machines are
     comparable only next to it (the same code measured 27 and 47 batches/s on two days of this machine)."""
-    started = time.perf_counter()
+    started = time.process_time()
     sum(range(30_000_000))
-    return f"speed reference (sum of range(3e7), one core) {time.perf_counter() - started:.3f} s"
+    return time.process_time() - started
+
+
+SPEED_REFERENCE: list[float] = []  # the value printed at the start of this benchmark run
+
+
+def speed_reference() -> str:
+    """The speed reference measured now, as printed (and kept in `SPEED_REFERENCE` for the normalised figures)."""
+    seconds = speed_reference_seconds()
+    SPEED_REFERENCE[:] = [seconds]
+    return f"speed reference (sum of range(3e7), one core, CPU time) {seconds:.3f} s"
 
 
 # --- processes ------------------------------------------------------------------------------------------------
@@ -665,6 +675,42 @@ def bank_call_means(api: str) -> dict[str, tuple[int, float]]:
     return {op: (int(counts[op]), sums.get(op, 0.0) / counts[op]) for op in counts if counts[op]}
 
 
+def bank_call_mean(metrics: Sequence[dict[str, tuple[int, float]]]) -> tuple[int, float]:
+    """(calls, mean seconds) of every bank call of every instance together."""
+    calls = sum(count for means in metrics for count, _ in means.values())
+    total = sum(count * mean for means in metrics for count, mean in means.values())
+    return calls, (total / calls if calls else 0.0)
+
+
+def print_normalised(
+    batches: int,
+    cpu: dict[str, list[float]],
+    processors: Sequence[str],
+    sandbox: str,
+    reference: float,
+    metrics: Sequence[dict[str, tuple[int, float]]],
+    latency_ms: float,
+) -> None:
+    """The issue-22 figures: processor CPU-seconds per 1000 batches divided by the speed reference (so runs on a
+    faster or busier hour compare), processor CPU over the sandbox's for the same exchanges, and the mean bank
+    call as the processor saw it against the latency the sandbox adds (`cpu[name]` = CPU marks at the phases'
+    ends, as `_measure` takes them)."""
+    phases = {"submit": (0, 1), "approve+complete": (1, 2), "whole run": (0, 2)}
+    per_batch, ratio = [], []
+    for phase, (start, end) in phases.items():
+        ours = sum(cpu[name][end] - cpu[name][start] for name in processors)
+        bank = cpu[sandbox][end] - cpu[sandbox][start]
+        per_batch.append(f"{phase} {ours / batches * 1000 / reference:6.1f}")
+        ratio.append(f"{phase} {ours / bank if bank else float('nan'):5.2f}")
+    print(f"speed reference during the run (mean of before and after, CPU time): {reference:.3f} s")
+    print(f"processor CPU-s per 1000 batches / speed reference: {', '.join(per_batch)}  (target <= 40)")
+    print(f"processor CPU / sandbox CPU:                        {', '.join(ratio)}  (target <= 1.0)")
+    calls, mean = bank_call_mean(metrics)
+    if calls and latency_ms > 0:
+        print(f"mean bank call inside the processor: {mean * 1000:.1f} ms over {calls} calls = "
+              f"{mean * 1000 / latency_ms:.2f} x the configured +{latency_ms:g} ms  (target <= 2.0)")  # fmt: skip
+
+
 def mb(kb: int | None) -> str:
     """kB (KiB, as /proc reports) as MiB for the printout."""
     return "?" if kb is None else f"{kb / 1024:.0f} MiB"
@@ -729,6 +775,7 @@ def _measure(
     ]
     encode_seconds = time.perf_counter() - encode_started
     everyone = [*processors, sandbox]
+    reference_before = speed_reference_seconds()
     cpu: dict[str, list[float]] = {c.name: [c.cpu_seconds()] for c in everyone}
 
     def cpu_mark() -> None:
@@ -818,6 +865,8 @@ def _measure(
     for index, means in enumerate(metrics):
         shown = ", ".join(f"{op} {count}x {mean * 1000:.0f} ms" for op, (count, mean) in sorted(means.items()))
         print(f"bank calls, instance {index + 1} (count, mean): {shown}")
+    reference = (reference_before + speed_reference_seconds()) / 2
+    print_normalised(n, cpu, [p.name for p in processors], sandbox.name, reference, metrics, bench.latency_ms)
     if watcher.duplicates or watcher.errors:
         print(f"status consumer: {watcher.duplicates} duplicate events, errors {watcher.errors[:3]}")
     if DROPPED_RETRIES:
