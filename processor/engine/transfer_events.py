@@ -18,7 +18,7 @@ from typing import Any, Final, Unpack
 from processor.domain.file_states import FlowState
 from processor.domain.outcomes import retry_of, split_reason
 from processor.domain.time import iso_ms
-from processor.store import Flow, StatusEvent, StoreTx
+from processor.store import Flow, NewEvent, StatusEvent, StoreTx
 from processor.store.flows import FlowFields
 from schemas.topics import TRANSFERS_TOPIC
 
@@ -130,7 +130,7 @@ def end_flow(
     source = str(original.get("source") or "") if isinstance(original, Mapping) else ""
     results = event.payload.get("transaction_results")
     occurred_at = str(event.payload.get("occurred_at") or iso_ms(now))
-    for payload in transfer_payloads(
+    payloads = transfer_payloads(
         flow.batch_id,
         document,
         results if isinstance(results, list) else None,
@@ -139,15 +139,14 @@ def end_flow(
         occurred_at=occurred_at,
         original_indexes=retry.transfer_indexes if retry is not None else (),
         from_pain001="pain.001" in source,  # `submit` names the message in the batch's source
-    ):
-        tx.outbox.append(
-            TRANSFERS_TOPIC,
-            flow.batch_id,
+    )
+    events = [
+        NewEvent(
             payload,
-            now=now,
-            headers=cloud_event_headers(
-                payload["event_id"], payload["outcome"], flow.batch_id, payload["index"], occurred_at
-            ),
-            event_id=payload["event_id"],
+            cloud_event_headers(payload["event_id"], payload["outcome"], flow.batch_id, payload["index"], occurred_at),
+            payload["event_id"],
         )
+        for payload in payloads
+    ]
+    tx.outbox.append_many(TRANSFERS_TOPIC, flow.batch_id, events, now=now)  # one statement per 500 events
     return updated
