@@ -20,6 +20,9 @@ from processor.store.outbox import Outbox, StatusEvent
 from processor.store.values import Kind, json_text, load_json, money, sha256_hex
 from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
 
+# A flow's `retry_of`: the original batch named by its retry record, read with the flow (`{row}`: its table or alias).
+RETRY_OF_SQL = "SELECT r.original_batch_id FROM batch_retries r WHERE r.retry_batch_id = {row}.batch_id"
+
 
 @dataclass(frozen=True)
 class Flow:
@@ -60,6 +63,9 @@ class Flow:
     duplicate_note: str | None = None
     duplicate_confirmed_by: str | None = None
     duplicate_confirmed_at: datetime | None = None
+    # The batch this one retries, from its retry record (`batch_retries`), never from its id: None for any batch
+    # retry-failed did not make, whatever it is called.
+    retry_of: str | None = None
 
     @property
     def key(self) -> str:
@@ -134,6 +140,7 @@ class FlowRepo(WorkRepo[Flow]):
         "duplicate_confirmed_by": "text",
         "duplicate_confirmed_at": "ts",
     }
+    derived: ClassVar[Mapping[str, tuple[str, Kind]]] = {"retry_of": (RETRY_OF_SQL, "text")}
     write_only: ClassVar[Mapping[str, Kind]] = {"report": "json"}
     updatable: ClassVar[frozenset[str]] = WORK_UPDATABLE | {
         "file_reference",

@@ -76,6 +76,9 @@ class WorkRepo(Generic[T]):
     table: ClassVar[str]
     key_column: ClassVar[str]
     columns: ClassVar[Mapping[str, Kind]]  # read into the row type
+    # Values read with every row from other tables: name -> (SQL expression, `{row}` standing for the row's table
+    # or alias, kind); read into the row type like the columns, never written through this repo.
+    derived: ClassVar[Mapping[str, tuple[str, Kind]]] = {}
     write_only: ClassVar[Mapping[str, Kind]] = {}  # large columns `update` may set, read by their own method
     updatable: ClassVar[frozenset[str]]
     row_type: ClassVar[type[Any]]
@@ -86,10 +89,13 @@ class WorkRepo(Generic[T]):
     # -- reading --------------------------------------------------------------------------------------------
 
     def _cols(self, prefix: str = "") -> str:
-        return ", ".join(prefix + name for name in self.columns)
+        row = prefix.rstrip(".") or self.table
+        extra = [f"({sql.format(row=row)}) AS {name}" for name, (sql, _) in self.derived.items()]
+        return ", ".join([*(prefix + name for name in self.columns), *extra])
 
     def _decode(self, row: Mapping[str, Any]) -> T:
         values = {name: decode(kind, row[name]) for name, kind in self.columns.items()}
+        values.update((name, decode(kind, row[name])) for name, (_, kind) in self.derived.items())
         item: T = self.row_type(**values)
         return item
 
