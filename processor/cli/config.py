@@ -37,7 +37,7 @@ Layout (`dispersion sandbox init DIR` writes exactly this shape)::
 
     [exports.planilla]                  # optional: how `dispersion submit --profile planilla` reads an ERP's
     decimal_separator = ","             # export; kept raw in Config.sections["exports"] and validated by
-    [exports.planilla.columns]          # processor.domain.export_profile (docs/submit.md, "Bring your ERP's
+    [exports.planilla.columns]          # processor.exports.profile (docs/submit.md, "Bring your ERP's
     amount = "Monto"                    # export")
 
 Any string key `K` may instead be given as `K_env = "VARIABLE"`, read from the environment (for secrets:

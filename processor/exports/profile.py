@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from processor.domain.numbers import DECIMAL_SEPARATORS, THOUSANDS_SEPARATORS, NumberStyle
+from processor.exports.numbers import DECIMAL_SEPARATORS, THOUSANDS_SEPARATORS, NumberStyle
 
 # Our columns (docs/submit.md, "CSV layout"): the same vocabulary names a profile's `columns`.
 REQUIRED_COLUMNS: Final = ("account_number", "amount", "email", "concept")
