@@ -16,8 +16,8 @@ from typing import Any
 
 from processor.domain.time import utc_ms
 from processor.store.db import Row, Tx, to_datetime
-from processor.store.flows import RETRY_OF_SQL
 from processor.store.values import read_money
+from processor.store.work import RETRY_OF_SQL
 
 _COLUMNS = (
     "batch_id, integration, state, file_reference, number_of_transactions, control_sum, created_at, updated_at,"

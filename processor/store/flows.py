@@ -19,10 +19,7 @@ from processor.store.crypto import new_secret_token
 from processor.store.money import MoneyBook
 from processor.store.outbox import Outbox, StatusEvent
 from processor.store.values import Kind, json_text, load_json, money, sha256_hex
-from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
-
-# A flow's `retry_of`: the original batch named by its retry record, read with the flow (`{row}`: its table or alias).
-RETRY_OF_SQL = "SELECT r.original_batch_id FROM batch_retries r WHERE r.retry_batch_id = {row}.batch_id"
+from processor.store.work import RETRY_OF_SQL, WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
 
 
 @dataclass(frozen=True)

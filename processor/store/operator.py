@@ -17,9 +17,9 @@ from typing import Any
 
 from processor.domain.time import utc_ms
 from processor.store.db import Row, Tx, to_datetime
-from processor.store.flows import RETRY_OF_SQL
 from processor.store.money import MoneyBook
 from processor.store.values import read_money
+from processor.store.work import RETRY_OF_SQL
 
 # -- batches --------------------------------------------------------------------------------------------------
 

@@ -41,6 +41,9 @@ WORK_COLUMNS: dict[str, Kind] = {
 }
 # Columns `update` may change on every work table (besides each table's own).
 WORK_UPDATABLE = frozenset({"state", "next_action_at", "attempts", "bank_status", "last_error"})
+# A flow's `retry_of` (a `WorkRepo.derived` value, and a column of the listings): the original batch its retry
+# record names (`batch_retries`), never read from its id. `{row}`: the flows table's name or alias.
+RETRY_OF_SQL = "SELECT r.original_batch_id FROM batch_retries r WHERE r.retry_batch_id = {row}.batch_id"
 
 
 class NotFoundError(StoreError):
