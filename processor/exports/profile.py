@@ -2,9 +2,10 @@
 
 A profile names, for each of our fields, the ERP's column (by its header text or its 1-based position), how the
 export writes numbers, where the header and the data are (rows above the header, a total row, footer rows),
-constant batch values, and how the batch id is found. `parse_profile` validates one raw TOML table and reports
-every problem at once, each naming its key (`exports.planilla.decimal_separator`). The layout is in
-docs/submit.md, "Bring your ERP's export".
+constant batch values, and how the batch id is found. `parse_profile` validates one raw TOML table with the
+pydantic model `ProfileTable` (each key's type and values) plus the checks that span keys, and reports every
+problem at once, each naming its key (`exports.planilla.decimal_separator`). The layout is in docs/submit.md,
+"Bring your ERP's export".
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import difflib
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, ValidationError
+from pydantic_core import PydanticCustomError
 
 from processor.exports.numbers import DECIMAL_SEPARATORS, THOUSANDS_SEPARATORS, NumberStyle
 
@@ -43,23 +47,8 @@ CONSTANTS: Final = {
 FORMATS: Final = ("csv", "xlsx")
 BATCH_ID_SOURCES: Final = ("file", "column")
 MAX_SKIPPED_ROWS: Final = 1000
-_KEYS: Final = frozenset(
-    {
-        "format",
-        "encoding",
-        "delimiter",
-        "sheet",
-        "header",
-        "skip_rows",
-        "footer_rows",
-        "total_label",
-        "decimal_separator",
-        "thousands_separator",
-        "batch_id",
-        "columns",
-        *CONSTANTS,
-    }
-)
+MAX_POSITION: Final = 16384  # a spreadsheet's last column (XFD)
+OUR_COLUMNS: Final = (*REQUIRED_COLUMNS, *ROW_COLUMNS, *BATCH_COLUMNS)
 
 Format = Literal["csv", "xlsx"]
 
@@ -122,145 +111,239 @@ def format_for(profile: ExportProfile, file_name: str) -> Format:
     return "xlsx" if file_name.lower().endswith((".xlsx", ".xlsm")) else "csv"
 
 
-def parse_profile(name: str, table: object) -> ExportProfile:
-    """Validate one `[exports.NAME]` table; ProfileError naming every bad key."""
-    return _ProfileReader(name).read(table)
+# -- parsing a [exports.NAME] table ----------------------------------------------------------------------------
+
+_CHOICES: Final = {
+    "format": FORMATS,
+    "decimal_separator": DECIMAL_SEPARATORS,
+    "thousands_separator": THOUSANDS_SEPARATORS,
+    "batch_id": BATCH_ID_SOURCES,
+}
+# The order problems are listed in: as a reader of the table meets its concerns (columns before numbers, ...).
+_ORDER: Final = {
+    "header": 1.0,
+    "columns": 2.0,
+    "decimal_separator": 3.0,
+    "thousands_separator": 3.1,
+    **{key: 4.0 + index / 10 for index, key in enumerate(CONSTANTS)},
+    "batch_id": 5.0,
+    "format": 6.0,
+    "encoding": 7.0,
+    "delimiter": 8.0,
+    "total_label": 9.0,
+    "sheet": 10.0,
+    "skip_rows": 11.0,
+    "footer_rows": 12.0,
+}
+_Found = tuple[tuple[float, ...], str, str]  # (order, key, reason)
 
 
-class _ProfileReader:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.where = f"exports.{name}"
-        self.problems: list[str] = []
+def _reason(text: str) -> PydanticCustomError:
+    """A validation error whose message is `text` as the user reads it."""
+    return PydanticCustomError("profile", "{reason}", {"reason": text})
 
-    def fail(self, key: str, message: str) -> None:
-        self.problems.append(f"{self.where}.{key}: {message}" if key else f"{self.where}: {message}")
 
-    def read(self, raw: object) -> ExportProfile:
-        if not isinstance(raw, Mapping):
-            raise ProfileError([f"{self.where}: must be a table, not {type(raw).__name__}"])
-        table: Mapping[str, Any] = raw
-        for key in table:
-            if key not in _KEYS:
-                close = difflib.get_close_matches(key, sorted(_KEYS), n=1)
-                self.fail(key, "unknown key" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        header = self.boolean(table, "header", True)
-        columns = self.columns(table.get("columns"), header)
-        numbers = self.numbers(table)
-        constants = {CONSTANTS[key]: value for key in CONSTANTS if (value := self.text(table, key, None)) is not None}
-        for key, target in CONSTANTS.items():
-            if target in constants and target in columns:
-                self.fail(key, f"give either {key} or columns.{target}, not both")
-        batch_id = self.choice(table, "batch_id", BATCH_ID_SOURCES)
-        if batch_id == "column" and "batch_id" not in columns:
-            self.fail("batch_id", '"column" needs columns.batch_id (the ERP column holding it)')
-        if batch_id == "file" and "batch_id" in columns:
-            self.fail("columns.batch_id", 'is mapped, so set batch_id = "column" (the default is "file")')
-        file_format = self.choice(table, "format", (None, *FORMATS))
-        encoding = self.text(table, "encoding", "utf-8-sig") or "utf-8-sig"
+def _known_encoding(value: str) -> str:
+    if value:  # empty: the default
         try:
-            codecs.lookup(encoding)
+            codecs.lookup(value)
         except LookupError:
-            self.fail("encoding", f"unknown encoding {encoding!r} (e.g. utf-8, cp1252, latin-1)")
-        delimiter = self.text(table, "delimiter", None)
-        if delimiter is not None and (len(delimiter) != 1 or delimiter in "\r\n\"'"):
-            self.fail("delimiter", f"must be one character (not a quote or line break), not {delimiter!r}")
-        total_label = self.text(table, "total_label", None)
-        if total_label is not None and not total_label.strip():
-            self.fail("total_label", "must not be empty")
-        if self.problems:
-            raise ProfileError(self.problems)
+            raise _reason(f"unknown encoding {value!r} (e.g. utf-8, cp1252, latin-1)") from None
+    return value
+
+
+def _one_character(value: str) -> str:
+    if len(value) != 1 or value in "\r\n\"'":
+        raise _reason(f"must be one character (not a quote or line break), not {value!r}")
+    return value
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise _reason("must not be empty")
+    return value
+
+
+def _our_field(name: str) -> str:
+    if name not in OUR_COLUMNS:
+        close = difflib.get_close_matches(name, OUR_COLUMNS, n=1)
+        raise _reason("not one of our fields" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return name
+
+
+def _column_ref(ref: object) -> ColumnRef:
+    if isinstance(ref, bool) or not isinstance(ref, str | int):
+        raise _reason(f"must be the ERP's column name or its position (1, 2, ...), not {ref!r}")
+    if isinstance(ref, int):
+        if not 1 <= ref <= MAX_POSITION:
+            raise _reason(f"a position must be between 1 and {MAX_POSITION}, not {ref}")
+        return ColumnRef(position=ref)
+    if not header_key(ref):
+        raise _reason("must not be empty")
+    return ColumnRef(name=ref.strip())
+
+
+OurField = Annotated[str, AfterValidator(_our_field)]  # a key of `columns`: one of our fields
+Column = Annotated[ColumnRef, PlainValidator(_column_ref)]  # its value: the ERP column's name or position
+Rows = Annotated[int, Field(ge=0, le=MAX_SKIPPED_ROWS)]  # rows skipped above the header, or footer rows
+
+
+def parse_profile(name: str, table: object) -> ExportProfile:
+    """Validate one `[exports.NAME]` table (`ProfileTable`); ProfileError naming every bad key, in the table's
+    order of concerns (unknown keys, header, columns, numbers, constants, batch id, file)."""
+    where = f"exports.{name}"
+    if not isinstance(table, Mapping):
+        raise ProfileError([f"{where}: must be a table, not {type(table).__name__}"])
+    found: list[_Found] = []
+    parsed: ProfileTable | None = None
+    try:
+        parsed = ProfileTable.model_validate(dict(table))
+    except ValidationError as exc:
+        found.extend(_field_problems(exc, table))
+    found.extend(_cross_problems(table))
+    if found:
+        found.sort(key=lambda problem: problem[0])
+        raise ProfileError([f"{where}.{key}: {reason}" for _, key, reason in found])
+    assert parsed is not None
+    return parsed.profile(name)
+
+
+class ProfileTable(BaseModel):
+    """The shape of one `[exports.NAME]` table (docs/submit.md, "Bring your ERP's export"): every key, its type
+    and its allowed values. What depends on several keys is checked by `parse_profile`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    format: Format | None = None
+    encoding: Annotated[str, AfterValidator(_known_encoding)] = "utf-8-sig"
+    delimiter: Annotated[str, AfterValidator(_one_character)] | None = None
+    sheet: str | None = None
+    header: bool = True
+    skip_rows: Rows = 0
+    footer_rows: Rows = 0
+    total_label: Annotated[str, AfterValidator(_not_blank)] | None = None
+    decimal_separator: Literal[".", ","] = "."
+    thousands_separator: Literal["", ".", ",", " ", "'"] = ""
+    batch_id: Literal["file", "column"] = "file"
+    columns: dict[OurField, Column]
+    integration: str | None = None
+    origin_account: str | None = None
+    origin_account_type: str | None = None
+    origin_currency: str | None = None
+    file_reference: str | None = None
+
+    def profile(self, name: str) -> ExportProfile:
+        """The profile these keys describe (valid: `parse_profile` checked what spans several keys)."""
+        constants = {CONSTANTS[key]: value for key in CONSTANTS if (value := getattr(self, key)) is not None}
         return ExportProfile(
-            name=self.name,
-            columns=columns,
-            numbers=numbers,
-            format=file_format,  # type: ignore[arg-type]  # one of FORMATS, checked by choice()
-            encoding=encoding,
-            delimiter=delimiter,
-            sheet=self.text(table, "sheet", None),
-            header=header,
-            skip_rows=self.count(table, "skip_rows"),
-            footer_rows=self.count(table, "footer_rows"),
-            total_label=total_label.strip() if total_label else None,
+            name=name,
+            columns=self.columns,
+            numbers=NumberStyle(self.decimal_separator, self.thousands_separator),
+            format=self.format,
+            encoding=self.encoding or "utf-8-sig",
+            delimiter=self.delimiter,
+            sheet=self.sheet,
+            header=self.header,
+            skip_rows=self.skip_rows,
+            footer_rows=self.footer_rows,
+            total_label=self.total_label.strip() if self.total_label else None,
             constants=constants,
-            batch_id="column" if batch_id == "column" else "file",
+            batch_id=self.batch_id,
         )
 
-    def columns(self, raw: object, header: bool) -> dict[str, ColumnRef]:
-        if raw is None:
-            self.fail("columns", "is required: a table mapping our fields to the ERP's columns")
-            return {}
-        if not isinstance(raw, Mapping):
-            self.fail("columns", f"must be a table, not {type(raw).__name__}")
-            return {}
-        known = (*REQUIRED_COLUMNS, *ROW_COLUMNS, *BATCH_COLUMNS)
-        columns: dict[str, ColumnRef] = {}
-        given = set(raw)  # a required field given badly is reported as bad, not also as missing
-        for ours, ref in raw.items():
-            key = f"columns.{ours}"
-            if ours not in known:
-                close = difflib.get_close_matches(str(ours), known, n=1)
-                self.fail(key, "not one of our fields" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            elif isinstance(ref, bool) or not isinstance(ref, str | int):
-                self.fail(key, f"must be the ERP's column name or its position (1, 2, ...), not {ref!r}")
-            elif isinstance(ref, int):
-                if not 1 <= ref <= 16384:
-                    self.fail(key, f"a position must be between 1 and 16384, not {ref}")
-                else:
-                    columns[ours] = ColumnRef(position=ref)
-            elif not header_key(ref):
-                self.fail(key, "must not be empty")
-            elif not header:
-                self.fail(key, f"names a column ({ref!r}) but header = false: give its position (1, 2, ...)")
-            else:
-                columns[ours] = ColumnRef(name=ref.strip())
-        names = [header_key(ref.name) for ref in columns.values() if ref.name is not None]
-        for ours, ref in columns.items():
-            if ref.name is not None and names.count(header_key(ref.name)) > 1:
-                self.fail(f"columns.{ours}", f"{ref.name!r} is mapped to more than one of our fields")
-        for ours in PROFILE_REQUIRED:
-            if ours not in given:
-                self.fail(f"columns.{ours}", "is required (the ERP column that holds it)")
+
+def _field_problems(error: ValidationError, table: Mapping[str, Any]) -> list[_Found]:
+    """pydantic's errors as `key: reason`, each reason as docs/submit.md words it."""
+    keys = list(table)
+    raw_columns = table.get("columns")
+    items = list(raw_columns) if isinstance(raw_columns, Mapping) else []
+    bad_names = {
+        str(detail["loc"][1]) for detail in error.errors() if len(detail["loc"]) == 3 and detail["loc"][0] == "columns"
+    }
+    found: list[_Found] = []
+    for detail in error.errors():
+        loc, kind, value = detail["loc"], detail["type"], detail["input"]
+        key = str(loc[0])
+        if key == "columns" and len(loc) > 1:
+            ours = str(loc[1])
+            if len(loc) == 2 and ours in bad_names:
+                continue  # not one of our fields: its column is not looked at
+            found.append(((2.0, items.index(ours)), f"columns.{ours}", str(detail["ctx"]["reason"])))
+            continue
+        if kind == "extra_forbidden":
+            close = difflib.get_close_matches(key, sorted(ProfileTable.model_fields), n=1)
+            reason = "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+            found.append(((0.0, keys.index(key)), key, reason))
+            continue
+        found.append(((_ORDER[key],), key, _reason_for(key, kind, value, detail.get("ctx"))))
+    return found
+
+
+def _reason_for(key: str, kind: str, value: object, context: Mapping[str, Any] | None) -> str:
+    if kind == "profile" and context is not None:
+        return str(context["reason"])
+    if kind == "missing":
+        return "is required: a table mapping our fields to the ERP's columns"
+    if key == "columns":
+        return f"must be a table, not {type(value).__name__}"
+    if key == "header":
+        return f"must be true or false, not {value!r}"
+    if key in ("skip_rows", "footer_rows"):
+        return f"must be a whole number of rows from 0 to {MAX_SKIPPED_ROWS}, not {value!r}"
+    if key in _CHOICES:
+        shown = ", ".join(repr(option) for option in _CHOICES[key])
+        return f"must be one of {shown}, not {value!r}"
+    return f"must be a string, not {type(value).__name__}"
+
+
+def _usable_columns(table: Mapping[str, Any]) -> dict[str, ColumnRef]:
+    """The profile's columns that are valid by themselves (what the checks across keys look at)."""
+    raw = table.get("columns")
+    columns: dict[str, ColumnRef] = {}
+    if not isinstance(raw, Mapping):
         return columns
+    for ours, ref in raw.items():
+        try:
+            column = _column_ref(ref)
+        except PydanticCustomError:
+            continue
+        if ours in OUR_COLUMNS and (column.name is None or table.get("header", True) is not False):
+            columns[ours] = column
+    return columns
 
-    def numbers(self, table: Mapping[str, Any]) -> NumberStyle:
-        decimal = self.choice(table, "decimal_separator", DECIMAL_SEPARATORS)
-        thousands = self.choice(table, "thousands_separator", THOUSANDS_SEPARATORS)
-        if decimal is None or thousands is None:
-            return NumberStyle()
-        if decimal == thousands:
-            self.fail("thousands_separator", f"must differ from decimal_separator ({decimal!r})")
-            return NumberStyle()
-        return NumberStyle(decimal, thousands)
 
-    def text(self, table: Mapping[str, Any], key: str, default: str | None) -> str | None:
-        value = table.get(key, default)
-        if value is not None and not isinstance(value, str):
-            self.fail(key, f"must be a string, not {type(value).__name__}")
-            return default
-        return value
-
-    def boolean(self, table: Mapping[str, Any], key: str, default: bool) -> bool:
-        value = table.get(key, default)
-        if not isinstance(value, bool):
-            self.fail(key, f"must be true or false, not {value!r}")
-            return default
-        return value
-
-    def count(self, table: Mapping[str, Any], key: str) -> int:
-        value = table.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SKIPPED_ROWS:
-            self.fail(key, f"must be a whole number of rows from 0 to {MAX_SKIPPED_ROWS}, not {value!r}")
-            return 0
-        return value
-
-    def choice(self, table: Mapping[str, Any], key: str, options: tuple[str | None, ...]) -> str | None:
-        value = table.get(key, options[0])
-        if value not in options:
-            shown = ", ".join(repr(option) for option in options if option is not None)
-            self.fail(key, f"must be one of {shown}, not {value!r}")
-            return None
-        return value if isinstance(value, str) else None
+def _cross_problems(table: Mapping[str, Any]) -> list[_Found]:
+    """What spans several keys: names without a header, one ERP column for two fields, required fields, the two
+    separators, a constant and a column for one value, where the batch id comes from."""
+    found: list[_Found] = []
+    columns = _usable_columns(table)
+    raw = table.get("columns")
+    if isinstance(raw, Mapping):
+        for index, (ours, ref) in enumerate(raw.items()):
+            named = isinstance(ref, str) and header_key(ref) and ours in OUR_COLUMNS
+            if named and table.get("header", True) is False:
+                reason = f"names a column ({ref!r}) but header = false: give its position (1, 2, ...)"
+                found.append(((2.0, index), f"columns.{ours}", reason))
+        names = [header_key(ref.name) for ref in columns.values() if ref.name is not None]
+        for index, (ours, column) in enumerate(columns.items()):
+            if column.name is not None and names.count(header_key(column.name)) > 1:
+                reason = f"{column.name!r} is mapped to more than one of our fields"
+                found.append(((2.5, index), f"columns.{ours}", reason))
+        for index, ours in enumerate(PROFILE_REQUIRED):
+            if ours not in raw:
+                found.append(((2.6, index), f"columns.{ours}", "is required (the ERP column that holds it)"))
+    decimal, thousands = table.get("decimal_separator", "."), table.get("thousands_separator", "")
+    if decimal in DECIMAL_SEPARATORS and thousands in THOUSANDS_SEPARATORS and decimal == thousands:
+        found.append(((3.2,), "thousands_separator", f"must differ from decimal_separator ({decimal!r})"))
+    for index, (key, target) in enumerate(CONSTANTS.items()):
+        if isinstance(table.get(key), str) and target in columns:
+            found.append(((4.5 + index / 10,), key, f"give either {key} or columns.{target}, not both"))
+    source = table.get("batch_id", "file")
+    if source == "column" and "batch_id" not in columns:
+        found.append(((5.1,), "batch_id", '"column" needs columns.batch_id (the ERP column holding it)'))
+    if source == "file" and "batch_id" in columns:
+        found.append(((5.2,), "columns.batch_id", 'is mapped, so set batch_id = "column" (the default is "file")'))
+    return found
 
 
 # What a file's first bytes say it is: a ZIP container (an .xlsx workbook), an OLE2 compound file (an Excel
