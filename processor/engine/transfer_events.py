@@ -18,7 +18,7 @@ from typing import Any, Final, Unpack
 from processor.domain.file_states import FlowState
 from processor.domain.outcomes import split_reason
 from processor.domain.time import iso_ms
-from processor.store import Flow, StatusEvent, StoreTx
+from processor.store import Flow, NewEvent, StatusEvent, StoreTx
 from processor.store.flows import FlowFields
 from schemas.topics import TRANSFERS_TOPIC
 
@@ -132,7 +132,7 @@ def end_flow(
     source = str(original.get("source") or "") if isinstance(original, Mapping) else ""
     results = event.payload.get("transaction_results")
     occurred_at = str(event.payload.get("occurred_at") or iso_ms(now))
-    for payload in transfer_payloads(
+    payloads = transfer_payloads(
         flow.batch_id,
         document,
         results if isinstance(results, list) else None,
@@ -142,15 +142,14 @@ def end_flow(
         original_indexes=retry.transfer_indexes if retry is not None else (),
         retry_of=retry.original_batch_id if retry is not None else None,
         from_pain001="pain.001" in source,  # `submit` names the message in the batch's source
-    ):
-        tx.outbox.append(
-            TRANSFERS_TOPIC,
-            flow.batch_id,
+    )
+    events = [
+        NewEvent(
             payload,
-            now=now,
-            headers=cloud_event_headers(
-                payload["event_id"], payload["outcome"], flow.batch_id, payload["index"], occurred_at
-            ),
-            event_id=payload["event_id"],
+            cloud_event_headers(payload["event_id"], payload["outcome"], flow.batch_id, payload["index"], occurred_at),
+            payload["event_id"],
         )
+        for payload in payloads
+    ]
+    tx.outbox.append_many(TRANSFERS_TOPIC, flow.batch_id, events, now=now)  # one statement per 500 events
     return updated
