@@ -42,9 +42,9 @@ import schemas
 from processor.devtools.approver import decision_post
 from processor.devtools.demo import toml_document
 from processor.devtools.processes import Child, eventually, listening_socket, port_of, spawn
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.topics import ensure_topics, project_topics
 from processor.store import generate_key
-from producers.kafka import KafkaSettings
-from producers.topics import ensure_topics, project_topics
 from schemas.topics import (
     ALL_TOPICS,
     BATCHES_TOPIC,
