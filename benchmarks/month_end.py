@@ -60,14 +60,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
-from confluent_kafka import Consumer, KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, Message
 
 import schemas
 from processor.devtools.approver import ApprovalError, decision_post
 from processor.devtools.kafka_local import LocalKafka
-from producers.kafka import KafkaSettings, librdkafka_logger, producer_config
-from producers.topics import ensure_topics, project_topics
+from processor.kafka.clients import librdkafka_logger, new_admin, new_consumer, new_producer, producer_config
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.topics import ensure_topics, project_topics
 from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, STATUS_TOPIC
 
 DEFAULT_PG_URL = "postgresql://dispersion:dispersion@127.0.0.1:5432/dispersion_test"
@@ -299,7 +299,7 @@ def fresh_kafka(bootstrap: str, partitions: int, status_max_message_mb: float | 
 
 def delete_topics(settings: KafkaSettings) -> None:
     """Remove the run's topics (best effort)."""
-    admin = AdminClient(settings.config(logger=librdkafka_logger("bench-admin")))
+    admin = new_admin(settings.config(logger=librdkafka_logger("bench-admin")))
     for future in admin.delete_topics(list(settings.topics.values()), request_timeout=30).values():
         with contextlib.suppress(Exception):
             future.result(30)
@@ -307,7 +307,7 @@ def delete_topics(settings: KafkaSettings) -> None:
 
 def group_members(settings: KafkaSettings) -> int:
     """Members of the processors' consumer group once it is stable (0 before)."""
-    admin = AdminClient(settings.config(logger=librdkafka_logger("bench-admin")))
+    admin = new_admin(settings.config(logger=librdkafka_logger("bench-admin")))
     try:
         description = admin.describe_consumer_groups([settings.group_id])[settings.group_id].result(10)
     except Exception:
@@ -435,7 +435,7 @@ class StatusWatcher:
 
     def __init__(self, settings: KafkaSettings, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.topic = settings.topic(STATUS_TOPIC)
-        self.consumer = Consumer(
+        self.consumer = new_consumer(
             settings.config(
                 logger=librdkafka_logger("bench-status"),
                 **{
@@ -553,7 +553,7 @@ def batch_record(batch_id: str, transactions: int, seed: int) -> dict[str, Any]:
 
 def produce(settings: KafkaSettings, values: Sequence[tuple[str, bytes]]) -> tuple[float, float]:
     """Produce pre-encoded batches; (wall time of the first produce, seconds until all were acknowledged)."""
-    producer = Producer(producer_config(settings, "bench-submit", **{"compression.type": "lz4", "linger.ms": 5}))
+    producer = new_producer(producer_config(settings, "bench-submit", **{"compression.type": "lz4", "linger.ms": 5}))
     failures: list[str] = []
 
     def delivered(error: KafkaError | None, message: Message) -> None:
