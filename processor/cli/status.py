@@ -37,6 +37,7 @@ from processor.domain.text import printable
 from processor.domain.time import iso_ms
 
 if TYPE_CHECKING:
+    from processor.cli.status_numbers import OriginalNumbers
     from producers.kafka import KafkaSettings
     from schemas import WireCodec
 
@@ -62,8 +63,10 @@ def as_json(record: Mapping[str, Any]) -> str:
     return json.dumps(_plain(record), ensure_ascii=False, separators=(",", ":"))
 
 
-def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
-    """One event as a human line: time, key, status, then the fields that are set."""
+def as_text(record: Mapping[str, Any], *, details: bool = False, numbers: Mapping[int, int] | None = None) -> str:
+    """One event as a human line: time, key, status, then the fields that are set. With `details`, a line per
+    transfer, numbered as in the original batch when `numbers` (a retry batch's, position -> original number)
+    has them (`processor.cli.status_numbers`)."""
     key = record.get("batch_id") or record.get("mandate_id") or "?"
     occurred = record.get("occurred_at")
     when = iso_ms(occurred) if isinstance(occurred, datetime) else str(occurred)
@@ -103,10 +106,16 @@ def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
             counts[item["status"]] = counts.get(item["status"], 0) + 1
         lines[0] += "  results: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         if details:
+            numbers = numbers or {}
+            if record.get("retry_of") and len(numbers) < len(results):
+                lines.append(
+                    "    (numbered by position in this retry batch: its dispersion.transfers events were not found)"
+                )
             for item in results:
                 reference = item.get("employee_reference") or "-"
                 why = f"  {item['reason']}" if item.get("reason") else ""
-                lines.append(f"    #{item['index']} {reference} {item['amount']} {item['status']}{why}")
+                number = numbers.get(item["index"], item["index"]) if len(numbers) >= len(results) else item["index"]
+                lines.append(f"    #{number} {reference} {item['amount']} {item['status']}{why}")
     return "\n".join(map(printable, lines))  # a control character in a stored text cannot forge a line
 
 
@@ -198,11 +207,13 @@ def _follow(
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
     import schemas
+    from processor.cli.status_numbers import OriginalNumbers
     from producers.clients import new_consumer, reader_config
 
     follow = args.follow or args.until_terminal  # a script must never take an unapproved batch for paid
     deadline = None if args.timeout is None or not args.until_terminal else time.monotonic() + args.timeout
     consumer = new_consumer(reader_config(settings, "status", **{"enable.partition.eof": True}))
+    originals = OriginalNumbers(settings)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_stop) if main_thread else None
     seen: set[str] = set()
@@ -255,7 +266,7 @@ def _follow(
             if record["event_id"] in seen:
                 continue
             seen.add(record["event_id"])
-            out.write((as_json(record) if args.json else as_text(record, details=args.details)) + "\n")
+            out.write(_shown(record, args, originals) + "\n")
             out.flush()
             if args.until_terminal:
                 # A batch id submitted again after it ended has a later attempt: a final status read from the
@@ -274,6 +285,18 @@ def _follow(
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
         consumer.close()
+        originals.close()
+
+
+def _shown(record: Mapping[str, Any], args: argparse.Namespace, originals: OriginalNumbers) -> str:
+    """One event as printed: JSON, or text (a retry batch's details by its transfers' original numbers)."""
+    if args.json:
+        return as_json(record)
+    results = record.get("transaction_results")
+    numbers = None
+    if args.details and results and record.get("retry_of"):
+        numbers = originals.of(str(record["batch_id"]), len(results))
+    return as_text(record, details=args.details, numbers=numbers)
 
 
 def _final(record: Mapping[str, Any], *, vrp: bool) -> int | None:
