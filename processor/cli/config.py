@@ -84,8 +84,8 @@ from processor.domain.roles import NAME_PATTERN as _TOKEN_NAME
 from processor.domain.roles import ROLE_NAMES, AdminToken, Controls, Role, controls_from, role_of
 from processor.domain.settings import ConfigError, Secret
 from processor.engine.settings import EngineSettings, engine_settings
-from producers.kafka import KNOWN_OPTIONS, settings_from
-from producers.kafka import KafkaSettings as KafkaClientSettings
+from processor.kafka.settings import KNOWN_OPTIONS, settings_from
+from processor.kafka.settings import KafkaSettings as KafkaClientSettings
 
 __all__ = [
     "Config",

@@ -225,9 +225,9 @@ class ProcessorTable(Table):
 
 
 class KafkaTable(Table):
-    """`[kafka]`: the broker and the client options (producers.kafka reads everything but bootstrap_servers)."""
+    """`[kafka]`: the broker and the client options (processor.kafka reads everything but bootstrap_servers)."""
 
-    # Keys that producers.kafka.KNOWN_OPTIONS adds later are accepted raw (checked in processor.cli.config).
+    # Keys that processor.kafka.settings.KNOWN_OPTIONS adds later are accepted raw (checked in processor.cli.config).
     model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
 
     bootstrap_servers: Text = ""

@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from processor.domain.outcomes import retry_of
+from processor.domain.outcomes import RETRY_SUFFIX
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
 
-    from producers.kafka import KafkaSettings
+    from processor.kafka.settings import KafkaSettings
 
 
 class OriginalNumbers:
@@ -70,15 +70,16 @@ class OriginalNumbers:
 
     def _keep(self, key: bytes | None, value: bytes | None) -> None:
         import schemas
+        from processor.kafka.wire import RegistryUnavailableError, WireCodec
         from schemas.topics import TRANSFERS_TOPIC
 
         batch_id = key.decode("utf-8", errors="replace") if key else ""
-        if retry_of(batch_id) is None or value is None:
-            return  # only retry batches' events carry an original number
+        if RETRY_SUFFIX.match(batch_id) is None or value is None:
+            return  # only retry batches' events carry an original number (the record says; the id only filters)
         topic = self.settings.topic(TRANSFERS_TOPIC)
         try:
-            record: dict[str, Any] = schemas.WireCodec(TRANSFERS_TOPIC, self.settings.wire).decode(value, topic)
-        except (schemas.DecodeError, schemas.RegistryUnavailableError):
+            record: dict[str, Any] = WireCodec(TRANSFERS_TOPIC, self.settings.wire).decode(value, topic)
+        except (schemas.DecodeError, RegistryUnavailableError):
             return
         original = record.get("original_index")
         if original is not None and record.get("batch_id") == batch_id:
@@ -89,7 +90,7 @@ class OriginalNumbers:
             return self._consumer
         from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
-        from producers.clients import new_consumer, reader_config
+        from processor.kafka.clients import new_consumer, reader_config
         from schemas.topics import TRANSFERS_TOPIC
 
         topic = self.settings.topic(TRANSFERS_TOPIC)

@@ -39,8 +39,8 @@ import schemas
 from processor.cli import status as statuscli
 from processor.cli import submit
 from processor.engine.transfer_events import transfer_payloads
-from producers.kafka import KafkaSettings
-from schemas import WireCodec, WireSettings
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.wire import WireCodec, WireSettings
 
 pytestmark = pytest.mark.kafka
 
@@ -285,7 +285,7 @@ def test_a_scheduled_export_produces_a_v2_event_with_its_execute_on(
     for message in read_topic(kafka_bootstrap, kafka_topic):
         value = message.value()
         assert value is not None
-        assert schemas.identify(value) == schemas.schema(BATCHES, 2)
+        assert schemas.codec(BATCHES).writer_of(value) == schemas.schema(BATCHES, 2)
         event = schemas.decode(BATCHES, value)
         events[event["batch_id"]] = event["execute_on"]
     assert sorted(events.values()) == [day, later] and events["B-LATER"] == later
@@ -700,6 +700,7 @@ def test_status_details_of_a_retry_batch_number_its_transfers_as_in_the_original
         ended="COMPLETED",
         reason=None,
         occurred_at="2024-11-05T10:05:00.000Z",
+        retry_of="NOV-7",
         original_indexes=(17, 142),
     )
     codec = WireCodec("dispersion.transfers")
