@@ -526,7 +526,7 @@ def _context(args: argparse.Namespace) -> _Context:
         config_path=path,
         kafka_options=config.kafka.options,
         configured_bootstrap=config.kafka.bootstrap_servers,
-        exports=config.sections.get("exports"),
+        exports=config.exports,
     )
 
 
