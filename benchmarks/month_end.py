@@ -53,11 +53,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from html.parser import HTMLParser
 from pathlib import Path
 from types import FrameType
 from typing import Any
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -65,6 +64,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 import schemas
+from processor.devtools.approver import ApprovalError, decision_post
 from processor.devtools.kafka_local import LocalKafka
 from producers.kafka import KafkaSettings, librdkafka_logger, producer_config
 from producers.topics import ensure_topics, project_topics
@@ -569,23 +569,6 @@ def produce(settings: KafkaSettings, values: Sequence[tuple[str, bytes]]) -> tup
 # --- the approver -------------------------------------------------------------------------------------------------
 
 
-class _Forms(HTMLParser):
-    """The forms of the consent page: action, hidden fields, submit buttons (name, value)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.forms: list[dict[str, Any]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        if tag == "form":
-            self.forms.append({"action": a.get("action", ""), "fields": {}, "buttons": []})
-        elif self.forms and tag == "input" and a.get("name") and a.get("type", "text") in ("hidden", "text"):
-            self.forms[-1]["fields"][a["name"]] = a.get("value", "")
-        elif self.forms and tag in ("button", "input") and a.get("type", "submit") == "submit" and a.get("name"):
-            self.forms[-1]["buttons"].append((a["name"], a.get("value", "")))
-
-
 def rebase(url: str, base: str) -> str:
     """`url` with the scheme and host:port of `base` (to send a link or redirect to a chosen instance)."""
     target = urlsplit(base)
@@ -624,16 +607,11 @@ async def approve(http: httpx.AsyncClient, batch_id: str, link: str, api: str) -
     page = await get_again_if_dropped(http, rebase(link, api), follow_redirects=True)
     if page.status_code != 200:
         raise RuntimeError(f"{batch_id}: consent page answered {page.status_code}: {page.text[:200]}")
-    parser = _Forms()
-    parser.feed(page.text)
-    for form in parser.forms:
-        button = next(((n, v) for n, v in form["buttons"] if v == "approve"), None)
-        if button is not None:
-            break
-    else:
-        raise RuntimeError(f"{batch_id}: no approve button on the consent page")
-    data = {**form["fields"], button[0]: button[1]}
-    decided = await http.post(urljoin(str(page.url), form["action"]), data=data, follow_redirects=False)
+    try:
+        target, data = decision_post(str(page.url), page.text, "approve")
+    except ApprovalError as exc:
+        raise RuntimeError(f"{batch_id}: {exc}") from exc
+    decided = await http.post(target, data=data, follow_redirects=False)
     if decided.status_code not in (302, 303):
         raise RuntimeError(f"{batch_id}: decision answered {decided.status_code}: {decided.text[:200]}")
     redirect = rebase(decided.headers["location"], api)

@@ -17,10 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urljoin, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import rfc8785
@@ -29,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from processor.bank.integration import Integration
 from processor.cli.config import load_config
+from processor.devtools.approver import decision_post
 
 BASE = "http://bank.test"
 REDIRECT_URI = "http://127.0.0.1:8600/callback"
@@ -242,38 +242,12 @@ def vrp_consent_parts(now: Any) -> dict[str, Any]:
 # -- the approver on the consent page ------------------------------------------------------------------------
 
 
-class _Forms(HTMLParser):
-    """Each form's action, hidden fields and buttons."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.forms: list[dict[str, Any]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        if tag == "form":
-            self.forms.append({"action": a.get("action", ""), "fields": {}, "buttons": {}})
-        elif self.forms and tag == "input" and a.get("name") and a.get("type", "text") in ("hidden", "text"):
-            self.forms[-1]["fields"][a["name"]] = a.get("value", "")
-        elif (
-            self.forms and tag in ("button", "input") and a.get("type", "submit" if tag == "button" else "") == "submit"
-        ):
-            self.forms[-1]["buttons"][a.get("id") or a.get("name", "")] = (a.get("name", ""), a.get("value", ""))
-
-
 async def decide(http: httpx.AsyncClient, auth_url: str, *, approve: bool = True) -> dict[str, str]:
     """Open the consent page, press Approve (or Reject) like a browser; the redirect's query parameters."""
     page = await http.get(auth_url)
     assert page.status_code == 200, page.text
-    parser = _Forms()
-    parser.feed(page.text)
-    button = "approve" if approve else "reject"
-    form = next(f for f in parser.forms if button in f["buttons"])
-    data = dict(form["fields"])
-    name, value = form["buttons"][button]
-    if name:
-        data[name] = value
-    answer = await http.post(urljoin(auth_url, form["action"]), data=data)
+    target, data = decision_post(auth_url, page.text, "approve" if approve else "reject")
+    answer = await http.post(target, data=data)
     assert answer.status_code in (302, 303), answer.text
     location = answer.headers["location"]
     assert location.startswith(REDIRECT_URI)
@@ -315,6 +289,11 @@ class Recording(httpx.AsyncBaseTransport):
     def to(self, path_suffix: str, method: str | None = None) -> list[Sent]:
         """Requests whose path ends with `path_suffix` (and have `method`)."""
         return [s for s in self.sent if s.url.path.endswith(path_suffix) and (method is None or s.method == method)]
+
+    def token_requests(self, grant: str) -> int:
+        """POSTs to the token endpoint for `grant` (client_credentials, authorization_code, refresh_token): each
+        attempt counts. The grant parameter's name is the integration's (`grand_type` for the sandbox)."""
+        return sum(1 for s in self.to("/token", "POST") if grant in s.form().values())
 
 
 class Sleeps:

@@ -16,9 +16,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
-from html.parser import HTMLParser
 from typing import Any
-from urllib.parse import parse_qs, urljoin, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import uvicorn
@@ -27,6 +26,7 @@ from manual_clock import ManualClock
 
 from processor.api.callback import callback_app
 from processor.cli.config import Config
+from processor.devtools.approver import decision_post
 from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
@@ -125,23 +125,6 @@ def batch(
         "requested_at": "2026-11-02T08:00:00.000Z",
         "source": "erp-test",
     }
-
-
-class _Forms(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.forms: list[dict[str, Any]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        if tag == "form":
-            self.forms.append({"action": a.get("action", ""), "fields": {}, "buttons": {}})
-        elif self.forms and tag == "input" and a.get("name") and a.get("type", "text") in ("hidden", "text"):
-            self.forms[-1]["fields"][a["name"]] = a.get("value", "")
-        elif (
-            self.forms and tag in ("button", "input") and a.get("type", "submit" if tag == "button" else "") == "submit"
-        ):
-            self.forms[-1]["buttons"][a.get("id") or a.get("name", "")] = (a.get("name", ""), a.get("value", ""))
 
 
 @dataclass
@@ -248,6 +231,10 @@ class Rig:
         """Replace the sandbox's fault plan (docs/sandbox-faults.md)."""
         self.bank.faults = FaultPlan.from_json({"seed": 7, "rules": rules})
 
+    def code_exchanges(self) -> int:
+        """Authorization-code exchanges (E6) the engine's bank clients sent to the bank (each attempt counts)."""
+        return self.sent.token_requests("authorization_code")
+
     def keys_used(self, path_suffix: str) -> set[str]:
         """The idempotency keys of every POST to a path ending with `path_suffix`."""
         return {s.headers.get("x-idempotency-key", "") for s in self.sent.to(path_suffix, "POST")}
@@ -290,15 +277,8 @@ class Rig:
         """Press a button on the bank's consent page; the Location it redirects to."""
         page = await self.http.get(bank_url)
         assert page.status_code == 200, page.text
-        parser = _Forms()
-        parser.feed(page.text)
-        button = "approve" if approve else "reject"
-        form = next(f for f in parser.forms if button in f["buttons"])
-        data = dict(form["fields"])
-        name, value = form["buttons"][button]
-        if name:
-            data[name] = value
-        answer = await self.http.post(urljoin(bank_url, form["action"]), data=data)
+        target, data = decision_post(bank_url, page.text, "approve" if approve else "reject")
+        answer = await self.http.post(target, data=data)
         assert answer.status_code in (302, 303), answer.text
         return str(answer.headers["location"])
 

@@ -7,10 +7,10 @@ import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 import httpx
-from bank_support import _Forms
+
+from processor.devtools.approver import decision_post
 
 
 def _json_default(value: object) -> str:
@@ -32,14 +32,7 @@ async def browser_decide(http: httpx.AsyncClient, link: str, *, approve: bool = 
     assert opened.status_code == 302, opened.text
     page = await http.get(opened.headers["location"])
     assert page.status_code == 200, page.text
-    parser = _Forms()
-    parser.feed(page.text)
-    button = "approve" if approve else "reject"
-    form = next(f for f in parser.forms if button in f["buttons"])
-    data = dict(form["fields"])
-    name, value = form["buttons"][button]
-    if name:
-        data[name] = value
-    decided = await http.post(urljoin(str(page.url), form["action"]), data=data)
+    target, data = decision_post(str(page.url), page.text, "approve" if approve else "reject")
+    decided = await http.post(target, data=data)
     assert decided.status_code in (302, 303), decided.text
     return await http.get(decided.headers["location"])

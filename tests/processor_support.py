@@ -28,17 +28,17 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urljoin, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import httpx
 import psycopg
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from engine_support import _Forms
 from sandbox_process import SandboxProcess, free_port, running_sandbox
 
 import schemas
+from processor.devtools.approver import decision_post
 from processor.devtools.demo import toml_document
 from processor.store import generate_key
 from producers.kafka import KafkaSettings
@@ -428,15 +428,8 @@ class Approver:
         assert opened.status_code == 302, f"{opened.status_code} {opened.text[:300]}"
         page = self.http.get(opened.headers["location"], follow_redirects=True)
         assert page.status_code == 200, page.text[:300]
-        forms = _Forms()
-        forms.feed(page.text)
-        button = "approve" if approve else "reject"
-        form = next(f for f in forms.forms if button in f["buttons"])
-        data = dict(form["fields"])
-        name, value = form["buttons"][button]
-        if name:
-            data[name] = value
-        answer = self.http.post(urljoin(str(page.url), form["action"]), data=data)
+        target, data = decision_post(str(page.url), page.text, "approve" if approve else "reject")
+        answer = self.http.post(target, data=data)
         assert answer.status_code in (302, 303), answer.text[:300]
         redirect = str(answer.headers["location"])
         query = {k: v[0] for k, v in parse_qs(urlsplit(redirect).query).items()}

@@ -18,15 +18,15 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urljoin, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from bank_support import _Forms
 from sandbox_process import SandboxProcess, running_sandbox
 
 from processor.api.callback import callback_app
 from processor.cli.config import Config, load_config
+from processor.devtools.approver import decision_post
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
 from processor.engine.settings import EngineSettings
@@ -238,15 +238,8 @@ class VrpRig:
         assert bank_url.startswith(self.sandbox.base_url)
         page = await self.http.get(bank_url)
         assert page.status_code == 200, page.text
-        parser = _Forms()
-        parser.feed(page.text)
-        button = "approve" if approve else "reject"
-        form = next(f for f in parser.forms if button in f["buttons"])
-        data = dict(form["fields"])
-        name, value = form["buttons"][button]
-        if name:
-            data[name] = value
-        decided = await self.http.post(urljoin(bank_url, form["action"]), data=data)
+        target, data = decision_post(bank_url, page.text, "approve" if approve else "reject")
+        decided = await self.http.post(target, data=data)
         assert decided.status_code in (302, 303), decided.text
         redirect = decided.headers["location"]
         query = parse_qs(urlsplit(redirect).query)

@@ -116,7 +116,6 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         self._discovery_lock = asyncio.Lock()
         self._cc: _CachedToken | None = None
         self._cc_lock = asyncio.Lock()
-        self.token_fetches = 0  # client-credentials tokens fetched so far (for metrics and tests)
         signer: Signer
         if integration.assertion_signing == "remote":
             signer = self._remote_sign
@@ -370,7 +369,6 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         endpoint = (await self.discovery()).token_endpoint
         form = {self.integration.grant_parameter: "client_credentials", "scope": CLIENT_CREDENTIALS_SCOPE}
         reply = await self._token_request(op, endpoint, form)
-        self.token_fetches += 1
         return self._parse(op, reply, lambda b: TokenResponse.parse(b, reply.sent_at, reply.interaction_id))
 
     async def _token_request(self, op: str, endpoint: str, form: Mapping[str, str]) -> Reply:

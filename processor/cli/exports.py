@@ -126,7 +126,7 @@ def _check_sample(profile: ExportProfile, file: Path, integrations: frozenset[st
             defaults=defaults,
             explain=explained.append,
         )
-        export = settle_batch_id(export)
+        export = settle_batch_id(export, submitted_at=now)
     except ExportError as exc:
         problems = exc.problems
         summary = None

@@ -196,14 +196,15 @@ def file_defaults(integrations: Collection[str] | None) -> BatchFields:
     return BatchFields(batch_id=FROM_CONTENT, integration=only)
 
 
-def settle_batch_id(export: Export) -> Export:
-    """An export read without a batch id gets `payroll-<SHA-256 prefix of its origin and transfers>` (and its
-    file reference, when that defaulted to the batch id, the same): a re-saved or re-exported file is the same
-    batch, whatever its bytes or name."""
+def settle_batch_id(export: Export, *, submitted_at: datetime) -> Export:
+    """An export read without a batch id gets `payroll-<SHA-256 prefix of its origin, transfers and pay period>`
+    (and its file reference, when that defaulted to the batch id, the same): a re-saved or re-exported file is the
+    same batch in the same pay period (its `execute_on`, else the UTC month of `submitted_at`, the clock's now),
+    whatever its bytes or name; next month's is another."""
     batch = export.batch
     if batch.batch_id != FROM_CONTENT:
         return export
-    batch_id = payroll_id(batch)
+    batch_id = payroll_id(batch, submitted_at=submitted_at)
     reference = batch_id[:40] if batch.file_reference == FROM_CONTENT[:40] else batch.file_reference
     return replace(export, batch=replace(batch, batch_id=batch_id, file_reference=reference))
 
@@ -551,7 +552,7 @@ def _read(
         export = read_for_submit(args, profile, fields, defaults, requested_at=requested_at, progress=progress.update)
         # the updates while reading are throttled (a workbook's first rows come at once): the real count, once
         progress.update(f"read {args.export.name}: {len(export.batch.transactions):,} rows", force=True)
-        return replace(settle_batch_id(export), size=size)
+        return replace(settle_batch_id(export, submitted_at=now), size=size)
     with args.export.open("rb") as opened:
         mismatch = kind_mismatch(args.export.name, fmt, opened.read(8))
     if mismatch is not None:
@@ -560,7 +561,8 @@ def _read(
         data = args.export.read_bytes()
         progress.update(f"read {size:,} bytes", force=True)
         return replace(
-            settle_batch_id(read_json(data, fields, requested_at=requested_at, defaults=defaults)), size=size
+            settle_batch_id(read_json(data, fields, requested_at=requested_at, defaults=defaults), submitted_at=now),
+            size=size,
         )
     with args.export.open("rb") as raw:
         counter = _CountingReader(raw)
@@ -578,7 +580,7 @@ def _read(
         )
         # the updates above are throttled (the first row often reads the whole file): the real count, once
         progress.update(f"read {args.export.name}: {len(export.batch.transactions):,} rows 100%", force=True)
-    return replace(settle_batch_id(export), size=size)
+    return replace(settle_batch_id(export, submitted_at=now), size=size)
 
 
 def kind_by_extension(name: str) -> Literal["csv", "json", "xlsx"]:

@@ -15,7 +15,8 @@ link again (a new call to `approve`) rather than re-posting the page.
 `decide` stops before the delivery and returns the bank's redirect, for a harness that delivers it itself (to another
 instance behind the load balancer, again after a failure: benchmarks/chaos.py).
 
-The HTML part (`parse_forms`, `decision_form`) is pure and used on its own by tests. Used by `dispersion demo`.
+The HTML part (`parse_forms`, `decision_form`, `decision_post`) is pure: the tests' and benchmarks' approvers (sync
+and async clients) use it to press the consent page's buttons. Used by `dispersion demo`.
 """
 
 from __future__ import annotations
@@ -169,6 +170,13 @@ def decision_form(html: str, decision: str) -> tuple[Form, dict[str, str]]:
     )
 
 
+def decision_post(page_url: str, html: str, decision: str) -> tuple[str, dict[str, str]]:
+    """Where and what a browser posts when `decision` is pressed on the consent page at `page_url`: the form's
+    absolute action URL and its fields. Raises `ApprovalError` as `decision_form` does."""
+    form, data = decision_form(html, decision)
+    return urljoin(page_url, form.action or page_url), data
+
+
 @dataclass(frozen=True)
 class ApprovalResult:
     """What the approver's browser went through. `redirect` carries the one-time authorization code: keep it out of
@@ -231,9 +239,8 @@ def decide(link: str, *, decision: str = "approve", client: httpx.Client) -> Dec
     except httpx.HTTPError as exc:
         raise ApprovalError(f"opening the approval link {_safe(link)}: {exc!r}") from exc
     _check(page, "opening the approval link")
-    form, data = decision_form(page.text, decision)
     page_url = str(page.url)
-    target = urljoin(page_url, form.action or page_url)
+    target, data = decision_post(page_url, page.text, decision)
     try:
         answer = client.post(target, data=data, follow_redirects=False)
     except httpx.HTTPError as exc:

@@ -7,7 +7,7 @@ batch id reused with other transfers, another origin or another file reference i
     content_sha256(batch)                 # a parsed PayrollBatch
     document_content_sha256(document)     # any batch document (JSON or Avro form), parsed or not
     request_content_sha256(document)      # a VRP mandate request or payment instruction (normalised form)
-    payroll_id(batch)                     # the default batch id: what the payroll pays, not the file's bytes
+    payroll_id(batch, submitted_at=...)   # the default batch id: what the payroll pays in which period, not bytes
 
 Amounts are compared as numbers (`1.5` and `1.50` are the same amount); absent account types take their defaults
 before hashing, so the JSON and Avro forms of one export hash alike. Pure: no I/O.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import date
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, Final
 
@@ -103,15 +103,27 @@ def request_content_sha256(document: Mapping[str, Any]) -> str:
 PAYROLL_ID_PREFIX: Final = "payroll-"
 
 
-def payroll_id(batch: PayrollBatch) -> str:
+def pay_period(batch: PayrollBatch, submitted_at: datetime) -> str:
+    """The pay period a batch's default id names: its `execute_on` day when it has one, else the UTC calendar
+    month it is submitted in (`2026-11`). `submitted_at` is the submission's instant (aware), given by the caller."""
+    if batch.execute_on is not None:
+        return batch.execute_on.isoformat()
+    return submitted_at.astimezone(UTC).strftime("%Y-%m")
+
+
+def payroll_id(batch: PayrollBatch, *, submitted_at: datetime) -> str:
     """The default batch id of an export: `payroll-` and the first 16 hex digits of the SHA-256 of its origin
-    account and transfers (and `execute_on` when it has one), never of the file's bytes or name. A re-saved
-    workbook, a re-run of the ERP's export or the same rows in another format give the same id (and so the same
-    batch, paid at most once); any other transfer, amount or origin gives another."""
+    account, its transfers and its pay period (`pay_period`), never of the file's bytes or name. A re-saved
+    workbook, a re-run of the ERP's export or the same rows in another format in the same period give the same id
+    (and so the same batch, paid at most once); another transfer, amount, origin or period gives another: next
+    month's identical payroll is a new batch, which the duplicate-payroll guard holds until a person confirms it."""
     document: dict[str, Any] = {
         "origin": [batch.origin.number, batch.origin.type, batch.origin.currency],
         "transfers": content_document(batch)["transfers"],
     }
+    period = pay_period(batch, submitted_at)
     if batch.execute_on is not None:
-        document["execute_on"] = batch.execute_on.isoformat()
+        document["execute_on"] = period  # the key ids of scheduled batches had before the month was added
+    else:
+        document["month"] = period
     return PAYROLL_ID_PREFIX + _digest(document)[:16]

@@ -217,7 +217,6 @@ class Authorizer:
         self.settings = settings or EngineSettings()
         self.notify = notify
         self._sleep = sleep
-        self.exchanges = 0  # code exchanges attempted (E6 calls), for tests and metrics
 
     # -- GET /approve/{kind}/{flow_id}?t=... --------------------------------------------------------------------
 
@@ -420,7 +419,6 @@ class Authorizer:
         bank: BankClient | None = None
         try:
             bank = await self.banks.get(attempt.integration)
-            self.exchanges += 1
             token = await bank.exchange_code(code, attempt.code_verifier, expected_consent_id=attempt.consent_id)
         except (BankError, UnknownIntegrationError) as exc:
             log.warning("code exchange failed", flow_id=attempt.flow_id, error=type(exc).__name__)

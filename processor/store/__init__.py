@@ -14,7 +14,7 @@ from processor.store.outbox import (
     StatusConflictError,
     StatusEvent,
 )
-from processor.store.schema import MIGRATIONS, MigrationError, current_version, migrate
+from processor.store.schema import MIGRATIONS, MigrationError, migrate
 from processor.store.session import Store, StoreTx
 from processor.store.side_effects import (
     EffectStatus,
@@ -59,7 +59,6 @@ __all__ = [
     "VrpMandate",
     "VrpPayment",
     "connect",
-    "current_version",
     "generate_key",
     "load_cipher",
     "migrate",

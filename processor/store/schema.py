@@ -449,22 +449,6 @@ def _lock(tx: Tx) -> None:
         tx.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK_KEY,))
 
 
-def applied_versions(db: Database) -> dict[int, str]:
-    """Version -> checksum of every migration recorded in the database (empty for a fresh database)."""
-    with db.transaction(write=False) as tx:
-        if tx.dialect == "sqlite":
-            exists = tx.scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
-        else:
-            exists = tx.scalar(
-                "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema()"
-                " AND table_name = 'schema_migrations'"
-            )
-        if not exists:
-            return {}
-        rows = tx.fetchall("SELECT version, checksum FROM schema_migrations ORDER BY version")
-    return {int(r["version"]): str(r["checksum"]) for r in rows}
-
-
 def migrate(db: Database, migrations: tuple[Migration, ...] = MIGRATIONS, *, now: datetime | None = None) -> list[int]:
     """Bring the schema up to date; return the versions applied now (empty when it already was)."""
     versions = [m.version for m in migrations]
@@ -498,8 +482,3 @@ def migrate(db: Database, migrations: tuple[Migration, ...] = MIGRATIONS, *, now
             )
             applied_now.append(migration.version)
     return applied_now
-
-
-def current_version(db: Database) -> int:
-    """The highest applied schema version (0 for a fresh database)."""
-    return max(applied_versions(db), default=0)

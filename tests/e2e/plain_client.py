@@ -1,7 +1,8 @@
 """A deliberately plain httpx reading of the spec, used to drive the sandbox end to end.
 
 It shares nothing with the processor's bank client or the sandbox: it is the spec as a newcomer would
-follow it with curl, written once in Python so the walkthrough stays true.
+follow it with curl, written once in Python so the walkthrough stays true. Only the consent page's form is pressed
+with the project's one approver scraper (processor.devtools.approver), as every test and benchmark does.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
-from html.parser import HTMLParser
 from typing import Any
-from urllib.parse import parse_qs, urljoin, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import jwt
 import rfc8785
+
+from processor.devtools.approver import decision_post
 
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 RS = "/open-banking/v3.1/pisp"
@@ -157,38 +159,10 @@ class PlainClient:
         return dict(r.json())
 
 
-class _Forms(HTMLParser):
-    """Collects each form's action, hidden inputs and submit buttons."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.forms: list[dict[str, Any]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        if tag == "form":
-            self.forms.append(
-                {"action": a.get("action", ""), "method": a.get("method", "get"), "fields": {}, "buttons": {}}
-            )
-        elif self.forms and tag == "input" and a.get("name"):
-            if a.get("type", "text") in ("hidden", "text"):
-                self.forms[-1]["fields"][a["name"]] = a.get("value", "")
-            elif a.get("type") == "submit":
-                self.forms[-1]["buttons"][a.get("id", a["name"])] = (a["name"], a.get("value", ""))
-        elif self.forms and tag == "button":
-            self.forms[-1]["buttons"][a.get("id", a.get("name", ""))] = (a.get("name", ""), a.get("value", ""))
-
-
 def submit_decision(http: httpx.Client, page_url: str, html: str, button_id: str) -> str:
     """Submit the consent page's form the way a browser would; return the redirect's Location."""
-    parser = _Forms()
-    parser.feed(html)
-    form = next(f for f in parser.forms if button_id in f["buttons"])
-    data = dict(form["fields"])
-    name, value = form["buttons"][button_id]
-    if name:
-        data[name] = value
-    r = http.post(urljoin(page_url, form["action"]), data=data, follow_redirects=False)
+    target, data = decision_post(page_url, html, button_id)
+    r = http.post(target, data=data, follow_redirects=False)
     assert r.status_code in (302, 303), r.text
     return str(r.headers["location"])
 

@@ -36,7 +36,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import schemas
-from processor.api.admin import admin_app, token_digest
+from processor.api.admin import admin_app
+from processor.api.admin_input import token_digest
 from processor.domain.file_states import FlowState
 from processor.domain.roles import AdminToken, ChangedAccounts, Controls, Role
 from processor.engine.intake import IntakeResult, accept_batch, prepare_batch, store_batch

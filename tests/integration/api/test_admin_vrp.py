@@ -31,7 +31,8 @@ from vrp_engine_support import (
     vrp_sandbox,  # noqa: F401  (module fixture)
 )
 
-from processor.api.admin import admin_app, token_digest
+from processor.api.admin import admin_app
+from processor.api.admin_input import token_digest
 from processor.api.console.mandate_views import mandate_page, mandates_page
 from processor.domain.roles import AdminToken, Role
 from processor.store import Store

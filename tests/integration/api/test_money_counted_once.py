@@ -20,7 +20,8 @@ from engine_support import Rig, batch, bound_socket, engine_rig, pay, serve
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from processor.api.admin import admin_app, token_digest
+from processor.api.admin import admin_app
+from processor.api.admin_input import token_digest
 from processor.api.console.app import console_app
 from processor.domain.file_states import FlowState
 from processor.domain.ledger import month_window

@@ -251,13 +251,13 @@ async def test_client_credentials_token_is_cached_and_renewed_before_expiry(rig:
     first = await rig.client.client_credentials_token()
     await rig.client.client_credentials_token()
     consent, _ = await consent_and_upload(rig.client)
-    assert rig.client.token_fetches == 1
+    assert rig.sent.token_requests("client_credentials") == 1
     assert rig.sandbox.count("access_token") == 1
     rig.sandbox.clock.advance(600 - 60 - 1)  # inside the refresh margin's safe zone
     assert await rig.client.client_credentials_token() is first
     rig.sandbox.clock.advance(2)  # 541 s: within 60 s of expiry, renewed before it runs out
     await rig.client.get_file_consent(consent.consent_id)
-    assert rig.client.token_fetches == 2
+    assert rig.sent.token_requests("client_credentials") == 2
     second = await rig.client.client_credentials_token()
     assert second is not first
     assert second.access_token != first.access_token
@@ -266,10 +266,10 @@ async def test_client_credentials_token_is_cached_and_renewed_before_expiry(rig:
 async def test_concurrent_callers_share_one_token_fetch(rig: Rig) -> None:
     consent, _ = await consent_and_upload(rig.client)
     rig.client.forget_client_credentials_token()
-    before = rig.client.token_fetches
+    before = rig.sent.token_requests("client_credentials")
     results = await asyncio.gather(*(rig.client.get_file_consent(consent.consent_id) for _ in range(8)))
     assert {r.consent_id for r in results} == {consent.consent_id}
-    assert rig.client.token_fetches == before + 1
+    assert rig.sent.token_requests("client_credentials") == before + 1
 
 
 async def test_token_the_bank_calls_expired_is_renewed_once() -> None:
@@ -286,7 +286,7 @@ async def test_token_the_bank_calls_expired_is_renewed_once() -> None:
         sandbox.clock.advance(600)
         read = await client.get_file_consent(consent.consent_id)
         assert read.consent_id == consent.consent_id
-        assert client.token_fetches == 2
+        assert sent.token_requests("client_credentials") == 2
         statuses = [s.url.path for s in sent.sent][-3:]
         assert statuses == [
             f"/open-banking/v3.1/pisp/file-payment-consents/{consent.consent_id}",

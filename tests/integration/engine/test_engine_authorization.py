@@ -80,7 +80,7 @@ async def test_decision_after_the_deadline_is_not_exchanged(store: Store) -> Non
         rig.clock.advance(360)  # ... the redirect arrives after the flow's deadline
         answer = await rig.http.get(redirect)
         assert answer.status_code >= 400
-        assert rig.engine.authorizer.exchanges == 0
+        assert rig.code_exchanges() == 0
         await rig.to_state(batch_id, FlowState.EXPIRED, expire=True)
 
 
@@ -95,7 +95,7 @@ async def test_forged_state_never_leads_to_an_exchange(store: Store) -> None:
         assert posted.status_code == 400 and posted.json()["error"] == "unknown_state"
         denied = await rig.http.get(callback, params={"error": "access_denied", "state": "C" * 43})
         assert denied.status_code == 400
-        assert rig.engine.authorizer.exchanges == 0
+        assert rig.code_exchanges() == 0
         assert rig.flow(batch_id).state == FlowState.AWAITING_AUTHORIZATION
 
 
@@ -109,7 +109,7 @@ async def test_replayed_callback_is_a_no_op(store: Store) -> None:
         assert again.status_code == 200 and "already received" in again.text
         posted = await rig.http.post(rig.public_url + CALLBACK_PATH, json={"redirect_url": approval.redirect})
         assert posted.status_code == 200 and posted.json()["status"] == "success"
-        assert rig.engine.authorizer.exchanges == 1
+        assert rig.code_exchanges() == 1
         assert rig.count("access_token") == tokens_before
         assert rig.statuses(batch_id) == ["AUTHORIZATION_REQUIRED", "AUTHORIZED"]
 
@@ -134,7 +134,7 @@ async def test_the_redirect_get_answers_a_browser_with_a_page_and_other_clients_
         assert page.status_code == refused.status_code and page.headers["content-type"].startswith("text/html")
         bad = await rig.http.get(rig.public_url + CALLBACK_PATH)
         assert bad.status_code == 400 and bad.json()["status"] == "error" and "state" in bad.json()["message"]
-        assert rig.engine.authorizer.exchanges == 1
+        assert rig.code_exchanges() == 1
         assert rig.flow(batch_id).state == FlowState.AUTHORIZED
 
 
@@ -165,12 +165,12 @@ async def test_callback_meant_for_another_flow_authorizes_nothing(store: Store) 
         rejected = await rig.approve(rig.approval_url(first), approve=False)  # ... then the flow ends
         assert rejected.callback is not None and rejected.callback.status_code == 200
         assert rig.flow(first).state == FlowState.REJECTED
-        exchanges = rig.engine.authorizer.exchanges
+        exchanges = rig.code_exchanges()
         late = await rig.http.get(
             rig.public_url + CALLBACK_PATH, params={"code": "x" * 20, "state": unused_state, "iss": rig.sandbox_url}
         )
         assert late.status_code == 409
-        assert rig.engine.authorizer.exchanges == exchanges
+        assert rig.code_exchanges() == exchanges
 
 
 async def test_redirect_from_another_issuer_is_refused_without_using_the_state(store: Store) -> None:
@@ -180,7 +180,7 @@ async def test_redirect_from_another_issuer_is_refused_without_using_the_state(s
         query = dict(approval.query, iss="https://evil.example")
         evil = await rig.http.get(rig.public_url + CALLBACK_PATH, params=query)
         assert evil.status_code == 400 and "another issuer" in evil.text
-        assert rig.engine.authorizer.exchanges == 0
+        assert rig.code_exchanges() == 0
         genuine = await rig.http.get(approval.redirect)  # the state was not used up by the forgery
         assert genuine.status_code == 200
         assert rig.flow(batch_id).state == FlowState.AUTHORIZED
@@ -204,7 +204,7 @@ async def test_bank_posts_the_redirect_url_to_the_callback(store: Store) -> None
         assert [d["outcome"] for d in deliveries] == ["delivered"]
         browser = await rig.http.get(approval.redirect)  # then the browser arrives too: a no-op
         assert browser.status_code == 200
-        assert rig.engine.authorizer.exchanges == 1
+        assert rig.code_exchanges() == 1
         flow = await rig.to_state(batch_id, FlowState.COMPLETED)
         assert flow.bank_status == "InitiationCompleted"
 
@@ -237,7 +237,7 @@ async def test_malformed_requests_get_clear_4xx(store: Store) -> None:
             assert response.status_code == status, (response.request.url, response.text)
         health = await http.get(rig.public_url + "/healthz")
         assert health.status_code == 200 and health.json()["status"] == "ok"
-        assert rig.engine.authorizer.exchanges == 0
+        assert rig.code_exchanges() == 0
         assert rig.flow(batch_id).state == FlowState.AWAITING_AUTHORIZATION
 
 

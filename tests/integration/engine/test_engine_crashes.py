@@ -235,7 +235,7 @@ async def test_crash_before_the_code_exchange_is_recovered_by_the_redelivered_re
         assert again.status_code == 200, again.text
         await finish(rig, batch_id)
         assert_paid_once(rig, batch_id)
-        assert rig.engine.authorizer.exchanges == 1  # the code was exchanged once in all
+        assert rig.code_exchanges() == 1  # the code was exchanged once in all
 
 
 @pytest.mark.parametrize("comeback", ["redelivered redirect", "approval link"])

@@ -47,7 +47,7 @@ async def test_a_redirect_without_iss_is_refused_and_its_state_stays_usable(stor
             posted = await rig.http.post(callback, json={"redirect_url": f"{callback}?{urlencode(stripped)}"})
             assert posted.status_code == 400 and posted.json()["error"] == "missing_iss"
         # Nothing was exchanged or decided, and the states were not used up: the genuine redirects still work.
-        assert rig.engine.authorizer.exchanges == 0
+        assert rig.code_exchanges() == 0
         assert rig.flow(approved_id).state == rig.flow(rejected_id).state == FlowState.AWAITING_AUTHORIZATION
         assert (await rig.http.get(approval.redirect)).status_code == 200
         assert (await rig.http.get(rejection.redirect)).status_code == 200

@@ -38,12 +38,10 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urljoin
 
 import httpx
 import hypothesis.core
 import pytest
-from bank_support import _Forms
 from engine_support import Rig, batch, engine_rig, instant_sleep, worker_round
 from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
@@ -59,6 +57,7 @@ from hypothesis.stateful import (
 from vrp_engine_support import mandate_request, payment_request
 
 from processor.cli.config import Config
+from processor.devtools.approver import decision_post
 from processor.domain.file_states import STATUS_RANKS, FlowState
 from processor.domain.vrp_states import MANDATE_STATUS_RANKS, Mandate, Payment, VrpStatus, payment_terminal
 from processor.engine.assembly import Engine, build_engine
@@ -357,15 +356,8 @@ class World:
         page = await http.get(bank_url)
         if page.status_code != 200:
             return f"consent page answered {page.status_code}"
-        forms = _Forms()
-        forms.feed(page.text)
-        button = "reject" if decision == "reject" else "approve"
-        form = next(f for f in forms.forms if button in f["buttons"])
-        data = dict(form["fields"])
-        name, value = form["buttons"][button]
-        if name:
-            data[name] = value
-        answer = await http.post(urljoin(bank_url, form["action"]), data=data)
+        target, data = decision_post(bank_url, page.text, "reject" if decision == "reject" else "approve")
+        answer = await http.post(target, data=data)
         if answer.status_code not in (302, 303):
             return f"decision answered {answer.status_code}"
         redirect = answer.headers["location"]

@@ -10,13 +10,12 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urljoin
 
 import httpx
 import pytest
-from bank_support import _Forms
 from sandbox_process import SandboxProcess, free_port, running_sandbox
 
+from processor.devtools.approver import decision_post
 from processor.store import generate_key
 
 CREDITOR = {"identification": "08080021325698", "name": "Savings pot"}
@@ -60,14 +59,8 @@ async def approve(http: httpx.AsyncClient, link: str) -> httpx.Response:
     opened = await http.get(link)
     assert opened.status_code == 302, opened.text
     page = await http.get(opened.headers["location"])
-    parser = _Forms()
-    parser.feed(page.text)
-    form = next(f for f in parser.forms if "approve" in f["buttons"])
-    data = dict(form["fields"])
-    name, value = form["buttons"]["approve"]
-    if name:
-        data[name] = value
-    decided = await http.post(urljoin(str(page.url), form["action"]), data=data)
+    target, data = decision_post(str(page.url), page.text, "approve")
+    decided = await http.post(target, data=data)
     assert decided.status_code in (302, 303), decided.text
     return await http.get(decided.headers["location"])
 

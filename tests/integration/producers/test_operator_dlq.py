@@ -29,7 +29,8 @@ from starlette.routing import Mount
 import schemas
 from consumers.batches import BatchHandler, EngineIntake, IntakeOutcome, MessageRef
 from consumers.loop import AtLeastOnceConsumer, consumer_config
-from processor.api.admin import admin_app, token_digest
+from processor.api.admin import admin_app
+from processor.api.admin_input import token_digest
 from processor.domain.file_states import FlowState
 from processor.domain.roles import AdminToken, Role
 from processor.store import Store

@@ -11,6 +11,7 @@ import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -283,6 +284,46 @@ def test_dry_run_default_batch_id_follows_what_the_payroll_pays(
     assert ids[0] == ids[1] == ids[2]
     assert re.fullmatch(r"payroll-[0-9a-f]{16}", ids[0])
     assert ids[3] != ids[0] and ids[3].startswith("payroll-")
+
+
+def submitted_on(monkeypatch: pytest.MonkeyPatch, instant: datetime) -> None:
+    """`submit`'s clock reads `instant` (the default batch id names the month of submission)."""
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:
+            return instant.astimezone(tz)
+
+    monkeypatch.setattr(submit, "datetime", Clock)
+
+
+def test_next_months_identical_payroll_gets_another_default_batch_id(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default id names the pay period: the export re-saved on the 30th is the batch of the 2nd; the same rows
+    submitted on 1 December are another batch (the duplicate-payroll guard holds it, nothing drops it); with an
+    `execute_on`, the day decides, whatever month it is submitted in."""
+    path = tmp_path / "planilla.csv"
+    path.write_text(DOC_EXAMPLE)
+    resaved = tmp_path / "planilla (saved again).csv"
+    resaved.write_bytes(DOC_EXAMPLE.replace("\n", "\r\n").encode())
+
+    def default_id(instant: datetime, export: Path, *options: str) -> str:
+        submitted_on(monkeypatch, instant)
+        result = dry_run(capsys, export, *options)
+        match = re.match(r"valid batch (payroll-[0-9a-f]{16}): 3 transactions, control sum \S+ GTQ", result.out)
+        assert result.code == 0 and match is not None, (result.out, result.err)
+        return match.group(1)
+
+    november = default_id(datetime(2026, 11, 2, 9, 0, tzinfo=UTC), path)
+    assert default_id(datetime(2026, 11, 30, 23, 59, tzinfo=UTC), resaved) == november
+    december = default_id(datetime(2026, 12, 1, 0, 0, 5, tzinfo=UTC), path)
+    assert december != november
+    assert default_id(datetime(2026, 12, 31, 12, 0, tzinfo=UTC), resaved) == december
+    on_day = ("--execute-on", "2026-12-20")
+    scheduled = default_id(datetime(2026, 11, 30, 12, 0, tzinfo=UTC), path, *on_day)
+    assert scheduled not in (november, december)
+    assert default_id(datetime(2026, 12, 2, 12, 0, tzinfo=UTC), resaved, *on_day) == scheduled
 
 
 @pytest.mark.parametrize("delimiter", [",", ";", "\t"])

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 from processor.domain.batch import OriginAccount, PayrollBatch, Transfer
 from processor.domain.difference import batch_difference
 from processor.domain.duplicates import Candidate, batch_keys, best_match, sketch, transfer_keys
-from processor.domain.identity import payroll_id
+from processor.domain.identity import pay_period, payroll_id
 
 AT = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
@@ -104,9 +105,32 @@ def test_the_sketch_is_the_smallest_distinct_keys() -> None:
 
 def test_the_default_batch_id_depends_on_what_is_paid_only() -> None:
     november = payroll("x", ["1500.50", "2000.00"])
-    assert payroll_id(november) == payroll_id(replace(november, batch_id="y", file_reference="other", source="z"))
-    assert payroll_id(november).startswith("payroll-") and len(payroll_id(november)) == len("payroll-") + 16
-    assert payroll_id(november) != payroll_id(payroll("x", ["1500.50", "2000.01"]))
+    same = replace(november, batch_id="y", file_reference="other", source="z", requested_at=AT.replace(day=1))
+    assert payroll_id(november, submitted_at=AT) == payroll_id(same, submitted_at=AT)
+    assert payroll_id(november, submitted_at=AT).startswith("payroll-")
+    assert len(payroll_id(november, submitted_at=AT)) == len("payroll-") + 16
+    assert payroll_id(november, submitted_at=AT) != payroll_id(payroll("x", ["1500.50", "2000.01"]), submitted_at=AT)
+
+
+def test_the_default_batch_id_names_the_pay_period() -> None:
+    """The same transfers in the same UTC month are one id (a re-save on the 1st or the 30th); the next month's
+    identical payroll is another id (for the duplicate-payroll guard to hold, not a "same batch" to drop); with
+    `execute_on` the day decides, not the month it is submitted in."""
+    november = payroll("x", ["1500.50", "2000.00"])
+    first, last = datetime(2026, 11, 1, 0, 0, tzinfo=UTC), datetime(2026, 11, 30, 23, 59, 59, 999000, tzinfo=UTC)
+    december = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+    assert payroll_id(november, submitted_at=first) == payroll_id(november, submitted_at=last)
+    assert payroll_id(november, submitted_at=last) != payroll_id(november, submitted_at=december)
+    # the UTC month, whatever the zone of the instant: 2026-12-01 00:30 in Madrid is still November in UTC
+    madrid = datetime(2026, 12, 1, 0, 30, tzinfo=ZoneInfo("Europe/Madrid"))
+    assert payroll_id(november, submitted_at=madrid) == payroll_id(november, submitted_at=last)
+    scheduled = replace(november, execute_on=date(2026, 12, 15))
+    assert pay_period(scheduled, last) == "2026-12-15" and pay_period(november, last) == "2026-11"
+    assert payroll_id(scheduled, submitted_at=last) == payroll_id(scheduled, submitted_at=december)
+    assert payroll_id(scheduled, submitted_at=december) != payroll_id(november, submitted_at=december)
+    assert payroll_id(scheduled, submitted_at=last) != payroll_id(
+        replace(november, execute_on=date(2027, 1, 15)), submitted_at=last
+    )
 
 
 def test_the_difference_names_changed_added_and_removed_transfers() -> None:

@@ -12,11 +12,11 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+import sandbox.faults
 from sandbox.app import _wrapped_routes, create_app
 from sandbox.clients import ClientRegistry
 from sandbox.config import SandboxConfig
@@ -153,15 +154,23 @@ async def test_rate_limit_sends_retry_after(running: Running) -> None:
     assert await running.things() == 0
 
 
-async def test_latency_before_delays_the_answer(running: Running) -> None:
+async def test_latency_before_delays_the_answer(running: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plan's waits are recorded (and skipped) rather than timed: a wall-clock bound fails under load.
+    slept: list[tuple[float, int]] = []
+    real_sleep = asyncio.sleep
+
+    async def recording_sleep(seconds: float) -> None:
+        slept.append((seconds, running.bank.store.count(THING)))
+        await real_sleep(0)
+
+    monkeypatch.setattr(sandbox.faults, "asyncio", SimpleNamespace(sleep=recording_sleep))
     await running.plan([{"operation": "things.create", "fault": "latency", "latency_ms": 300, "times": 1}])
-    started = time.monotonic()
     r = await running.http.post("/things")
     assert r.status_code == 201
-    assert time.monotonic() - started >= 0.3
-    started = time.monotonic()
-    await running.http.post("/things")
-    assert time.monotonic() - started < 0.3  # used up: no delay (loopback answers in milliseconds)
+    assert slept == [(0.3, 0)]  # 300 ms, before the handler created anything
+    assert (await running.http.post("/things")).status_code == 201
+    assert slept == [(0.3, 0)]  # used up: no delay the second time
+    assert await running.things() == 2
 
 
 async def test_latency_after_commit_makes_a_client_time_out_on_a_created_resource(running: Running) -> None:
