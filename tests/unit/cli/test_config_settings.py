@@ -402,3 +402,65 @@ def test_config_check_runs_the_checks_the_processor_runs_on_admin_and_console(
         path = write(tmp_path, CONFIG + "\n" + table)
         assert config_main(["check", "--config", str(path)]) == 2
         assert key in capsys.readouterr().err
+
+
+KINDS = [  # (what is wrong, the file's change: (old, new), environment, the message, after `file[:line]: `)
+    ("unknown key", ("concurrency = 4", "concurency = 4"), {}, "10: engine.concurency: unknown key (did you mean"),
+    ("missing key", ('kid = "kid-1"\n', ""), {}, "12: integrations.sandbox.kid: is required (or give kid_env)"),
+    ("empty text", ('kid = "kid-1"', 'kid = " "'), {}, "18: integrations.sandbox.kid: must not be empty"),
+    ("not a string", ('kid = "kid-1"', "kid = 1"), {}, "18: integrations.sandbox.kid: must be a string, not int"),
+    ("not an integer", ("concurrency = 4", 'concurrency = "4"'), {}, "10: engine.concurrency: must be an integer"),
+    ("not a number", ("concurrency = 4", 'poll_first = "x"'), {}, "10: engine.poll_first: must be a number, got 'x'"),
+    ("not a flag", ('group_id = "from-file"', 'static_membership = "yes"'), {}, "7: kafka.static_membership: must "),
+    ("not a table", ("[processor]", "telemetry = 4\n[processor]"), {}, "1: telemetry: must be a table, not int"),
+    ("out of range", ("concurrency = 4", "concurrency = 0"), {}, "10: engine.concurrency: must be between 1 and"),
+    ("not a choice", ('kid = "kid-1"', 'kid = "k"\ntoken_auth_method = "tls"'), {}, "19: integrations.sandbox."),
+    ("keys that join", ("concurrency = 4", "retry_first = 9\nretry_max = 5"), {}, "11: engine.retry_max: must not be"),
+    ("not an address", ('"http://127.0.0.1:8600"', '"127.0.0.1:8600"'), {}, "3: processor.public_url: must be an"),
+    ("no integration", ("[integrations.sandbox]", "[other]"), {}, "integrations: at least one [integrations.NAME]"),
+    ("unset K_env", ('kid = "kid-1"', 'kid_env = "KID"'), {}, "18: integrations.sandbox.kid_env: environment variable"),
+    (
+        "K_env and K",
+        ('kid = "kid-1"', 'kid = "k"\nkid_env = "KID"'),
+        {},
+        "19: integrations.sandbox.kid_env: give either",
+    ),
+    (
+        "K_env not a name",
+        ('kid = "kid-1"', "kid_env = 3"),
+        {},
+        "18: integrations.sandbox.kid_env: must name an environ",
+    ),
+    (
+        "bad secret form",
+        ('"file-secret-value-0123"', '""'),
+        {},
+        "16: integrations.sandbox.client_secret: must not be e",
+    ),
+    ("unreadable key", ('"signing-key.pem"', '"absent.pem"'), {}, "19: integrations.sandbox.signing_key_path: cannot "),
+    ("bad override", ("", ""), {"DISPERSION__ENGINE__CONCURRENCY": "x"}, "DISPERSION__ENGINE__CONCURRENCY: engine."),
+    ("override no table", ("", ""), {"DISPERSION__KAFKA": "x"}, "environment DISPERSION__KAFKA: kafka: must be a tab"),
+    ("too short", ("", "[admin]\ntoken = 'short'\n"), {}, "admin.token: must be at least 16 characters"),
+    ("not an option", ("", "[controls]\nchanged_accounts = 'maybe'\n"), {}, "'hold', 'flag', 'off', got 'maybe'"),
+]
+
+
+@pytest.mark.parametrize(("kind", "change", "environ", "message"), KINDS, ids=[kind[0] for kind in KINDS])
+def test_each_kind_of_problem_has_its_message(
+    tmp_path: Path, kind: str, change: tuple[str, str], environ: dict[str, str], message: str
+) -> None:
+    old, new = change
+    text = CONFIG.replace(old, new) if old else CONFIG + new
+    assert text != CONFIG or environ, kind
+    assert message in failure(write(tmp_path, text), environ)
+
+
+def test_an_unreadable_file_is_named(tmp_path: Path) -> None:
+    assert failure(tmp_path / "absent.toml") == (
+        f"{tmp_path / 'absent.toml'}: cannot read the configuration file (No such file or directory)"
+    )
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe[processor]\n")
+    assert failure(binary) == f"{binary}: cannot read the configuration file (not UTF-8 text)"
+    broken = write(tmp_path, CONFIG.replace("[engine]", "[engine"))
+    assert failure(broken).startswith(f"{broken}:9: not valid TOML (")
