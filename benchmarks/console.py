@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import statistics
 import tempfile
@@ -116,12 +115,11 @@ def fill(store: Store, count: int, now: datetime) -> str:
                     at = created + timedelta(seconds=step)
                     payload = status_payload(flow, BatchStatus(status), at)
                     tx.outbox.append_status(STATUS_TOPIC, batch_id, status, payload, now=at)
-                report = json.dumps({"transaction_results": RESULTS}) if state == FlowState.COMPLETED else None
+                report = {"transaction_results": RESULTS} if state == FlowState.COMPLETED else None
                 if state == FlowState.COMPLETED:
                     found = batch_id
-                tx.raw.execute(
-                    "UPDATE flows SET state = ?, report = ? WHERE batch_id = ?", (state.value, report, batch_id)
-                )
+                # Through the store (not raw SQL), so each batch's money share is kept as the engine keeps it.
+                tx.flows.update(batch_id, expected_version=flow.version, now=created, state=state, report=report)
             return found
 
         sample = store.run(chunk) or sample

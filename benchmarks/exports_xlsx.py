@@ -4,7 +4,7 @@ The workbook is written first (openpyxl's write-only mode) the way a payroll tea
 Spanish headers, account numbers stored as text, amounts as numbers formatted `#,##0.00`, a total row. Then it is
 read as `dispersion submit --profile nomina FILE --dry-run` reads it, in two phases:
 
-    read        the streaming reader and the row mapper (processor.exports + processor.domain.export_rows)
+    read        the streaming reader and the row mapper (processor.exports + processor.exports.mapping)
     submit      the whole dry run: read, build the batch, validate every transaction
 
 Each phase runs twice: once timed in a fresh child process, which reports its rows/s and its peak RSS
@@ -34,9 +34,10 @@ from pathlib import Path
 from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
 
-from processor.cli.submit import BatchFields, check
-from processor.cli.submit_profile import map_rows, read_profiled
-from processor.domain.export_profile import ExportProfile, parse_profile
+from processor.exports.checks import check
+from processor.exports.layout import BatchFields
+from processor.exports.profile import ExportProfile, parse_profile
+from processor.exports.profiled import map_rows, read_profiled
 
 PROFILE = {
     "skip_rows": 1,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -35,6 +36,7 @@ from processor.engine.assembly import Engine
 from processor.engine.authorization import Authorizer, Outcome
 
 log = structlog.get_logger("processor.api.callback")
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 MAX_BODY = 64 * 1024
 SECURITY_HEADERS = {
@@ -115,6 +117,106 @@ def parse_redirect_url(raw: object, paths: Collection[str]) -> dict[str, str]:
     return _single_values(parse_qs(parts.query, keep_blank_values=True))
 
 
+@dataclass(frozen=True)
+class CallbackState:
+    """What the callback API's handlers need, kept on its app's state (`request.app.state.callback`)."""
+
+    authorizer: Authorizer
+    paths: frozenset[str]
+    health: Callable[[], Awaitable[Mapping[str, Any]]] | None
+
+
+def _state(request: Request) -> CallbackState:
+    found = request.app.state.callback
+    assert isinstance(found, CallbackState)
+    return found
+
+
+def _html_wanted(request: Request) -> bool:
+    # The approver's browser gets a page, any other client (curl, a bank-side relay) the JSON answer of the POST
+    # form. Browsers name text/html in Accept; httpx and curl send */*.
+    return "text/html" in request.headers.get("accept", "").lower()
+
+
+async def approve(request: Request) -> Response:
+    """GET /approve/{kind}/{flow_id}?t=: to the bank's consent page, or a page saying why not."""
+    if request.method == "HEAD":
+        return _head_refused()
+    token = _query(request).get("t", "")
+    outcome = await _state(request).authorizer.open_link(
+        request.path_params["kind"], request.path_params["flow_id"], token
+    )
+    if outcome.location is not None:
+        return RedirectResponse(outcome.location, status_code=302, headers=SECURITY_HEADERS)
+    return _page(_title(outcome), outcome.message, outcome.status, outcome)
+
+
+async def redirect_get(request: Request) -> Response:
+    """GET {redirect path}?code&state&iss: a page for the approver's browser, else the JSON answer."""
+    if request.method == "HEAD":
+        return _head_refused()
+    outcome = await _state(request).authorizer.complete(_query(request))
+    if _html_wanted(request):
+        response: Response = _page(_title(outcome), outcome.message, outcome.status, outcome)
+    else:
+        response = _json_outcome(outcome)
+    response.headers["Vary"] = "Accept"
+    return response
+
+
+async def redirect_post(request: Request) -> Response:
+    """POST {redirect path} `{"redirect_url": ...}`: the bank's delivery of the redirect; a JSON answer."""
+    state = _state(request)
+    params = parse_redirect_url(await _json_field(request, "redirect_url"), state.paths)
+    return _json_outcome(await state.authorizer.complete(params))
+
+
+async def healthz(request: Request) -> Response:
+    """GET /healthz: 200 while the instance can do its work, else 503 with a reason."""
+    health = _state(request).health
+    body = {"status": "ok", **(await health() if health is not None else {})}
+    return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
+
+
+def _failed(request: Request, exc: Exception, *, link: bool) -> Response:
+    """The callback API's one exception handler: input we cannot read is a 400 saying what is wrong; anything
+    else failed on our side, a 503 saying to try again shortly (logged with its trace). A page on the approval
+    link and for a browser on the redirect, else JSON."""
+    bad = isinstance(exc, BadInputError)
+    if not bad:
+        log.exception("callback request failed", path=request.url.path)
+    if link:
+        if bad:
+            return _page("Invalid link", str(exc), 400)
+        return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
+    negotiated = request.method == "GET"
+    response: Response
+    if negotiated and _html_wanted(request):
+        if bad:
+            response = _page("Invalid request", str(exc), 400)
+        else:
+            response = _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
+    elif bad:
+        response = _json_error(400, "invalid_request", str(exc))
+    else:
+        response = _json_error(503, "temporarily_unavailable", "Something went wrong on our side; try again.")
+    if negotiated:
+        response.headers["Vary"] = "Accept"
+    return response
+
+
+def _answered(handler: Endpoint, *, link: bool = False) -> Endpoint:
+    """`handler`, its failures answered by `_failed` (never a 500)."""
+
+    async def run(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            return _failed(request, exc, link=link)
+
+    return run
+
+
 def create_app(
     authorizer: Authorizer,
     *,
@@ -125,72 +227,16 @@ def create_app(
     paths = frozenset(p or "/" for p in redirect_paths)
     if not paths:
         raise ValueError("at least one redirect path is needed")
-
-    async def approve(request: Request) -> Response:
-        if request.method == "HEAD":
-            return _head_refused()
-        kind = request.path_params["kind"]
-        flow_id = request.path_params["flow_id"]
-        try:
-            token = _query(request).get("t", "")
-            outcome = await authorizer.open_link(kind, flow_id, token)
-        except BadInputError as exc:
-            return _page("Invalid link", str(exc), 400)
-        except Exception:
-            log.exception("approval link failed")
-            return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
-        if outcome.location is not None:
-            return RedirectResponse(outcome.location, status_code=302, headers=SECURITY_HEADERS)
-        return _page(_title(outcome), outcome.message, outcome.status, outcome)
-
-    async def redirect_get(request: Request) -> Response:
-        if request.method == "HEAD":
-            return _head_refused()
-        # The approver's browser gets a page; any other client (curl, a bank-side relay) the JSON answer of the
-        # POST form. Browsers name text/html in Accept; httpx and curl send */*.
-        response = await _redirect_answer(request, "text/html" in request.headers.get("accept", "").lower())
-        response.headers["Vary"] = "Accept"
-        return response
-
-    async def _redirect_answer(request: Request, html_wanted: bool) -> Response:
-        try:
-            outcome = await authorizer.complete(_query(request))
-        except BadInputError as exc:
-            if html_wanted:
-                return _page("Invalid request", str(exc), 400)
-            return _json_error(400, "invalid_request", str(exc))
-        except Exception:
-            log.exception("redirect handling failed")
-            if html_wanted:
-                return _page("Temporarily unavailable", "Something went wrong on our side. Try again shortly.", 503)
-            return _json_error(503, "temporarily_unavailable", "Something went wrong on our side; try again.")
-        if html_wanted:
-            return _page(_title(outcome), outcome.message, outcome.status, outcome)
-        return _json_outcome(outcome)
-
-    async def redirect_post(request: Request) -> Response:
-        try:
-            params = parse_redirect_url(await _json_field(request, "redirect_url"), paths)
-            outcome = await authorizer.complete(params)
-        except BadInputError as exc:
-            return _json_error(400, "invalid_request", str(exc))
-        except Exception:
-            log.exception("redirect delivery failed")
-            return _json_error(503, "temporarily_unavailable", "Something went wrong on our side; try again.")
-        return _json_outcome(outcome)
-
-    async def healthz(request: Request) -> Response:
-        body = {"status": "ok", **(await health() if health is not None else {})}
-        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
-
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
-        Route("/approve/{kind}/{flow_id:path}", approve, methods=["GET"]),
+        Route("/approve/{kind}/{flow_id:path}", _answered(approve, link=True), methods=["GET"]),
     ]
     for path in sorted(paths):
-        routes.append(Route(path, redirect_get, methods=["GET"]))
-        routes.append(Route(path, redirect_post, methods=["POST"]))
-    return Starlette(routes=routes)
+        routes.append(Route(path, _answered(redirect_get), methods=["GET"]))
+        routes.append(Route(path, _answered(redirect_post), methods=["POST"]))
+    app = Starlette(routes=routes)
+    app.state.callback = CallbackState(authorizer, paths, health)
+    return app
 
 
 def _head_refused() -> Response:

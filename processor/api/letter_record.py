@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
 import schemas
 from processor.domain.masking import masked_record, shown_header
+from processor.domain.time import iso_ms
 from producers.replay import DeadLetterReplayer, ReplayError
 from schemas.topics import ALL_TOPICS
 
@@ -50,6 +53,16 @@ def logical_topic(physical: str) -> str | None:
 
 
 def _json_default(value: object) -> str:
+    """Avro's logical types as people read them: instants ISO 8601 UTC with milliseconds, days ISO 8601,
+    decimals as written, bytes as hex."""
+    if isinstance(value, datetime):
+        return iso_ms(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, bytes):
+        return value.hex()
     return str(value)
 
 

@@ -22,18 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from processor.cli.submit import (
-    BatchFields,
-    ExportError,
-    Problem,
-    check,
-    control_sum,
-    file_defaults,
-    settle_batch_id,
-)
-from processor.cli.submit_profile import explain_lines, read_profiled
-from processor.domain.export_profile import ExportProfile, ProfileError, parse_profile
-from processor.domain.export_rows import Explanation
+from processor.exports.checks import check, control_sum
+from processor.exports.layout import BatchFields, ExportError, Problem, file_defaults, settle_batch_id
+from processor.exports.mapping import Explanation
+from processor.exports.profile import ExportProfile, ProfileError, parse_profile
+from processor.exports.profiled import explain_lines, read_profiled
 
 EXIT_PROBLEMS: Final = 1
 EXIT_USAGE: Final = 2

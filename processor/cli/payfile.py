@@ -179,9 +179,9 @@ def batch_problems(
 
 def read_pain001_batch(path: Path, integrations: Sequence[str], calendars: Mapping[str, Calendar]) -> BatchInput:
     """A pain.001 with one payment information block, read as `dispersion submit` reads it (the same reader and
-    checks, `processor.cli.submit_iso`); `CliError` listing every problem, or naming the blocks of a message that
-    holds several (`dispersion submit` sends each as its own batch)."""
-    from processor.cli.submit_iso import read_message
+    checks, `processor.exports.checks.read_message`); `CliError` listing every problem, or naming the blocks of a
+    message that holds several (`dispersion submit` sends each as its own batch)."""
+    from processor.exports.checks import read_message
 
     try:
         data = path.read_bytes()

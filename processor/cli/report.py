@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from processor.cli.admin_client import AdminClient, AdminRefusalError, add_arguments
 from processor.cli.common import CliError
-from processor.domain.text import csv_cell, printable
+from processor.domain.text import counted, csv_cell, printable
 from processor.engine.reporting import REPORT_COLUMNS
 from processor.engine.vrp_views import VRP_REPORT_COLUMNS
 
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
         write(document, args.format, sys.stdout, vrp=args.vrp)
     for total in document["totals"]:
         print(
-            f"total {total['batch_id']} {total['currency']}: {total['transfers']} transfers, "
+            f"total {total['batch_id']} {total['currency']}: {counted(total['transfers'], 'transfer')}, "
             f"{total['transfers_completed']} paid {total['amount_completed']}, "
             f"{total['transfers_failed']} failed {total['amount_failed']}",
             file=sys.stderr,
@@ -100,9 +100,12 @@ def main(argv: list[str]) -> int:
             changed = f"transfer {item['index']} ({item['employee_reference']}) {moved}"
             print(printable(f"changed account {review['batch_id']}: {changed}, {who}"), file=sys.stderr)
     for total in _vrp(document)["totals"]:
-        states = ", ".join(f"{n['payments']} {state} {n['amount']}" for state, n in total["by_state"].items())
+        states = ", ".join(
+            f"{n['payments']} {state}" + ("" if n["amount"] is None else f" {n['amount']}")
+            for state, n in total["by_state"].items()
+        )
         head = f"vrp total {total['mandate_id']} {total['currency']}"
-        print(f"{head}: {total['payments']} payments ({states})", file=sys.stderr)
+        print(f"{head}: {counted(total['payments'], 'payment')} ({states})", file=sys.stderr)
     return 0
 
 
@@ -114,7 +117,9 @@ def grand_total_lines(totals: list[dict[str, Any]]) -> list[str]:
         for name, label in _BUCKETS:
             bucket = total[name]
             parts.append(f"{label} {bucket['transfers']} {bucket['amount']}")
-        lines.append(f"grand total {total['currency']} ({total['batches']} batches): {', '.join(parts)}")
+        lines.append(
+            f"grand total {total['currency']} ({counted(total['batches'], 'batch', 'batches')}): {', '.join(parts)}"
+        )
         lines.append(f"net outstanding {total['currency']}: {total['outstanding']['amount']}")
     return lines
 

@@ -1,8 +1,9 @@
 """`dispersion submit FILE.xml`: an ISO 20022 `pain.001` (.001.03 or .001.09) becomes one batch per `PmtInf`.
 
-The message is read by `processor.exports.pain001` (ISO's schema, `NbOfTxs`/`CtrlSum` at group and block level),
-each block is validated like any batch, and only when every block is valid are the batches produced, one
-`payroll.batches` event each. Problems name the block (`PmtInf`) and the transfer (`EndToEndId`).
+The message is read and checked by `processor.exports.checks.read_message` (`processor.exports.pain001`: ISO's
+schema, `NbOfTxs`/`CtrlSum` at group and block level; each block validated like any batch), and only when every
+block is valid are the batches produced, one `payroll.batches` event each. Problems name the block (`PmtInf`) and
+the transfer (`EndToEndId`).
 """
 
 from __future__ import annotations
@@ -10,16 +11,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Final
 
-from processor.cli.submit import EXIT_INVALID, EXIT_USAGE, Progress, _Context, _produce, control_sum
+from processor.cli.submit_output import EXIT_INVALID, EXIT_USAGE, Progress
 from processor.domain.batch import PayrollBatch
-from processor.domain.money import money_text
 from processor.domain.schedule import Calendar
-from processor.domain.validation import DEFAULT_LIMITS, validate
-from processor.exports.pain001 import Pain001Error, batches, explain, read_pain001, totals_problems
+from processor.exports.checks import batch_summary, read_message
+
+# Produces one batch (its summary, when the command started, whether it is the message's last): an exit code.
+Produce = Callable[[PayrollBatch, str, float, bool], int]
 
 # Options that say what the message itself says: refused with a pain.001, so there is one source of truth.
 _FROM_THE_MESSAGE: Final = (
@@ -35,15 +37,6 @@ _FROM_THE_MESSAGE: Final = (
 )
 
 
-@dataclass(frozen=True)
-class Read:
-    """The batches of a message, or every problem found in it."""
-
-    batches: list[PayrollBatch]
-    problems: list[str]
-    explanation: list[str]
-
-
 def is_pain001(args: argparse.Namespace) -> bool:
     """The export is XML: by `--format xml`, else by its extension."""
     return bool(args.format == "xml" or (args.format is None and args.export.suffix.lower() == ".xml"))
@@ -57,49 +50,16 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def read_message(
-    data: bytes, *, integration: str, calendar: Calendar, integrations: frozenset[str] | None, now: datetime
-) -> Read:
-    """Read and validate every block; `problems` is empty when all can be produced."""
-    try:
-        message = read_pain001(data, check_totals=False)
-    except Pain001Error as exc:
-        return Read([], exc.problems, [])
-    found, unpayable = batches(
-        message,
-        integration=integration,
-        requested_at=now,
-        source=f"dispersion-submit {message.version}",  # pain.002 names the original message's version
-        today=calendar.today(now),
-    )
-    problems = totals_problems(message) + unpayable
-    if integrations is not None and integration not in integrations:
-        known = ", ".join(sorted(integrations)) or "none"
-        problems.append(f"integration: {integration!r} is not configured (configured: {known})")
-    for batch in found:
-        block = batch.file_reference
-        late = calendar.problem(batch.execute_on, now)
-        if late is not None:
-            problems.append(f"PmtInf {block}: ReqdExctnDt: {late}")
-        for issue in validate(batch, DEFAULT_LIMITS).issues:
-            if issue.index is None:
-                problems.append(f"PmtInf {block}: {issue.field}: {issue.reason.value}: {issue.message}")
-                continue
-            transfer = batch.transactions[issue.index]
-            if issue.field == "destination_account.email" and not transfer.email:
-                continue  # reported above as missing
-            reference = transfer.employee_reference
-            problems.append(
-                f"PmtInf {block}: EndToEndId {reference} (transaction {issue.index}): {issue.field}: "
-                f"{issue.reason.value}: {issue.message}"
-            )
-    return Read(found, problems, explain(message, found))
-
-
-def submit_pain001(args: argparse.Namespace, context: _Context, progress: Progress) -> int:
-    """`dispersion submit FILE.xml`: exit codes as for any export."""
+def submit_pain001(
+    args: argparse.Namespace,
+    progress: Progress,
+    *,
+    integrations: Collection[str] | None,
+    calendars: Mapping[str, Calendar],
+    produce: Produce,
+) -> int:
+    """`dispersion submit FILE.xml`: exit codes as for any export; each valid batch goes to `produce`."""
     refused = usage_problem(args)
-    integrations = context.integrations
     integration = args.integration or (sorted(integrations)[0] if integrations and len(integrations) == 1 else None)
     if refused is None and integration is None:
         refused = "--integration is required (the configuration does not have exactly one integration)"
@@ -117,7 +77,7 @@ def submit_pain001(args: argparse.Namespace, context: _Context, progress: Progre
     read = read_message(
         data,
         integration=integration,
-        calendar=context.calendars.get(integration, Calendar()),
+        calendar=calendars.get(integration, Calendar()),
         integrations=None if integrations is None else frozenset(integrations),
         now=now.replace(microsecond=now.microsecond // 1000 * 1000),
     )
@@ -129,25 +89,14 @@ def submit_pain001(args: argparse.Namespace, context: _Context, progress: Progre
             print(problem, file=sys.stderr)
         print(f"dispersion submit: {len(read.problems)} problem(s); nothing was produced", file=sys.stderr)
         return EXIT_INVALID
-    summaries = [_summary(batch) for batch in read.batches]
+    summaries = [batch_summary(batch) for batch in read.batches]
     if args.dry_run:
         progress.done(f"valid ({time.monotonic() - started:.1f} s); --dry-run: nothing produced")
         print("\n".join(f"valid {summary}" for summary in summaries))
         return 0
     for position, (batch, summary) in enumerate(zip(read.batches, summaries, strict=True)):
         last = position == len(read.batches) - 1
-        code = _produce(args, context, batch, summary, progress, started, note=last, source=batch.source)
+        code = produce(batch, summary, started, last)
         if code != 0:
             return code
     return 0
-
-
-def _summary(batch: PayrollBatch) -> str:
-    text = (
-        f"batch {batch.batch_id}: {len(batch.transactions):,} transactions, control sum "
-        f"{money_text(control_sum(batch))} "
-        f"{batch.origin.currency}"
-    )
-    if batch.execute_on is not None:
-        text += f", to be paid on {batch.execute_on.isoformat()}"
-    return text

@@ -47,6 +47,7 @@ from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, mandate_terminal, payment_terminal
 from processor.engine.assembly import Engine
 from processor.engine.vrp import VrpEngine, attach_vrp
+from processor.engine.vrp_views import amount_text
 from processor.store import NotFoundError, Store, StoreError, VrpMandate, VrpPayment
 from schemas.topics import VRP_STATUS_TOPIC
 
@@ -277,7 +278,7 @@ async def status_command(args: argparse.Namespace) -> int:
         print(f"payments: {len(payments)}")
         for p in payments:
             extra = f" {p.domestic_vrp_id}" if p.domestic_vrp_id else ""
-            print(f"  {p.payment_id}: {p.state} {p.amount} {p.currency}{extra}")
+            print(f"  {p.payment_id}: {p.state} {amount_text(p)} {p.currency}{extra}")
         print(f"status events: {len(events)}")
         for event in events:
             payload = event.payload

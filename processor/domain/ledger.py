@@ -9,30 +9,32 @@ in exactly one of:
 - **in progress**: its batch (the original, or the retry now holding it) has not ended yet; **scheduled** is the
   part of it approved and waiting for its `execute_on` day;
 - **not paid**: the original ended without any payment being attempted (REJECTED by the approver, EXPIRED,
-  INVALID): nothing to retry, it is submitted again.
+  INVALID, withdrawn): nothing to retry, it is submitted again.
 
 **failed** is what the bank rejected in the original (each transfer once, however many retries it took), so
 `failed = outstanding + what retries paid + what retries hold`. The payroll's control sum is
 `paid + outstanding + in progress + not paid`.
 
-`batch_amounts` reads one batch's results; `payroll_totals` adds a payroll up from its batches' amounts (what the
+`batch_amounts` reads one batch's results; `batch_share` is what one batch adds to its payroll's totals (a retry
+takes what it pays or holds off the outstanding), and `payroll_totals` is the sum of its batches' shares (what the
 status events say: the original's `amount_failed`, each batch's `amount_completed`, the control sums of batches
-not ended); `transfer_outcomes` follows every transfer through the retries (the batch page). Both give the same
-figures (tests/unit/domain/test_ledger.py).
+not ended). The store keeps each batch's share, written with the change that changes it, so a window's totals are
+SQL sums of the same shares (`processor/store/money.py`). `transfer_outcomes` follows every transfer through the
+retries (the batch page). Both give the same figures (tests/unit/domain/test_ledger.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
 from processor.domain.money import CENT
 
 ENDED_PAID: Final = frozenset({"COMPLETED", "FAILED"})  # the bank ran the file (its results say what was paid)
-NOT_ATTEMPTED: Final = frozenset({"REJECTED", "EXPIRED", "INVALID"})
+NOT_ATTEMPTED: Final = frozenset({"REJECTED", "EXPIRED", "INVALID", "WITHDRAWN"})
 BUCKETS: Final = ("paid", "failed", "outstanding", "in_progress", "scheduled", "not_paid")
 ZERO: Final = Decimal("0.00")
 
@@ -133,34 +135,36 @@ def batch_amounts(
     return BatchAmounts(batch_id, currency, state, none, none, whole, none, scheduled)
 
 
+def is_scheduled(state: str, execute_on: date | None) -> bool:
+    """An approved batch waiting for its payday (`execute_on`)."""
+    return state == "AUTHORIZED" and execute_on is not None
+
+
+def batch_share(amounts: BatchAmounts, *, retry: bool) -> Totals:
+    """What one batch adds to its payroll's totals. The original adds what it paid, what the bank rejected (failed,
+    and outstanding until a retry pays or holds it), what is in progress and what was not paid; a retry adds what
+    it paid and what it holds in progress, and takes both off the outstanding (its own failures and a retry that
+    ended unpaid leave them outstanding). Only the outstanding of a retry is negative."""
+    share = Totals(amounts.currency, batches=1)
+    share.paid.add(*amounts.paid)
+    share.in_progress.add(*amounts.pending)
+    if amounts.scheduled:
+        share.scheduled.add(*amounts.pending)
+    if retry:
+        share.outstanding.add(-(amounts.paid[0] + amounts.pending[0]), -(amounts.paid[1] + amounts.pending[1]))
+    else:
+        share.failed.add(*amounts.failed)
+        share.outstanding.add(*amounts.failed)
+        share.not_paid.add(*amounts.not_paid)
+    return share
+
+
 def payroll_totals(original: BatchAmounts, retries: Iterable[BatchAmounts]) -> Totals:
-    """One payroll's totals from its batches' amounts (see the module docstring)."""
-    totals = Totals(original.currency, batches=1)
-    totals.paid.add(*original.paid)
-    totals.failed.add(*original.failed)
-    totals.in_progress.add(*original.pending)
-    if original.scheduled:
-        totals.scheduled.add(*original.pending)
-    totals.not_paid.add(*original.not_paid)
-    outstanding_count, outstanding = original.failed
+    """One payroll's totals: the sum of its batches' shares (see the module docstring)."""
+    totals = batch_share(original, retry=False)
     for retry in retries:
-        totals.batches += 1
-        totals.paid.add(*retry.paid)
-        totals.in_progress.add(*retry.pending)
-        if retry.scheduled:
-            totals.scheduled.add(*retry.pending)
-        outstanding_count -= retry.paid[0] + retry.pending[0]
-        outstanding -= retry.paid[1] + retry.pending[1]
-    totals.outstanding.add(outstanding_count, outstanding)
+        totals.merge(batch_share(retry, retry=True))
     return totals
-
-
-def add_up(payrolls: Iterable[Totals]) -> list[Totals]:
-    """Payrolls' totals added per currency, by currency."""
-    by_currency: dict[str, Totals] = {}
-    for one in payrolls:
-        by_currency.setdefault(one.currency, Totals(one.currency)).merge(one)
-    return [by_currency[c] for c in sorted(by_currency)]
 
 
 # -- one transfer through the retries ---------------------------------------------------------------------------

@@ -53,3 +53,8 @@ def csv_cell(value: object) -> object:
     if isinstance(value, str) and value.startswith(_FORMULA_START):
         return "'" + value
     return value
+
+
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """`1 payment`, `2 payments`, `0 payments`; `plural` when it is not the noun and an `s` (`batches`)."""
+    return f"{number} {noun}" if number == 1 else f"{number} {plural or noun + 's'}"

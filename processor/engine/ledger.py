@@ -9,14 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from processor.domain.file_states import FlowState
 from processor.domain.ledger import (
     Attempt,
     BatchAmounts,
     Outcome,
     Totals,
-    add_up,
     batch_amounts,
+    is_scheduled,
     payroll_totals,
     transfer_outcomes,
 )
@@ -34,13 +33,14 @@ def amounts_of(row: MoneyRow) -> BatchAmounts:
         control_sum=row.control_sum,
         transfers=row.transfers,
         results=row.results,
-        scheduled=row.state == FlowState.AUTHORIZED and row.execute_on is not None,
+        scheduled=is_scheduled(row.state, row.execute_on),
     )
 
 
 def totals_between(tx: StoreTx, since: datetime, until: datetime) -> list[Totals]:
-    """The payrolls whose original batch was created in `[since, until)`, added up per currency."""
-    return add_up(named.totals for named in _payrolls_named(MoneyReads(tx.raw).payrolls_created(since, until)))
+    """The payrolls whose original batch was created in `[since, until)`, added up per currency: SQL sums of the
+    batches' shares the store keeps (`processor.store.money.MoneyBook`)."""
+    return MoneyReads(tx.raw).totals_created(since, until)
 
 
 def totals_of(tx: StoreTx, batch_ids: Sequence[str]) -> dict[str, Totals]:

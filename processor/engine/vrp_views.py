@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from processor.domain.masking import mask_account
+from processor.domain.money import money_text
 from processor.domain.time import iso_ms
 from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import MANDATE_PUBLISHES, Mandate
@@ -161,13 +162,37 @@ def _unparsed_view(mandate: VrpMandate) -> MandateView:
     )
 
 
+def requested_amount(payment: VrpPayment) -> str | None:
+    """What an INVALID payment asked for, as it came (its amount did not make a valid payment; shown as text,
+    at most 40 characters); None for any other payment, or when it named no amount."""
+    if payment.state != "INVALID":
+        return None
+    try:
+        request = load_json(payment.instruction)
+    except ValueError:
+        return None
+    asked = request.get("amount") if isinstance(request, Mapping) else None
+    return None if asked is None or isinstance(asked, (dict, list)) else str(asked)[:40]
+
+
+def amount_text(payment: VrpPayment) -> str:
+    """A payment's amount as people read it: an INVALID payment has none ("1.005 requested", or "—"; its reason
+    says why), every other its amount with two decimals."""
+    if payment.state != "INVALID":
+        return money_text(payment.amount)
+    asked = requested_amount(payment)
+    return "—" if asked is None else f"{asked} requested"
+
+
 def payment_json(payment: VrpPayment) -> dict[str, Any]:
-    """A payment as the admin API and the report show it (the reason is the last error: why it was refused)."""
+    """A payment as the admin API and the report show it (the reason is the last error: why it was refused). An
+    INVALID payment has no amount (null) and `requested_amount`, what it asked for as it came."""
     return {
         "payment_id": payment.payment_id,
         "mandate_id": payment.mandate_id,
         "instruction_id": payment.payment_id,
-        "amount": str(payment.amount),
+        "amount": None if payment.state == "INVALID" else str(payment.amount),
+        "requested_amount": requested_amount(payment),
         "currency": payment.currency,
         "state": payment.state,
         "bank_status": payment.bank_status,
@@ -223,7 +248,7 @@ VRP_REPORT_COLUMNS = (
 
 def totals_by_mandate(payments: list[VrpPayment]) -> list[dict[str, Any]]:
     """Per mandate and currency: how many payments, and per state how many and their amounts added up (exact
-    decimals, two places); `amount_completed` is what was paid."""
+    decimals, two places; none for INVALID); `amount_completed` is what was paid."""
     sums: dict[tuple[str, str], dict[str, tuple[int, Decimal]]] = {}
     for p in payments:
         states = sums.setdefault((p.mandate_id, p.currency), {})
@@ -235,7 +260,10 @@ def totals_by_mandate(payments: list[VrpPayment]) -> list[dict[str, Any]]:
             "currency": currency,
             "payments": sum(n for n, _ in states.values()),
             "amount_completed": str(states.get("COMPLETED", (0, Decimal("0.00")))[1]),
-            "by_state": {s: {"payments": n, "amount": str(a)} for s, (n, a) in sorted(states.items())},
+            # An INVALID payment has no amount (what it asked for did not make a payment): none is added up.
+            "by_state": {
+                s: {"payments": n, "amount": None if s == "INVALID" else str(a)} for s, (n, a) in sorted(states.items())
+            },
         }
         for (mandate_id, currency), states in sorted(sums.items())
     ]

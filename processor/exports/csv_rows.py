@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 
-from processor.domain.export_profile import sniff_delimiter
+from processor.exports.profile import sniff_delimiter
 
 
 def csv_rows(

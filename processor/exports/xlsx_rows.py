@@ -26,8 +26,8 @@ from openpyxl.cell.read_only import ReadOnlyCell
 from openpyxl.utils.exceptions import InvalidFileException
 from openpyxl.worksheet._reader import FORMULA_TAG, VALUE_TAG, WorkSheetParser
 
-from processor.domain.export_rows import Cell, ErrorCell, NumberCell
 from processor.exports.errors import ExportFileError, ExportLimitError
+from processor.exports.mapping import Cell, ErrorCell, NumberCell
 
 MAX_UNCOMPRESSED = 512 * 1024 * 1024
 MAX_SHARED_STRINGS_BYTES = 64 * 1024 * 1024

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, TypedDict, Unpack
 from processor.domain.file_states import TERMINAL_FLOW_STATES, FlowState
 from processor.domain.time import utc_ms
 from processor.store.crypto import new_secret_token
+from processor.store.money import MoneyBook
 from processor.store.outbox import Outbox, StatusEvent
 from processor.store.values import Kind, json_text, load_json, money, sha256_hex
 from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
@@ -75,6 +76,10 @@ class Flow:
     def duplicate_held(self) -> bool:
         """Held as a possible duplicate payroll and not confirmed yet: nothing may go to the bank."""
         return self.duplicate_of is not None and self.duplicate_confirmed_by is None
+
+
+# The columns a batch's money share is computed from (`processor.store.money.MoneyBook`).
+_MONEY_COLUMNS = frozenset({"state", "report", "control_sum", "number_of_transactions"})
 
 
 class FlowFields(TypedDict, total=False):
@@ -221,6 +226,7 @@ class FlowRepo(WorkRepo[Flow]):
             ),
         )
         if row is not None:
+            MoneyBook(self.tx).book(batch_id, text=text)
             return Created(self._decode(row), True)
         existing = self.require(batch_id)
         return Created(existing, False, existing.payload_sha256 == digest)
@@ -237,7 +243,7 @@ class FlowRepo(WorkRepo[Flow]):
     ) -> Flow:
         """Compare-and-set: apply `changes` if the row still has `expected_version` (and, with `owner`, that
         owner still holds the lease); bump the version. Otherwise raise `VersionConflictError`."""
-        return self._update(
+        updated = self._update(
             batch_id,
             expected_version=expected_version,
             now=now,
@@ -245,6 +251,8 @@ class FlowRepo(WorkRepo[Flow]):
             release_lease=release_lease,
             changes=dict(changes),
         )
+        self._book(batch_id, changes)
+        return updated
 
     def transition(
         self,
@@ -268,9 +276,19 @@ class FlowRepo(WorkRepo[Flow]):
             release_lease=release_lease,
             changes={**changes, "state": str(state)},
         )
+        self._book(flow.batch_id, {**changes, "state": str(state)})
         if event is not None:
             Outbox(self.tx).emit(event, flow.batch_id, now=now)
         return updated
+
+    def _book(self, batch_id: str, changes: Mapping[str, object]) -> None:
+        """Keep the batch's money share (`batch_money`) when a change moves it, in this transaction."""
+        if not _MONEY_COLUMNS.intersection(changes):
+            return
+        if "report" in changes:
+            MoneyBook(self.tx).book(batch_id, report=changes["report"])
+        else:
+            MoneyBook(self.tx).book(batch_id)
 
     def payload(self, batch_id: str) -> str | None:
         """The batch payload's JSON text exactly as stored, or None for an unknown batch."""

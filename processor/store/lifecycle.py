@@ -27,6 +27,7 @@ from processor.domain.time import utc_ms
 from processor.store.crypto import new_secret_token
 from processor.store.db import StoreError, Tx, to_datetime
 from processor.store.flows import Flow, FlowRepo
+from processor.store.money import MoneyBook
 from processor.store.side_effects import EffectStatus, Operation
 from processor.store.values import money
 
@@ -173,6 +174,7 @@ class Lifecycle:
         )
         if row is None:
             raise StoreError(f"batch {flow.batch_id} changed while a new attempt was being stored; read it again")
+        MoneyBook(self.tx).book(flow.batch_id, text=content.text)
         return FlowRepo(self.tx).require(flow.batch_id)
 
     def _move_events(self, topic: str, key: str, archived: str) -> None:

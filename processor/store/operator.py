@@ -17,6 +17,7 @@ from typing import Any
 
 from processor.domain.time import utc_ms
 from processor.store.db import Row, Tx, to_datetime
+from processor.store.money import MoneyBook
 from processor.store.values import read_money
 
 # -- batches --------------------------------------------------------------------------------------------------
@@ -327,4 +328,5 @@ class OperatorRepo:
             (retry_batch_id, original_batch_id, number, json.dumps(indexes), by, utc_ms(now)),
         )
         assert row is not None
+        MoneyBook(self.tx).book(retry_batch_id)  # its share counts with the original's payroll (when stored first)
         return _retry(row)

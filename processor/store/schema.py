@@ -16,10 +16,12 @@ migrations additive so instances on the previous version keep working during a r
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from processor.store.db import Database, Dialect, StoreError, Tx
+from processor.store.money import MoneyBook
 
 # The audit trail refuses UPDATE and DELETE (and, on PostgreSQL, TRUNCATE) whoever runs them: whole statements,
 # one per engine, written as placeholders like the types.
@@ -62,11 +64,13 @@ class MigrationError(StoreError):
 
 @dataclass(frozen=True)
 class Migration:
-    """One schema version: its number, a short name and its statements (with type placeholders)."""
+    """One schema version: its number, a short name and its statements (with type placeholders); `backfill`
+    fills what existing rows need in the same transaction (computed in Python: not part of the checksum)."""
 
     version: int
     name: str
     statements: tuple[str, ...]
+    backfill: Callable[[Tx], None] | None = field(default=None, compare=False)
 
     def render(self, dialect: Dialect) -> list[str]:
         """The statements with the engine's types filled in."""
@@ -410,6 +414,33 @@ _V11 = (
 )""",
 )
 
+# Money counted once, kept per batch (issue 20): each batch's share of its payroll's totals (paid, failed,
+# outstanding, in progress, scheduled, not paid; `processor.domain.ledger.batch_share`), in cents, with the
+# currency and the creation time of the payroll's original batch, written in the transaction of every change that
+# changes it (processor/store/money.py), so a day's, a month's or a range's totals are SQL sums over an index.
+# Existing batches are booked by the migration.
+_V12 = (
+    """CREATE TABLE batch_money (
+    batch_id TEXT PRIMARY KEY,
+    payroll_id TEXT NOT NULL,
+    payroll_created_at {TS} NOT NULL,
+    currency TEXT NOT NULL,
+    paid_transfers INTEGER NOT NULL,
+    paid_cents BIGINT NOT NULL,
+    failed_transfers INTEGER NOT NULL,
+    failed_cents BIGINT NOT NULL,
+    outstanding_transfers INTEGER NOT NULL,
+    outstanding_cents BIGINT NOT NULL,
+    in_progress_transfers INTEGER NOT NULL,
+    in_progress_cents BIGINT NOT NULL,
+    scheduled_transfers INTEGER NOT NULL,
+    scheduled_cents BIGINT NOT NULL,
+    not_paid_transfers INTEGER NOT NULL,
+    not_paid_cents BIGINT NOT NULL
+)""",
+    "CREATE INDEX batch_money_window ON batch_money (payroll_created_at, currency)",
+)
+
 # Authorised VRP mandates watched (issue 24): when the mandate's consent was last read at the bank (a payment reads
 # it first when that is older than `mandate_watch_interval`); mandates authorised before this are watched from now;
 # the console and the admin API list mandates and payments by creation time.
@@ -432,6 +463,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "scheduled batches: execute_on", _V9),
     Migration(10, "attempts, withdrawals, duplicate-payroll holds, intake verdicts", _V10),
     Migration(11, "people: audit trail, sessions, sign-in failures, requests, paid accounts", _V11),
+    Migration(12, "money per batch: each batch's share of its payroll's totals", _V12, MoneyBook.book_all),
     Migration(14, "VRP mandates watched: consent_read_at; listing indexes", _V14),
 )
 
@@ -476,6 +508,8 @@ def migrate(db: Database, migrations: tuple[Migration, ...] = MIGRATIONS, *, now
                 continue
             for statement in migration.render(tx.dialect):
                 tx.execute(statement)
+            if migration.backfill is not None:
+                migration.backfill(tx)
             tx.execute(
                 "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
                 (migration.version, migration.name, migration.checksum, now or datetime.now(UTC)),

@@ -7,6 +7,7 @@ account masked, and replayed with a reason. Screenshots go to $DISPERSION_TEST_O
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import tomllib
 from datetime import UTC, datetime, timedelta
@@ -108,6 +109,12 @@ def test_mandates_pages_and_vrp_dead_letters_in_a_real_browser(
         expect(refused).to_contain_text("ControlParameters.PeriodicLimits[0]")
         expect(refused).to_contain_text("550.00 already used, 500.00 requested")
         expect(page.locator("#mandate-timeline")).to_contain_text("LIMIT_EXCEEDED")
+        # A payment of no valid amount: INVALID, shown with what it asked for (not as 0.00) and its reason.
+        producer.send(VRP_PAYMENTS_TOPIC, mandate_id, vrp_payment(mandate_id, f"{mandate_id}-P4", "-5.00"))
+        invalid = payments.locator(f"tr[data-payment='{mandate_id}-P4']")
+        expect(invalid).to_contain_text("INVALID", timeout=60_000)
+        expect(invalid.locator("td.num")).to_have_text("-5.00 requested GBP")
+        expect(invalid).to_contain_text("greater than zero")
 
         used, left = ledger(work / "dispersion.sqlite", mandate_id, Decimal("1000.00"))
         assert (used, left) == (Decimal("550.00"), Decimal("450.00"))
@@ -137,6 +144,9 @@ def test_mandates_pages_and_vrp_dead_letters_in_a_real_browser(
         expect(page.locator("#letter-kind")).to_have_text("VRP mandate")
         expect(page.locator("#decoded")).to_contain_text('"identification": "****5698"')
         expect(page.locator("#decoded")).to_contain_text('"integration": "nowhere"')
+        instant = re.compile(r'"valid_from": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"')  # ISO 8601 UTC, ms
+        expect(page.locator("#decoded")).to_contain_text(instant)
+        expect(page.locator("#letter-time")).to_have_text(re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"))
         assert CREDITOR["identification"] not in page.content()
         page.fill("#replay-reason", "integration added; replay once")
         page.click("#replay")

@@ -2,7 +2,8 @@
 bank and `dispersion processor` as a subprocess; the operator's commands run as subprocesses too, as typed.
 
 - the same export submitted twice is one batch, with no dead letter; the batch id reused with other transfers
-  is a conflict (dead letter) and changes nothing;
+  is a conflict (dead letter) and changes nothing, and what differs (transfers changed and added, origin, file
+  reference) is shown by `submit`, `dlq show` and the console's dead-letter page;
 - a month-end day: a batch with a closed account exits 4 and names the failed transfer; `retry-failed` with a
   correction by ana (an operator's personal token) waits as a request (exit 5, no consent) that ana may not
   approve and bob (an approver) does; it pays only that transfer (its own approval) and leaves the original
@@ -16,15 +17,19 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from html import unescape
 from pathlib import Path
 
+import httpx
 import pytest
+from console_support import CSRF
 from kafka_layer_support import committed
 from processor_support import (
     BATCHES_TOPIC,
@@ -41,9 +46,12 @@ from processor_support import (
     unique_id,
 )
 
+from processor.api.console.auth import hash_password
+
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
 
 ORIGIN = ("--origin-account", "100200300", "--origin-currency", "GTQ", "--integration", "sandbox")
+VIEWER_PASSWORD = "a viewer reads dead letters"
 
 
 @dataclass
@@ -92,29 +100,69 @@ def consumed(deployment: Deployment, count: int, timeout: float = 60) -> None:
 
 
 def test_the_same_export_submitted_twice_is_one_batch_without_dead_letter(
-    kafka_bootstrap: str, deployment_factory: DeploymentFactory
+    kafka_bootstrap: str, deployment_factory: DeploymentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deployment = deployment_factory(kafka_bootstrap)
+    monkeypatch.setenv("DISPERSION_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
+    viewer = {"password": hash_password(VIEWER_PASSWORD), "role": "viewer"}
+    tables = {
+        "admin": {"token_env": "DISPERSION_TEST_ADMIN_TOKEN"},
+        "console": {"session_key": "s" * 40},
+        "console.operators.vera": viewer,
+    }
+    deployment = deployment_factory(kafka_bootstrap, tables=tables)
     instance = deployment.start(0)
     statuses = deployment.topic_log(STATUS_TOPIC)
     letters = deployment.topic_log(DLQ_TOPIC)
     batch_id = unique_id("NOV")
     path = export(deployment.directory / "export.csv", [("200100300", "1500.50"), ("200100301", "2000.00")])
 
-    first = dispersion(deployment, "submit", str(path), *ORIGIN, "--batch-id", batch_id)
+    first = dispersion(deployment, "submit", str(path), *ORIGIN, "--batch-id", batch_id, "--no-wait")
     assert first.code == 0, first.err
     statuses.wait_until(has(batch_id, "AUTHORIZATION_REQUIRED"), timeout=60, what="the approval link")
-    second = dispersion(deployment, "submit", str(path), *ORIGIN, "--batch-id", batch_id)  # requested_at differs
+    # requested_at differs
+    second = dispersion(deployment, "submit", str(path), *ORIGIN, "--batch-id", batch_id, "--no-wait")
     assert second.code == 0, second.err
     assert "is recognised as the same batch" in second.err
-    other = export(deployment.directory / "other.csv", [("200100300", "1500.50"), ("200100302", "99.00")])
-    conflict = dispersion(deployment, "submit", str(other), *ORIGIN, "--batch-id", batch_id)
-    assert conflict.code == 0, conflict.err
+    # The batch id reused: one transfer changed, one added, another origin account and file reference.
+    rows = [("200100300", "1500.50"), ("200100302", "99.00"), ("200100303", "10.00")]
+    other = export(deployment.directory / "other.csv", rows)
+    moved = ("--origin-account", "100200399", *ORIGIN[2:], "--file-reference", "NOV-OTHER")
+    conflict = dispersion(deployment, "submit", str(other), *moved, "--batch-id", batch_id)  # waits: a verdict
+    assert conflict.code == 5 and "dispersion submit: conflict: " in conflict.err, conflict.err
     consumed(deployment, 3)
     letters.poll(1.0)
 
     assert [e.record["batch_id"] for e in letters.events] == [batch_id]  # the conflict only
     assert letters.events[0].record["reason"].startswith("conflict: ")
+    # What differs from the stored batch, in `dlq show` and on the console's dead-letter page.
+    differs = (
+        "transfers: 1 changed (#1 account ****0301 -> ****0302, amount 2000.00 -> 99.00)",
+        "1 transfer(s) added (10.00)",
+        "control sum 3500.50 -> 1609.50 GTQ",
+        "origin ****0300 ",
+        " -> ****0399 ",
+        "-> NOV-OTHER",
+    )
+    listed = dispersion(deployment, "dlq", "list", "--batch", batch_id)
+    assert listed.code == 0 and len(listed.out.splitlines()) == 1, listed.out + listed.err
+    letter_id = listed.out.split()[0]
+    show = dispersion(deployment, "dlq", "show", letter_id)
+    assert show.code == 0, show.err
+    reason_line = next(line for line in show.out.splitlines() if line.startswith("  reason: "))
+    assert all(part in reason_line for part in differs), show.out
+    assert all(part in conflict.err for part in differs), conflict.err
+    assert "100200399" not in show.out and "200100302" not in reason_line  # accounts masked
+    with httpx.Client(base_url=f"{instance.url}/console", timeout=30) as console:
+        form = console.get("/sign-in")
+        token = CSRF.search(form.text)
+        assert token is not None, form.text
+        signed = console.post("/sign-in", data={"csrf": token.group(1), "name": "vera", "password": VIEWER_PASSWORD})
+        assert signed.status_code == 303, signed.text
+        page = console.get(f"/dead-letters/{letter_id}")
+    assert page.status_code == 200, page.text
+    shown_reason = re.search(r'<dd id="reason" class="reason">(.*?)</dd>', page.text, re.S)
+    assert shown_reason is not None, page.text
+    assert all(part in unescape(shown_reason.group(1)) for part in differs), shown_reason.group(1)
     approve = ApproveEach(deployment.approver(), lambda: instance.url)
     approve(statuses.by_key(batch_id))
     statuses.wait_until(has(batch_id, "COMPLETED"), timeout=60, what="COMPLETED")

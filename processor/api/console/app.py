@@ -60,9 +60,10 @@ from processor.api.people import audit_view, replay_audit, request_view
 from processor.domain.ledger import month_window
 from processor.domain.roles import Action, Controls
 from processor.domain.text import text_problem
-from processor.domain.time import Clock, SystemClock, within_range
+from processor.domain.time import Clock, SystemClock, iso_ms, within_range
 from processor.engine.requests import Where, ask_retry, decide_request
 from processor.engine.retries import Correction, RetryError, preview
+from processor.engine.vrp_views import amount_text
 from processor.engine.withdrawal import WithdrawError, act_audit, confirm_duplicate, lifecycle_detail, withdraw_batch
 from processor.store import Store, StoreError, StoreTx
 from processor.store.console import BatchFilter
@@ -726,6 +727,8 @@ def console_app(
     env.filters["status"] = shown_status
     env.filters["q"] = lambda value: quote(str(value), safe="")
     env.filters["day"] = payday_text
+    env.filters["vrp_amount"] = amount_text
+    env.filters["iso"] = iso_ms  # instants: ISO 8601 UTC with milliseconds
     handlers = {BadFormError: _failed, StoreError: _failed, 404: _failed, 405: _failed}
     app = Starlette(routes=ROUTES, exception_handlers=handlers)
     app.state.console = Console(

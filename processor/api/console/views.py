@@ -334,9 +334,9 @@ def overview_page(
     (each transfer counted once: `engine.ledger`), the oldest batches awaiting approval and the scheduled ones."""
     reads = ConsoleReads(tx.raw)
     per_status: dict[str, int] = {}
-    for total in reads.day_totals(since, until):
-        status = shown_status(total.state)
-        per_status[status] = per_status.get(status, 0) + total.batches
+    for state, count in reads.states_created(since, until).items():
+        status = shown_status(state)
+        per_status[status] = per_status.get(status, 0) + count
     widest = max(per_status.values(), default=0) or 1
     bars = [
         Bar(status, count, position * (BAR_HEIGHT + BAR_GAP), max(1.0, CHART_WIDTH * count / widest))

@@ -121,6 +121,10 @@ async def test_the_report_keeps_vrp_payments_apart_with_totals_per_mandate_and_c
 ) -> None:
     async with admin_vrp_rig(vrp_sandbox, store) as (rig, http):
         mandate_id = await _three_payments(rig)
+        # A mandate with one payment whose amount has three decimals: INVALID, listed with what it asked for.
+        other = (await rig.vrp.submit_mandate(mandate_request(now=rig.clock.now()))).mandate.mandate_id
+        invalid = await rig.vrp.submit_payment(payment_request(other, "1.005"))
+        assert invalid.payment is not None and invalid.payment.state == "INVALID"
         since, until = rig.clock.now() - timedelta(hours=1), rig.clock.now() + timedelta(hours=1)
         answer = await http.get(
             "/report", params={"since": since.isoformat(), "until": until.isoformat()}, headers=AUTH
@@ -140,6 +144,11 @@ async def test_the_report_keeps_vrp_payments_apart_with_totals_per_mandate_and_c
             "REFUSED": {"payments": 1, "amount": "500.00"},
         }
         assert all(line.get("mandate_id") is None for line in answer.json()["lines"])  # file payments apart
+        [asked] = [p for p in vrp["payments"] if p["mandate_id"] == other]
+        assert (asked["amount"], asked["requested_amount"], asked["state"]) == (None, "1.005", "INVALID")
+        assert "amount" in asked["reason"], asked
+        [one] = [t for t in vrp["totals"] if t["mandate_id"] == other]
+        assert one["by_state"] == {"INVALID": {"payments": 1, "amount": None}}
 
         config = tmp_path / "dispersion.toml"
         config.write_text(f'[admin]\nurl = "{str(http.base_url).rstrip("/").removesuffix("/admin")}"\n')
@@ -158,6 +167,8 @@ async def test_the_report_keeps_vrp_payments_apart_with_totals_per_mandate_and_c
             (True, "500.00", "REFUSED"),
         ]
         assert f"vrp total {mandate_id} GBP: 3 payments (2 COMPLETED 550.00, 1 REFUSED 500.00)" in done.stderr
+        assert [(r["amount"], r["state"]) for r in rows if r["mandate_id"] == other] == [("", "INVALID")]
+        assert f"vrp total {other} GBP: 1 payment (1 INVALID)\n" in done.stderr
 
 
 async def test_an_invalid_mandate_whose_request_does_not_parse_is_listed_and_shown(

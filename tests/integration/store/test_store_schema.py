@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from store_fixtures import T0, StoreTarget
 
+from processor.domain.ledger import BUCKETS
+from processor.engine.ledger import payroll_of
 from processor.store import MIGRATIONS, MigrationError, migrate
+from processor.store.money import MoneyReads
 from processor.store.schema import Migration
 
 TABLES = {
@@ -22,6 +27,7 @@ TABLES = {
     "batch_attempts",
     "intake_verdicts",
     "transfer_sketches",
+    "batch_money",
     "schema_migrations",
 }
 
@@ -128,3 +134,61 @@ def test_mandates_authorised_before_migration_14_are_watched_from_it(store_targe
         mandate = tx.mandates.require("m-old")
         assert mandate.next_action_at == mandate.updated_at  # due: its consent is read at the next worker round
         assert mandate.consent_read_at is None  # never read yet: a payment reads it first
+
+
+def test_migration_12_books_the_money_of_batches_stored_before_it(store_target: StoreTarget) -> None:
+    # Yesterday's store: a payroll whose failed transfer a retry paid, and a USD batch waiting for its approver.
+    paid = '{"transaction_results": [{"index": 0, "amount": "100.00", "status": "COMPLETED"},'
+    report = paid + ' {"index": 1, "amount": "50.25", "status": "FAILED", "reason": "AC04"}]}'
+    retry_report = '{"transaction_results": [{"index": 0, "amount": "50.25", "status": "COMPLETED"}]}'
+    rows = (
+        ("pay-1", "COMPLETED", "GTQ", 2, "150.25", report),
+        ("pay-1.retry-1", "COMPLETED", "GTQ", 1, "50.25", retry_report),
+        ("usd-1", "AWAITING_AUTHORIZATION", "USD", 1, "10.00", None),
+    )
+    with store_target.connect() as db:
+        migrate(db, tuple(m for m in MIGRATIONS if m.version < 12))
+        with db.transaction() as tx:
+            for batch_id, state, currency, count, control_sum, stored in rows:
+                text = f'{{"batch_id": "{batch_id}", "origin_account": {{"currency": "{currency}"}}}}'
+                tx.execute(
+                    "INSERT INTO flows (batch_id, integration, state, payload, payload_sha256, approval_token,"
+                    " number_of_transactions, control_sum, report, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        batch_id,
+                        "sandbox",
+                        state,
+                        text,
+                        "x",
+                        f"t-{batch_id}",
+                        count,
+                        Decimal(control_sum),
+                        stored,
+                        T0,
+                        T0,
+                    ),
+                )
+            tx.execute(
+                "INSERT INTO batch_retries (retry_batch_id, original_batch_id, number, transfer_indexes, requested_by,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                ("pay-1.retry-1", "pay-1", 1, "[1]", "ana", T0),
+            )
+        assert 12 in migrate(db)
+    with store_target.open() as store, store.transaction(write=False) as tx:
+        gtq, usd = MoneyReads(tx.raw).totals_created(T0 - timedelta(days=1), T0 + timedelta(days=1))
+        assert (gtq.currency, gtq.batches, usd.currency, usd.batches) == ("GTQ", 2, "USD", 1)
+        figures = {name: (getattr(gtq, name).transfers, getattr(gtq, name).amount) for name in BUCKETS}
+        assert figures == {
+            "paid": (2, Decimal("150.25")),
+            "failed": (1, Decimal("50.25")),
+            "outstanding": (0, Decimal("0.00")),
+            "in_progress": (0, Decimal("0.00")),
+            "scheduled": (0, Decimal("0.00")),
+            "not_paid": (0, Decimal("0.00")),
+        }
+        assert (usd.in_progress.transfers, usd.in_progress.amount) == (1, Decimal("10.00"))
+        # The SQL sums equal the payroll read transfer by transfer (the batch page's reading of the same results).
+        payroll = payroll_of(tx, "pay-1")
+        assert payroll is not None and payroll.totals == gtq
+        assert payroll.outcomes[1].final == "PAID" and payroll.outcomes[1].by == "pay-1.retry-1"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from processor_support import payroll_batch
 
@@ -48,3 +49,12 @@ def test_bytes_that_are_neither_are_hex_and_dlq_show_prints_each_form() -> None:
         "    {",
     ]
     assert record_lines({"unreadable": "no Kafka here"}) == ["  record: not readable here (no Kafka here)"]
+
+
+def test_instants_in_a_decoded_record_are_iso_8601_utc_with_milliseconds() -> None:
+    record = payroll_batch("B-3")
+    record["requested_at"] = datetime(2026, 11, 26, 10, 50, 8, 675000, tzinfo=UTC)
+    view = readable(schemas.Codec("payroll.batches").encode(record), "payroll.batches")
+    assert view.decoded is not None
+    assert '"requested_at": "2026-11-26T10:50:08.675Z"' in view.decoded, view.decoded
+    assert "+00:00" not in view.decoded

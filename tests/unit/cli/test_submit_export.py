@@ -18,8 +18,11 @@ import pytest
 from cli_support import EXPORT, ORIGIN, Run
 
 from processor.cli import submit
-from processor.cli.submit import BatchFields, Export, ExportError, check, read_csv, sniff_delimiter
 from processor.domain.schedule import Calendar
+from processor.exports import reading
+from processor.exports.checks import check, control_sum
+from processor.exports.layout import BatchFields, Export, ExportError, read_csv, read_json
+from processor.exports.profile import sniff_delimiter
 
 NOW = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
 DOC_EXAMPLE = "".join(EXPORT.splitlines(keepends=True)[:4])  # the header and three rows
@@ -83,7 +86,7 @@ def test_doc_example_reads_into_the_batch() -> None:
     assert export.lines == (2, 3, 4)
     assert export.ignored_columns == ()
     assert check(export) == []
-    assert submit.control_sum(batch) == Decimal("27750.50")
+    assert control_sum(batch) == Decimal("27750.50")
 
 
 def test_header_names_match_case_spaces_and_hyphens() -> None:
@@ -294,7 +297,7 @@ def submitted_on(monkeypatch: pytest.MonkeyPatch, instant: datetime) -> None:
         def now(cls, tz: Any = None) -> datetime:
             return instant.astimezone(tz)
 
-    monkeypatch.setattr(submit, "datetime", Clock)
+    monkeypatch.setattr(reading, "datetime", Clock)
 
 
 def test_next_months_identical_payroll_gets_another_default_batch_id(
@@ -390,7 +393,7 @@ def test_json_export_amounts_are_exact_and_options_override(capsys: pytest.Captu
     result = run(capsys, str(path), "--format", "json", "--dry-run", "--quiet", "--integration", "sandbox")
     assert (result.code, result.out) == (0, "valid batch J-1: 2 transactions, control sum 0.30 GTQ\n")
     fields = BatchFields(origin_account_number="3001234567", integration="sandbox")
-    export = submit.read_json(path.read_bytes(), fields, requested_at=NOW, defaults=BatchFields())
+    export = read_json(path.read_bytes(), fields, requested_at=NOW, defaults=BatchFields())
     batch = export.batch
     assert [t.amount for t in batch.transactions] == [Decimal("0.1"), Decimal("0.20")]
     assert batch.origin.number == "3001234567"
@@ -501,7 +504,7 @@ def test_json_export_takes_execute_on_from_the_document_or_the_option(tmp_path: 
         "origin_account": {"account_number": "111", "currency": "GTQ"},
         "transactions": [{"destination_account": {"account_number": "2001", "currency": "GTQ",
                           "email": "a@example.com"}, "amount": "1.00", "concept": "x"}]}"""
-    read = submit.read_json(document, BatchFields(), requested_at=NOW, defaults=BatchFields())
+    read = read_json(document, BatchFields(), requested_at=NOW, defaults=BatchFields())
     assert read.batch.execute_on == date(2024, 11, 29)
-    given = submit.read_json(document, BatchFields(execute_on="2024-11-30"), requested_at=NOW, defaults=BatchFields())
+    given = read_json(document, BatchFields(execute_on="2024-11-30"), requested_at=NOW, defaults=BatchFields())
     assert given.batch.execute_on == date(2024, 11, 30)

@@ -22,11 +22,12 @@ from openpyxl import Workbook
 
 from processor.cli import exports as exportscli
 from processor.cli import submit
-from processor.cli.submit import BatchFields, check
-from processor.cli.submit_profile import profile_named, read_profiled
-from processor.domain.export_profile import ProfileError, parse_profile
-from processor.domain.export_rows import NumberCell, RowMapper
-from processor.exports import xlsx_rows
+from processor.exports.checks import check
+from processor.exports.layout import BatchFields
+from processor.exports.mapping import NumberCell, RowMapper
+from processor.exports.profile import ProfileError, parse_profile
+from processor.exports.profiled import profile_named, read_profiled
+from processor.exports.xlsx_rows import xlsx_rows
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from openpyxl import Workbook
 
-from processor.exports import ExportLimitError, xlsx_rows
+from processor.exports.errors import ExportLimitError
+from processor.exports.xlsx_rows import xlsx_rows
 
 module = importlib.import_module("processor.exports.xlsx_rows")
 

@@ -1,14 +1,13 @@
 """An ERP export read through an export profile (`dispersion submit --profile NAME`, `dispersion exports check`).
 
-The file reader (`processor.exports`) gives rows of cells, `processor.domain.export_rows.RowMapper` turns them into
-our fields, and the rows then go through `processor.cli.submit.read_csv` as if they were our own CSV layout, so batch
-values, defaults and every later check are the ones documented for that layout; problems name the row and the
-ERP's column.
+The file reader (`processor.exports.read_rows`) gives rows of cells, `processor.exports.mapping.RowMapper` turns
+them into our fields, and the rows then go through `processor.exports.layout.read_csv` as if they were our own CSV
+layout, so batch values, defaults and every later check are the ones documented for that layout; problems name the
+row and the ERP's column. A workbook in our own layout is read through a built-in profile (`workbook_profile`).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -16,8 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from processor.cli.submit import BatchFields, Export, ExportError, Problem, normalise_column, read_csv
-from processor.domain.export_profile import (
+from processor.exports.errors import ExportFileError, ExportLimitError
+from processor.exports.files import read_rows
+from processor.exports.layout import BatchFields, Export, ExportError, Problem, normalise_column, read_csv
+from processor.exports.mapping import Explanation, MappingResult, RowMapper, RowProblem
+from processor.exports.profile import (
     BATCH_COLUMNS,
     CONSTANTS,
     REQUIRED_COLUMNS,
@@ -28,9 +30,6 @@ from processor.domain.export_profile import (
     format_for,
     parse_profile,
 )
-from processor.domain.export_rows import Explanation, MappingResult, RowMapper, RowProblem
-from processor.domain.settings import ConfigError
-from processor.exports import ExportFileError, ExportLimitError, read_rows
 
 UNIT = "row"
 # Validation's field names for a transaction -> our column.
@@ -44,47 +43,6 @@ _VALIDATION_FIELDS = {
     "employee_reference": "employee_reference",
 }
 _OPTION_OF = {target: key for key, target in CONSTANTS.items()}
-
-
-def profile_for_submit(args: argparse.Namespace, exports: object, config_path: str | None) -> ExportProfile:
-    """`submit --profile NAME [--explain]`: the profile; ConfigError (exit 2) when it cannot be used so."""
-    if args.profile is None:
-        raise ConfigError("--explain needs --profile NAME (an [exports.NAME] profile)")
-    if config_path is None:
-        raise ConfigError("--profile needs a configuration (--config, $DISPERSION_CONFIG or ./dispersion.toml)")
-    clashing = [option for option in ("format", "delimiter", "encoding") if getattr(args, option) is not None]
-    if clashing:
-        raise ConfigError(f"--{clashing[0]} cannot be combined with --profile (set it in the profile)")
-    try:
-        return profile_named(exports, args.profile, config_path)
-    except ProfileError as exc:
-        raise ConfigError("\n".join(exc.problems)) from None
-
-
-def read_for_submit(
-    args: argparse.Namespace,
-    profile: ExportProfile,
-    fields: BatchFields,
-    defaults: BatchFields,
-    *,
-    requested_at: datetime,
-    progress: Callable[[str], None],
-) -> Export:
-    """`submit --profile`'s reading: `read_profiled`, printing the explanation with `--explain`."""
-    path: Path = args.export
-
-    def explain(explanation: Explanation) -> None:
-        print("\n".join(explain_lines(explanation, path, profile.constants)))
-
-    return read_profiled(
-        path,
-        profile,
-        fields,
-        requested_at=requested_at,
-        defaults=defaults,
-        explain=explain if args.explain else None,
-        on_row=lambda count: progress(f"reading {path.name}: {count:,} rows"),
-    )
 
 
 def workbook_profile(path: Path) -> ExportProfile:

@@ -1,4 +1,4 @@
-"""Numbers as ERP exports write them (processor/domain/numbers.py): local separators read exactly per profile,
+"""Numbers as ERP exports write them (processor/exports/numbers.py): local separators read exactly per profile,
 anything the profile does not settle refused with the reason; spreadsheet numbers read as the decimal the cell
 shows through its number format, never through a binary float."""
 
@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from processor.domain.numbers import NumberError, NumberStyle, parse_amount, shown_decimal, shown_text
+from processor.exports.numbers import NumberError, NumberStyle, parse_amount, shown_decimal, shown_text
 
 SPANISH = NumberStyle(decimal=",", thousands=".")
 SPACED = NumberStyle(decimal=",", thousands=" ")

@@ -3,7 +3,7 @@
 The file readers (`processor.exports`) hand over rows of cells, one at a time with the row's number as a
 spreadsheet would show it; `RowMapper` skips the title rows, finds the header and the profile's columns in it,
 sets aside footer rows and the total row, and turns each data row into our fields: text trimmed, amounts exact
-(`processor.domain.numbers`). Every bad cell is reported with its row, the column as the ERP named it, and the
+(`processor.exports.numbers`). Every bad cell is reported with its row, the column as the ERP named it, and the
 reason. The total row, when there is one, is checked against the sum of the rows. The first rows are kept, cell
 by cell, for `--explain`.
 """
@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final
 
-from processor.domain.export_profile import (
+from processor.exports.numbers import NumberError, parse_amount, shown_decimal, shown_text
+from processor.exports.profile import (
     BATCH_COLUMNS,
     REQUIRED_COLUMNS,
     ROW_COLUMNS,
@@ -24,7 +25,6 @@ from processor.domain.export_profile import (
     ExportProfile,
     header_key,
 )
-from processor.domain.numbers import NumberError, parse_amount, shown_decimal, shown_text
 
 EXPLAINED_ROWS: Final = 3
 
