@@ -69,7 +69,7 @@ from month_end import (
 )
 
 import schemas
-from producers.kafka import KafkaSettings
+from processor.kafka.settings import KafkaSettings
 from schemas.topics import BATCHES_TOPIC
 
 TARGET_MB = 500

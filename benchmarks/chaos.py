@@ -60,7 +60,7 @@ from typing import Any
 
 import httpx
 import psycopg
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from month_end import (
     DEFAULT_PG_URL,
     Bench,
@@ -87,7 +87,8 @@ import schemas
 from processor.devtools.approver import BROWSER_HEADERS, ApprovalError, decide
 from processor.devtools.kafka_local import KafkaLocalError, LocalKafka
 from processor.domain.file_states import STATUS_RANKS
-from producers.kafka import KafkaSettings, librdkafka_logger
+from processor.kafka.clients import librdkafka_logger, new_consumer
+from processor.kafka.settings import KafkaSettings
 from schemas.topics import BATCHES_TOPIC, STATUS_TOPIC
 
 CREATING = ["file-payment-consents.create", "file-payment-consents.upload", "file-payments.create"]
@@ -335,7 +336,7 @@ def read_statuses(settings: KafkaSettings, timeout: float = 60.0) -> StatusLog:
     """Every record of the run's status topic, from the beginning of each partition to its end now, per batch id
     in log order, each event id once (a second copy of an event is a redelivery, counted in `resent`)."""
     topic = settings.topic(STATUS_TOPIC)
-    consumer = Consumer(settings.config(**{"group.id": f"{settings.group_id}-judge", "enable.auto.commit": False}))
+    consumer = new_consumer(settings.config(**{"group.id": f"{settings.group_id}-judge", "enable.auto.commit": False}))
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=timeout).topics[topic].partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in partitions}

@@ -60,14 +60,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
-from confluent_kafka import Consumer, KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, Message
 
 import schemas
 from processor.devtools.approver import ApprovalError, decision_post
 from processor.devtools.kafka_local import LocalKafka
-from producers.kafka import KafkaSettings, librdkafka_logger, producer_config
-from producers.topics import ensure_topics, project_topics
+from processor.kafka.clients import librdkafka_logger, new_admin, new_consumer, new_producer, producer_config
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.topics import ensure_topics, project_topics
 from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, STATUS_TOPIC
 
 DEFAULT_PG_URL = "postgresql://dispersion:dispersion@127.0.0.1:5432/dispersion_test"
@@ -93,12 +93,22 @@ def load_averages() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def speed_reference() -> str:
+def speed_reference_seconds() -> float:
     """Seconds one core takes for a fixed pure-Python loop now: figures from different days or machines are
     comparable only next to it (the same code measured 27 and 47 batches/s on two days of this machine)."""
-    started = time.perf_counter()
+    started = time.process_time()
     sum(range(30_000_000))
-    return f"speed reference (sum of range(3e7), one core) {time.perf_counter() - started:.3f} s"
+    return time.process_time() - started
+
+
+SPEED_REFERENCE: list[float] = []  # the value printed at the start of this benchmark run
+
+
+def speed_reference() -> str:
+    """The speed reference measured now, as printed (and kept in `SPEED_REFERENCE` for the normalised figures)."""
+    seconds = speed_reference_seconds()
+    SPEED_REFERENCE[:] = [seconds]
+    return f"speed reference (sum of range(3e7), one core, CPU time) {seconds:.3f} s"
 
 
 # --- processes ------------------------------------------------------------------------------------------------
@@ -289,7 +299,7 @@ def fresh_kafka(bootstrap: str, partitions: int, status_max_message_mb: float | 
 
 def delete_topics(settings: KafkaSettings) -> None:
     """Remove the run's topics (best effort)."""
-    admin = AdminClient(settings.config(logger=librdkafka_logger("bench-admin")))
+    admin = new_admin(settings.config(logger=librdkafka_logger("bench-admin")))
     for future in admin.delete_topics(list(settings.topics.values()), request_timeout=30).values():
         with contextlib.suppress(Exception):
             future.result(30)
@@ -297,7 +307,7 @@ def delete_topics(settings: KafkaSettings) -> None:
 
 def group_members(settings: KafkaSettings) -> int:
     """Members of the processors' consumer group once it is stable (0 before)."""
-    admin = AdminClient(settings.config(logger=librdkafka_logger("bench-admin")))
+    admin = new_admin(settings.config(logger=librdkafka_logger("bench-admin")))
     try:
         description = admin.describe_consumer_groups([settings.group_id])[settings.group_id].result(10)
     except Exception:
@@ -425,7 +435,7 @@ class StatusWatcher:
 
     def __init__(self, settings: KafkaSettings, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.topic = settings.topic(STATUS_TOPIC)
-        self.consumer = Consumer(
+        self.consumer = new_consumer(
             settings.config(
                 logger=librdkafka_logger("bench-status"),
                 **{
@@ -543,7 +553,7 @@ def batch_record(batch_id: str, transactions: int, seed: int) -> dict[str, Any]:
 
 def produce(settings: KafkaSettings, values: Sequence[tuple[str, bytes]]) -> tuple[float, float]:
     """Produce pre-encoded batches; (wall time of the first produce, seconds until all were acknowledged)."""
-    producer = Producer(producer_config(settings, "bench-submit", **{"compression.type": "lz4", "linger.ms": 5}))
+    producer = new_producer(producer_config(settings, "bench-submit", **{"compression.type": "lz4", "linger.ms": 5}))
     failures: list[str] = []
 
     def delivered(error: KafkaError | None, message: Message) -> None:
@@ -665,6 +675,42 @@ def bank_call_means(api: str) -> dict[str, tuple[int, float]]:
     return {op: (int(counts[op]), sums.get(op, 0.0) / counts[op]) for op in counts if counts[op]}
 
 
+def bank_call_mean(metrics: Sequence[dict[str, tuple[int, float]]]) -> tuple[int, float]:
+    """(calls, mean seconds) of every bank call of every instance together."""
+    calls = sum(count for means in metrics for count, _ in means.values())
+    total = sum(count * mean for means in metrics for count, mean in means.values())
+    return calls, (total / calls if calls else 0.0)
+
+
+def print_normalised(
+    batches: int,
+    cpu: dict[str, list[float]],
+    processors: Sequence[str],
+    sandbox: str,
+    reference: float,
+    metrics: Sequence[dict[str, tuple[int, float]]],
+    latency_ms: float,
+) -> None:
+    """The issue-22 figures: processor CPU-seconds per 1000 batches divided by the speed reference (so runs on a
+    faster or busier hour compare), processor CPU over the sandbox's for the same exchanges, and the mean bank
+    call as the processor saw it against the latency the sandbox adds (`cpu[name]` = CPU marks at the phases'
+    ends, as `_measure` takes them)."""
+    phases = {"submit": (0, 1), "approve+complete": (1, 2), "whole run": (0, 2)}
+    per_batch, ratio = [], []
+    for phase, (start, end) in phases.items():
+        ours = sum(cpu[name][end] - cpu[name][start] for name in processors)
+        bank = cpu[sandbox][end] - cpu[sandbox][start]
+        per_batch.append(f"{phase} {ours / batches * 1000 / reference:6.1f}")
+        ratio.append(f"{phase} {ours / bank if bank else float('nan'):5.2f}")
+    print(f"speed reference during the run (mean of before and after, CPU time): {reference:.3f} s")
+    print(f"processor CPU-s per 1000 batches / speed reference: {', '.join(per_batch)}  (target <= 40)")
+    print(f"processor CPU / sandbox CPU:                        {', '.join(ratio)}  (target <= 1.0)")
+    calls, mean = bank_call_mean(metrics)
+    if calls and latency_ms > 0:
+        print(f"mean bank call inside the processor: {mean * 1000:.1f} ms over {calls} calls = "
+              f"{mean * 1000 / latency_ms:.2f} x the configured +{latency_ms:g} ms  (target <= 2.0)")  # fmt: skip
+
+
 def mb(kb: int | None) -> str:
     """kB (KiB, as /proc reports) as MiB for the printout."""
     return "?" if kb is None else f"{kb / 1024:.0f} MiB"
@@ -729,6 +775,7 @@ def _measure(
     ]
     encode_seconds = time.perf_counter() - encode_started
     everyone = [*processors, sandbox]
+    reference_before = speed_reference_seconds()
     cpu: dict[str, list[float]] = {c.name: [c.cpu_seconds()] for c in everyone}
 
     def cpu_mark() -> None:
@@ -818,6 +865,8 @@ def _measure(
     for index, means in enumerate(metrics):
         shown = ", ".join(f"{op} {count}x {mean * 1000:.0f} ms" for op, (count, mean) in sorted(means.items()))
         print(f"bank calls, instance {index + 1} (count, mean): {shown}")
+    reference = (reference_before + speed_reference_seconds()) / 2
+    print_normalised(n, cpu, [p.name for p in processors], sandbox.name, reference, metrics, bench.latency_ms)
     if watcher.duplicates or watcher.errors:
         print(f"status consumer: {watcher.duplicates} duplicate events, errors {watcher.errors[:3]}")
     if DROPPED_RETRIES:

@@ -44,6 +44,7 @@ from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.intake import Guard, IntakeResult, accept_batch, prepare_batch
 from processor.engine.tracing import continued, traceparent_of
+from processor.kafka.wire import RegistryUnavailableError, WireCodec, WireSettings
 from processor.store import Flow, Store, StoreError
 from processor.store.lifecycle import Verdict as Verdict_
 from producers.dlq import REPLAY_OF_HEADER
@@ -207,9 +208,9 @@ def _resubmit_advice(flow: Flow) -> str:
 class BatchHandler:
     """Decodes a `payroll.batches` message and hands it to the intake (see the module docstring)."""
 
-    def __init__(self, intake: BatchIntake, *, wire: schemas.WireSettings | None = None) -> None:
+    def __init__(self, intake: BatchIntake, *, wire: WireSettings | None = None) -> None:
         self.intake = intake
-        self._codec = schemas.WireCodec(BATCHES_TOPIC, wire)  # reads both wire formats
+        self._codec = WireCodec(BATCHES_TOPIC, wire)  # reads both wire formats
 
     def __call__(self, message: Message) -> LoopVerdict:
         """Accept, or reject with the reason (the loop dead-letters it). A span `process TOPIC` continues the
@@ -237,7 +238,7 @@ class BatchHandler:
             record = self._codec.decode(value, message.topic())
         except schemas.DecodeError as exc:
             return Reject(f"undecodable: {exc}")
-        except schemas.RegistryUnavailableError as exc:
+        except RegistryUnavailableError as exc:
             return Retry(f"schema registry unavailable: {exc}")
         where = MessageRef.of(message)
         try:

@@ -2,9 +2,7 @@
 it, or after its dead letter was acknowledged. A poison message never stops the loop.
 
     consumer = AtLeastOnceConsumer(consumer_config(settings, "batches"), [topic], handler, dead_letters)
-    stop = threading.Event()
-    install_sigterm(stop)        # SIGTERM / Ctrl-C: stop polling, commit, leave the group
-    consumer.run(stop)
+    consumer.run(stop)           # until `stop` (a threading.Event) is set: commit what is done, leave the group
 
 The handler gets each message in partition order and answers with a verdict: `Accept` (done: the offset may
 move), `Retry(reason)` (a passing failure such as the store being down: try the same message again later, never
@@ -25,12 +23,12 @@ Failures:
   process; the default one lives in memory (enough for handler exceptions). A passing failure (`Retry`, a dead
   letter not acknowledged) is not counted; an attempt log that cannot be written is a passing failure too.
 
-Static group membership: a consumer built for a named instance (`consumer_config(..., instance=NAME)`) joins with
-`group.instance.id = NAME` unless `[kafka] static_membership = false`. The broker then keeps the instance's
-partitions for it until `session.timeout.ms` (45 s) passes, so an instance restarted under the same name within that
-time takes them back at once, without a rebalance; the price is that a stopped static member's partitions wait that
-long before they move (it does not leave the group on close). Two live instances must never share a name: the
-broker fences the older one, whose loop then stops with `ConsumerFencedError`.
+Static group membership: a consumer configured for a named instance (`processor.kafka.clients.consumer_config` with
+`instance=NAME`) joins with `group.instance.id = NAME` unless `[kafka] static_membership = false`. The broker then
+keeps the instance's partitions for it until `session.timeout.ms` (45 s) passes, so an instance restarted under the
+same name within that time takes them back at once, without a rebalance; the price is that a stopped static member's
+partitions wait that long before they move (it does not leave the group on close). Two live instances must never
+share a name: the broker fences the older one, whose loop then stops with `ConsumerFencedError`.
 
 Offsets are committed synchronously, explicitly (the offset after each handled message), after every polled
 batch; on a rebalance the partitions being revoked are committed first, and on shutdown everything handled is
@@ -42,20 +40,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any, Protocol
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import Counter, Gauge
 
-from producers.clients import new_consumer
+from processor.kafka.clients import new_consumer
 from producers.dlq import DeadLetterError
-from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings, librdkafka_logger
 
 log = structlog.get_logger("consumers")
 
@@ -157,39 +152,6 @@ class MemoryAttempts:
 class ConsumerFencedError(KafkaException):
     """The broker fenced this consumer: another live member of the group joined with the same `group.instance.id`
     (two instances with one name). Fatal: the consumer cannot continue."""
-
-
-def consumer_config(settings: KafkaSettings, name: str, *, instance: str | None = None, **extra: Any) -> dict[str, Any]:
-    """Consumer properties: manual commits, earliest start for a new group, large messages allowed; with `instance`
-    (a name unique among the live members) and `settings.static_membership`, static membership."""
-    membership = {"group.instance.id": instance} if instance and settings.static_membership else {}
-    return settings.config(
-        **{
-            "group.id": settings.group_id,
-            **membership,
-            "client.id": f"dispersion-{name}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "cooperative-sticky",
-            "max.poll.interval.ms": 300_000,
-            "max.partition.fetch.bytes": MAX_MESSAGE_BYTES,
-            "fetch.max.bytes": MAX_MESSAGE_BYTES,
-            "statistics.interval.ms": 15_000,
-            "logger": librdkafka_logger(name),
-            **extra,
-        }
-    )
-
-
-def install_sigterm(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT set `stop` (main thread only): the loop finishes its batch, commits and leaves."""
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
 
 
 def _record_lag(stats_json: str) -> None:

@@ -37,8 +37,9 @@ from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, Payment
 from processor.engine.tracing import continued, traceparent_of
 from processor.engine.vrp import VrpEngine
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.wire import RegistryUnavailableError, WireCodec, WireSettings
 from processor.store import StoreError
-from producers.kafka import KafkaSettings
 from schemas.topics import VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
 
 log = structlog.get_logger("consumers.vrp")
@@ -102,9 +103,9 @@ class _RecordHandler:
         self,
         logical_topic: str,
         take: Callable[[Mapping[str, Any]], Accept | Reject],
-        wire: schemas.WireSettings | None = None,
+        wire: WireSettings | None = None,
     ) -> None:
-        self._codec = schemas.WireCodec(logical_topic, wire)  # reads both wire formats
+        self._codec = WireCodec(logical_topic, wire)  # reads both wire formats
         self._take = take
 
     def __call__(self, message: Message) -> Verdict:
@@ -121,7 +122,7 @@ class _RecordHandler:
             record = self._codec.decode(value, message.topic())
         except schemas.DecodeError as exc:
             return Reject(f"undecodable: {exc}")
-        except schemas.RegistryUnavailableError as exc:
+        except RegistryUnavailableError as exc:
             return Retry(f"schema registry unavailable: {exc}")
         try:
             verdict = self._take(record)

@@ -10,7 +10,7 @@ the consumer moves its offset past it.
 The record (schema `payroll_batches_dlq`) holds the original value, key and headers byte for byte, where the message
 was read (topic, partition, offset), its timestamp, the reason and the batch id when it could be read. The
 dead letter's key is the original key, so dead letters of one batch stay in order too. The dead letter is written in
-the deployment's wire format (`schemas.WireCodec`).
+the deployment's wire format (`WireCodec`).
 
 A fatal producer error (librdkafka's: the idempotent producer fenced, out of sequence) fails that dead letter
 (`DeadLetterError`: the consumer sends it again later) and the next one goes through a new producer made
@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import structlog
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 
-import schemas
-from producers.clients import new_producer
+from processor.kafka.clients import new_producer
+from processor.kafka.wire import RegistryUnavailableError, WireCodec, WireSettings
 from schemas.topics import DLQ_TOPIC
 
 log = structlog.get_logger("producers.dlq")
@@ -116,14 +116,14 @@ class DeadLetterPublisher:
         *,
         topic: str = DLQ_TOPIC,
         timeout: float = 30.0,
-        wire: schemas.WireSettings | None = None,
+        wire: WireSettings | None = None,
         recorder: Callable[[DeadLetterReceipt], None] | None = None,
         producer_factory: Callable[[dict[str, Any]], Producer] | None = None,
     ) -> None:
         self.topic = topic
         self.timeout = timeout
         self.recorder = recorder
-        self._codec = schemas.WireCodec(DLQ_TOPIC, wire)
+        self._codec = WireCodec(DLQ_TOPIC, wire)
         # A delivery report always comes within the timeout (success or failure), so a dead letter that timed out
         # cannot still be delivered later behind the consumer's back.
         self._config: dict[str, Any] = {"message.timeout.ms": int(timeout * 1000), **config, "error_cb": self._on_error}
@@ -153,7 +153,7 @@ class DeadLetterPublisher:
         record = dead_letter_record(message, reason, batch_id=batch_id)
         try:
             value = self._codec.encode(record, self.topic)
-        except schemas.RegistryUnavailableError as exc:  # the consumer retries the message: nothing is skipped
+        except RegistryUnavailableError as exc:  # the consumer retries the message: nothing is skipped
             raise DeadLetterError(f"dead letter to {self.topic} not written: {exc}") from exc
         outcome: list[tuple[KafkaError | None, Message]] = []
         headers: list[tuple[str, str | bytes | None]] = [("reason", reason[:200].encode("utf-8"))]

@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
 
-from producers.clients import new_consumer
+from processor.kafka.clients import new_consumer
 
 # Producer-only librdkafka properties, dropped when a relay's producer configuration is reused for the scan.
 _PRODUCER_ONLY = frozenset(

@@ -60,9 +60,10 @@ from prometheus_client import Counter, Gauge
 
 import schemas
 from processor.domain.time import Clock, SystemClock
+from processor.kafka.clients import new_producer
+from processor.kafka.wire import RegistryUnavailableError, WireCodec, WireSettings
 from processor.store import Handover, OutboxEvent, Store, StoreError
 from producers.avro_json import Coercion, CoercionError, convert
-from producers.clients import new_producer
 from producers.handover import HandoverScanError, published_event_ids, scan_config
 from schemas.topics import STATUS_TOPIC, TRANSFERS_TOPIC, VRP_STATUS_TOPIC
 
@@ -115,22 +116,22 @@ def outbox_record(event: OutboxEvent) -> dict[str, Any]:
 
 
 class EventEncoder:
-    """Outbox events as their topic's records in the deployment's wire format (`schemas.WireCodec`)."""
+    """Outbox events as their topic's records in the deployment's wire format (`WireCodec`)."""
 
     def __init__(
-        self, wire: schemas.WireSettings | None = None, topic_name: Callable[[str], str] = lambda topic: topic
+        self, wire: WireSettings | None = None, topic_name: Callable[[str], str] = lambda topic: topic
     ) -> None:
-        self.wire = wire or schemas.WireSettings()
+        self.wire = wire or WireSettings()
         self.topic_name = topic_name
-        self._codecs: dict[str, schemas.WireCodec] = {}
+        self._codecs: dict[str, WireCodec] = {}
 
     def __call__(self, event: OutboxEvent) -> bytes:
-        """The encoded event; `PoisonEventError` when it does not fit, `schemas.RegistryUnavailableError` when
+        """The encoded event; `PoisonEventError` when it does not fit, `RegistryUnavailableError` when
         the registry cannot serve now (the event is not at fault)."""
         record = outbox_record(event)  # checks the topic is known
         codec = self._codecs.get(event.topic)
         if codec is None:
-            codec = self._codecs[event.topic] = schemas.WireCodec(event.topic, self.wire)
+            codec = self._codecs[event.topic] = WireCodec(event.topic, self.wire)
         try:
             return codec.encode(record, self.topic_name(event.topic))
         except schemas.EncodeError as exc:
@@ -164,7 +165,7 @@ class OutboxRelay:
         max_in_flight: int = 5_000,
         clock: Clock | None = None,
         encoder: Callable[[OutboxEvent], bytes] | None = None,
-        wire: schemas.WireSettings | None = None,
+        wire: WireSettings | None = None,
         handover_config: Mapping[str, Any] | None = None,
         handover_timeout: float = 30.0,
         producer_factory: Callable[[dict[str, Any]], Producer] | None = None,
@@ -207,11 +208,6 @@ class OutboxRelay:
     def in_flight(self) -> int:
         """Events handed to the producer and not yet marked published."""
         return len(self._in_flight)
-
-    @property
-    def blocked_events(self) -> dict[int, str]:
-        """Outbox ids that cannot be encoded (their keys are stuck behind them), with the reason."""
-        return dict(self._poisoned)
 
     @property
     def problem(self) -> str | None:
@@ -349,7 +345,7 @@ class OutboxRelay:
                 break
             try:
                 value = self.encoder(event)
-            except schemas.RegistryUnavailableError as exc:
+            except RegistryUnavailableError as exc:
                 RELAY_ERRORS.labels("registry").inc()
                 log.warning("outbox_registry_unavailable", key=event.key, error=str(exc))
                 break  # nothing after it may overtake it; the rest waits for the next round

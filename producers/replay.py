@@ -25,9 +25,9 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 import schemas
 from processor.domain.time import iso_ms
+from processor.kafka.clients import new_consumer, new_producer, reader_config
 from processor.store import Store, StoreTx
 from processor.store.operator import DeadLetterRow, ReplayRow
-from producers.clients import new_consumer, new_producer, reader_config
 from producers.dlq import REPLAY_OF_HEADER, DeadLetterReceipt
 from schemas.topics import DLQ_TOPIC
 

@@ -1,10 +1,10 @@
-"""Avro schemas of the dispersion topics and their codecs (Avro single-object encoding, Confluent wire format).
+"""Avro schemas of the dispersion topics and their pure codec (Avro single-object encoding).
 
     from schemas import encode, decode
     data = encode("payroll.batches", batch)       # C3 01 + fingerprint + Avro body
     batch = decode("payroll.batches", data)       # any known writer version, read as the newest
 
-    codec = WireCodec("dispersion.status", wire)  # the deployment's wire format (single-object or Confluent)
+The deployment's wire format (single-object or Confluent, with a schema registry) is `processor.kafka.wire.WireCodec`.
 
 See docs/kafka.md for the topics, their fields and both wire formats.
 """
@@ -20,25 +20,15 @@ from schemas.codec import (
     Codec,
     DecodeError,
     EncodeError,
-    Registry,
-    RegistryUnavailableError,
     SchemaError,
     SchemaVersion,
     UnknownSchemaError,
     UnknownTopicError,
-    WireCodec,
-    WireSettings,
     codec,
     decode,
     encode,
     fingerprint,
-    identify,
-    load_schema,
-    registry_client,
-    registry_text,
-    registry_transport_errors,
     schema,
-    subject_name,
     versions,
     wire_format_of,
 )
@@ -54,25 +44,15 @@ __all__ = [
     "Codec",
     "DecodeError",
     "EncodeError",
-    "Registry",
-    "RegistryUnavailableError",
     "SchemaError",
     "SchemaVersion",
     "UnknownSchemaError",
     "UnknownTopicError",
-    "WireCodec",
-    "WireSettings",
     "codec",
     "decode",
     "encode",
     "fingerprint",
-    "identify",
-    "load_schema",
-    "registry_client",
-    "registry_text",
-    "registry_transport_errors",
     "schema",
-    "subject_name",
     "versions",
     "wire_format_of",
 ]

@@ -1,5 +1,5 @@
-"""The dispersion events on the wire: Avro single-object encoding (fastavro alone) or the Confluent wire format
-(a schema registry), and the one place that decides which (`WireCodec`).
+"""The dispersion events as bytes: Avro single-object encoding (fastavro alone), and how to tell it from the
+Confluent wire format. Pure: no I/O beyond reading the schema files next to this module.
 
 Single-object encoding (Avro specification): the two marker bytes `C3 01`, the 8-byte
 little-endian CRC-64-AVRO (Rabin) fingerprint of the writer schema's Parsing Canonical Form, then the Avro
@@ -11,9 +11,9 @@ Schemas live next to this file as `<topic with dots as underscores>.v<N>.avsc`; 
 stays, so old data can be decoded.
 
 Confluent wire format (`[kafka] wire_format = "confluent"`): a zero byte, the registry's 4-byte schema id, then the
-Avro binary body, written and read by `confluent_kafka.schema_registry.avro` (imported only when a registry is
-configured). The subject of a topic's values is `<topic>-value`. A reader accepts both formats in either mode, told
-apart by the first byte (`00` Confluent, `C3 01` single-object), so a deployment can migrate topic by topic.
+Avro binary body. It needs a schema registry (HTTP), so its codec (`WireCodec`) and the registry client live in
+the Kafka package, `processor.kafka.wire`; `wire_format_of` here tells the two formats apart by the first byte
+(`00` Confluent, `C3 01` single-object).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit
+from typing import Any, Final
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint as _fingerprint_hex
@@ -73,11 +72,6 @@ class UnknownSchemaError(DecodeError):
     """The bytes carry a fingerprint that matches no known version of the topic's schema."""
 
 
-class RegistryUnavailableError(SchemaError):
-    """The schema registry cannot serve the request now (unreachable, a server error, or the subject is not
-    registered yet): the record is not at fault, so it is retried later, never dead-lettered."""
-
-
 @dataclass(frozen=True)
 class SchemaVersion:
     """One released version of one topic's schema."""
@@ -86,7 +80,6 @@ class SchemaVersion:
     version: int
     path: Path
     schema: Any = field(repr=False)  # parsed by fastavro, ready for its reader and writer
-    canonical_form: str = field(repr=False)
     fingerprint: bytes = field(repr=False)  # 8 bytes, as they appear on the wire
 
     @property
@@ -108,14 +101,12 @@ def fingerprint(schema: Any) -> bytes:
 def _load(path: Path, topic: str, version: int) -> SchemaVersion:
     raw = json.loads(path.read_text(encoding="utf-8"))
     parsed = parse_schema(raw, named_schemas={})
-    canonical = to_parsing_canonical_form(raw)
     return SchemaVersion(
         topic=topic,
         version=version,
         path=path,
         schema=parsed,
-        canonical_form=canonical,
-        fingerprint=bytes.fromhex(_fingerprint_hex(canonical, "CRC-64-AVRO")),
+        fingerprint=fingerprint(raw),
     )
 
 
@@ -144,23 +135,6 @@ def schema(topic: str, version: int | None = None) -> SchemaVersion:
         if item.version == version:
             return item
     raise UnknownTopicError(f"topic {topic!r} has no schema version {version}")
-
-
-def load_schema(topic: str, version: int | None = None) -> Any:
-    """The parsed (fastavro) schema of a topic, ready for `fastavro.schemaless_writer`/`schemaless_reader`."""
-    return schema(topic, version).schema
-
-
-def identify(data: bytes) -> SchemaVersion | None:
-    """Which known schema (of any topic) wrote these bytes, from their fingerprint; None when unknown."""
-    if len(data) < HEADER_SIZE or data[:2] != MAGIC:
-        return None
-    wanted = bytes(data[2:HEADER_SIZE])
-    for topic in TOPICS:
-        for item in versions(topic):
-            if item.fingerprint == wanted:
-                return item
-    return None
 
 
 class Codec:
@@ -241,15 +215,7 @@ def decode(topic: str, data: bytes, *, version: int | None = None) -> dict[str, 
     return (codec(topic) if version is None else Codec(topic, read_version=version)).decode(data)
 
 
-# -- the wire format: single-object or Confluent (schema registry) ------------------------------------------------
-
-if TYPE_CHECKING:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-
-def subject_name(topic: str) -> str:
-    """The registry subject of a topic's values (Confluent's TopicNameStrategy): `<topic>-value`."""
-    return f"{topic}-value"
+# -- telling the two wire formats apart (the Confluent codec and the registry: processor.kafka.wire) ------------
 
 
 def wire_format_of(data: bytes) -> str | None:
@@ -259,175 +225,3 @@ def wire_format_of(data: bytes) -> str | None:
     if data[:2] == MAGIC:
         return SINGLE_OBJECT
     return None
-
-
-@dataclass(frozen=True)
-class Registry:
-    """Where the schema registry is (its Confluent-compatible API) and how to log in (HTTP basic, optional)."""
-
-    url: str
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)  # a secret: never in a repr or a log line
-
-    def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            shown = self.url if "@" not in self.url else "an address with credentials"
-            raise ValueError(f"schema_registry_url must be an http:// or https:// address, got {shown!r}")
-        if parts.username is not None or parts.password is not None:
-            raise ValueError(
-                "schema_registry_url must not hold credentials; use schema_registry_username and "
-                "schema_registry_password (or schema_registry_password_env)"
-            )
-        if (self.username is None) != (self.password is None):
-            raise ValueError("schema_registry_username and schema_registry_password go together")
-
-    def client_config(self) -> dict[str, Any]:
-        """Properties of `confluent_kafka.schema_registry.SchemaRegistryClient`."""
-        config: dict[str, Any] = {"url": self.url.rstrip("/")}
-        if self.username is not None and self.password is not None:
-            config["basic.auth.user.info"] = f"{self.username}:{self.password}"
-        return config
-
-
-@dataclass(frozen=True)
-class WireSettings:
-    """The deployment's wire format (what producers write) and its registry (needed to write `confluent`, and to
-    read Confluent-framed records in either mode)."""
-
-    wire_format: str = SINGLE_OBJECT
-    registry: Registry | None = None
-
-    def __post_init__(self) -> None:
-        if self.wire_format not in WIRE_FORMATS:
-            raise ValueError(f"wire_format must be one of {', '.join(WIRE_FORMATS)}, got {self.wire_format!r}")
-        if self.wire_format == CONFLUENT and self.registry is None:
-            raise ValueError('wire_format = "confluent" needs schema_registry_url')
-
-
-@cache
-def registry_client(registry: Registry) -> SchemaRegistryClient:
-    """One registry client per registry and process (it caches schemas by id and subject)."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    return SchemaRegistryClient(registry.client_config())
-
-
-@cache
-def registry_transport_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean "the registry could not be reached" (the client's HTTP library, whichever it is)."""
-    import httpx
-
-    found: list[type[BaseException]] = [OSError, httpx.HTTPError]
-    try:  # the registry client brings its own httpx flavour; its errors are not httpx's
-        from confluent_kafka.schema_registry.common._httpx_compat import httpx as compat
-
-        found.append(compat.HTTPError)
-    except (ImportError, AttributeError):
-        pass
-    return tuple(found)
-
-
-def registry_text(topic: str, version: int | None = None) -> str:
-    """A schema version's text as the registry holds it. Stripped, as confluent_kafka's serializer strips it before
-    looking it up: a registry comparing text (Apicurio does) would not find it otherwise."""
-    return schema(topic, version).path.read_text(encoding="utf-8").strip()
-
-
-class WireCodec:
-    """One topic's records in the deployment's wire format: `encode` writes `wire.wire_format`, `decode` reads
-    both formats (the first byte decides), resolved to the newest local schema version.
-
-    `topic` arguments are physical topic names (the subject is `<topic>-value`); the logical topic picks the
-    schema. Registry problems raise `RegistryUnavailableError` (retry later), bad bytes `DecodeError`.
-    """
-
-    def __init__(self, logical_topic: str, wire: WireSettings | None = None) -> None:
-        self.topic = logical_topic
-        self.wire = wire or WireSettings()
-        self.local = Codec(logical_topic)
-        self._serializer: Any = None
-        self._deserializer: Any = None
-
-    @property
-    def registry(self) -> Registry | None:
-        """The registry, when one is configured."""
-        return self.wire.registry
-
-    def encode(self, record: Mapping[str, Any], topic: str | None = None) -> bytes:
-        """`record` in the configured wire format, for the physical `topic` (default: the logical name)."""
-        if self.wire.wire_format == SINGLE_OBJECT:
-            return self.local.encode(record)
-        self.local.encode(record)  # the strict check of single-object encoding: a misspelt field is an error
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-        from confluent_kafka.serialization import MessageField, SerializationContext
-
-        physical = topic or self.topic
-        if self._serializer is None:
-            from confluent_kafka.schema_registry.avro import AvroSerializer
-
-            assert self.registry is not None  # WireSettings insists
-            # The subjects are registered (with their compatibility) by `dispersion topics`, not by each producer.
-            self._serializer = AvroSerializer(
-                registry_client(self.registry), registry_text(self.topic), conf={"auto.register.schemas": False}
-            )
-        try:
-            data = self._serializer(dict(record), SerializationContext(physical, MessageField.VALUE))
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                raise RegistryUnavailableError(
-                    f"{subject_name(physical)}: this schema is not registered in the schema registry at "
-                    f"{self.registry.url if self.registry else '?'}; `dispersion topics` registers it ({exc})"
-                ) from exc
-            raise RegistryUnavailableError(f"{subject_name(physical)}: schema registry: {exc}") from exc
-        except registry_transport_errors() as exc:
-            raise RegistryUnavailableError(f"schema registry unreachable: {type(exc).__name__}: {exc}") from exc
-        except Exception as exc:  # fastavro refuses the record
-            raise EncodeError(f"record does not fit {self.topic}: {exc}") from exc
-        if not isinstance(data, bytes):
-            raise EncodeError(f"{self.topic}: the serializer returned no bytes")
-        return data
-
-    def decode(self, data: bytes, topic: str | None = None) -> dict[str, Any]:
-        """The record in `data`, whichever format wrote it (single-object or Confluent)."""
-        kind = wire_format_of(data)
-        if kind == SINGLE_OBJECT:
-            return self.local.decode(data)
-        if kind is None:
-            start = bytes(data[:2]).hex() or "nothing"
-            raise DecodeError(
-                f"{self.topic}: neither Avro single-object encoding (c301) nor the Confluent wire format (00); "
-                f"starts with {start}"
-            )
-        if self.registry is None:
-            raise DecodeError(
-                f"{self.topic}: a Confluent-framed record (schema registry wire format) but no "
-                "[kafka] schema_registry_url is configured to read it"
-            )
-        return self._decode_confluent(data, topic or self.topic)
-
-    def _decode_confluent(self, data: bytes, physical: str) -> dict[str, Any]:
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-        from confluent_kafka.serialization import MessageField, SerializationContext
-
-        if self._deserializer is None:
-            from confluent_kafka.schema_registry.avro import AvroDeserializer
-
-            assert self.registry is not None
-            self._deserializer = AvroDeserializer(registry_client(self.registry), registry_text(self.topic))
-        try:
-            record = self._deserializer(bytes(data), SerializationContext(physical, MessageField.VALUE))
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                raise DecodeError(
-                    f"{self.topic}: the schema registry does not know this record's schema: {exc}"
-                ) from exc
-            raise RegistryUnavailableError(f"schema registry: {exc}") from exc
-        except registry_transport_errors() as exc:
-            raise RegistryUnavailableError(f"schema registry unreachable: {type(exc).__name__}: {exc}") from exc
-        except Exception as exc:  # a short frame, a writer schema that does not resolve, a corrupt body
-            why = f"{type(exc).__name__}: {exc}"
-            raise DecodeError(f"{self.topic}: undecodable Confluent-framed record: {why}") from exc
-        if not isinstance(record, dict):
-            raise DecodeError(f"{self.topic}: decoded a {type(record).__name__}, expected a record")
-        return record

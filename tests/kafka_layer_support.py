@@ -13,10 +13,11 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka_fixtures import create_topic
 
 from consumers.batches import BatchHandler, BatchIntake
-from consumers.loop import AtLeastOnceConsumer, consumer_config
+from consumers.loop import AtLeastOnceConsumer
+from processor.kafka.clients import consumer_config, producer_config
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.wire import WireSettings
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import KafkaSettings, producer_config
-from schemas import WireSettings
 from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 

@@ -1,5 +1,5 @@
 """Kafka's Java partitioner, implemented independently of librdkafka: where a Java producer (an ERP, Kafka
-Streams) puts a key, to check that our producers agree (tests/integration/producers/test_partitioning.py) and to
+Streams) puts a key, to check that our producers agree (tests/integration/kafka/test_partitioning.py) and to
 pick keys that librdkafka's default partitioner puts elsewhere (tests/e2e/test_submissions.py)."""
 
 from __future__ import annotations

@@ -40,9 +40,9 @@ from sandbox_process import SandboxProcess, free_port, running_sandbox
 import schemas
 from processor.devtools.approver import decision_post
 from processor.devtools.demo import toml_document
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.topics import ensure_topics, project_topics
 from processor.store import generate_key
-from producers.kafka import KafkaSettings
-from producers.topics import ensure_topics, project_topics
 from schemas.topics import (
     ALL_TOPICS,
     BATCHES_TOPIC,

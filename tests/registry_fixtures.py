@@ -25,9 +25,10 @@ import pytest
 from kafka_fixtures import REQUIRE_KAFKA_ENV
 
 from processor.devtools.jvm_service import die_with_parent
-from producers.kafka import KafkaSettings
-from producers.topics import SubjectResult, ensure_subjects
-from schemas import CONFLUENT, SINGLE_OBJECT, Registry, WireSettings
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.topics import SubjectResult, ensure_subjects
+from processor.kafka.wire import Registry, WireSettings
+from schemas import CONFLUENT, SINGLE_OBJECT
 
 REGISTRY_URL_ENV = "DISPERSION_SCHEMA_REGISTRY_URL"
 ROOT = Path(__file__).resolve().parent.parent

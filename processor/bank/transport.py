@@ -1,11 +1,17 @@
-"""The bank client's HTTP transport: httpx's own, with a cheaper check of idle pooled connections.
+"""The bank client's HTTP transport: httpx's own, with a connection pool that does not look at every connection on
+every request.
 
-On every request start and end httpcore's pool looks at each pooled connection; for an idle one it asks the
-network stream whether its socket is readable (the server closed it). httpcore's anyio stream answers through
-anyio's typed attributes, which build the stream's whole attribute dictionary (a `getpeername()` system call
-included) on every question. With 16 to 32 connections and thousands of bank calls that was a quarter of the
-processor's busy time at month end (docs/benchmarks.md). `CheapIdleCheck` wraps the backend's streams so the
-question is answered by one `poll()` on the socket, found once when the connection opens.
+On every request start and end httpcore's pool (`AsyncConnectionPool._assign_requests_to_connections`) looks at
+each pooled connection: whether it is closed, whether it expired (for an idle one: is its socket readable, the
+server having closed it), and, for each idle one, counts the idle ones again (quadratic). With 16 connections and
+thousands of bank calls that was 2 million `is_idle` calls and 100,000 `poll()` system calls per 300 month-end
+batches, each `poll()` releasing and taking back the GIL from the processor's other threads (docs/benchmarks.md).
+
+`LeanPool` keeps httpcore's pool and its whole sweep, but runs that sweep at most once per `SWEEP_INTERVAL`; in
+between, a request is given the first idle connection to its origin whose socket is not readable (one `poll()` for
+the connection handed out, so a connection the server closed is still never reused), else a new one. The idle
+check itself is `CheapIdleCheck`: one `poll()` of the socket found when the connection opened, where httpcore's
+anyio stream built anyio's whole attribute dictionary (a `getpeername()` included) for every question.
 """
 
 # The `timeout` parameters are httpcore's network interface, passed through unchanged.
@@ -16,6 +22,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import time
 import urllib.request
 from collections.abc import Iterable
 from typing import Any
@@ -89,18 +96,64 @@ class CheapIdleCheck(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
-def bank_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport | None:
-    """httpx's transport with `limits`, its connection pool on `CheapIdleCheck`; None (use httpx's default,
-    which honours them) when the environment names proxies.
+SWEEP_INTERVAL = 1.0  # seconds between two full sweeps of httpcore's pool (expired and surplus idle connections)
 
-    httpx has no option for the pool's network backend, so it is set on the pool httpx built; should a later
-    httpx or httpcore not have that pool, the transport is returned unchanged (correct, only slower)."""
+
+class LeanPool(httpcore.AsyncConnectionPool):
+    """httpcore's pool, its full sweep at most once per `SWEEP_INTERVAL` and a cheap assignment in between."""
+
+    _next_sweep = 0.0
+
+    def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_INTERVAL
+            return super()._assign_requests_to_connections()
+        closing: list[httpcore.AsyncConnectionInterface] = []
+        self._connections[:] = [c for c in self._connections if not c.is_closed()]
+        for pool_request in self._requests:
+            if pool_request.is_queued():
+                connection = self._connection_for(pool_request.request.url.origin, closing)
+                if connection is not None:
+                    pool_request.assign_to_connection(connection)
+        return closing
+
+    def _connection_for(
+        self, origin: httpcore.Origin, closing: list[httpcore.AsyncConnectionInterface]
+    ) -> httpcore.AsyncConnectionInterface | None:
+        """httpcore's three cases in its order: an available connection to the origin (checked for expiry, which
+        polls its socket, only now), a new one below `max_connections`, or a new one in place of an idle one."""
+        for connection in list(self._connections):
+            if connection.can_handle_request(origin) and connection.is_available():
+                if not connection.has_expired():
+                    return connection
+                self._connections.remove(connection)
+                closing.append(connection)
+        if len(self._connections) >= self._max_connections:
+            idle = next((c for c in self._connections if c.is_idle()), None)
+            if idle is None:
+                return None  # stays queued until a connection is released
+            self._connections.remove(idle)
+            closing.append(idle)
+        connection = self.create_connection(origin)
+        self._connections.append(connection)
+        return connection
+
+
+def bank_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport | None:
+    """httpx's transport with `limits`, its connection pool a `LeanPool` on `CheapIdleCheck`; None (use httpx's
+    default, which honours them) when the environment names proxies.
+
+    httpx has no option for the pool's class or network backend, so both are set on the pool httpx built (the
+    class changed in place keeps every setting httpx gave it); should a later httpx or httpcore not build that
+    pool, the transport is returned unchanged (correct, only slower)."""
     if urllib.request.getproxies():
         return None
     transport = httpx.AsyncHTTPTransport(limits=limits)
     pool = getattr(transport, "_pool", None)
-    if isinstance(pool, httpcore.AsyncConnectionPool) and isinstance(
+    if type(pool) is httpcore.AsyncConnectionPool and isinstance(
         getattr(pool, "_network_backend", None), httpcore.AsyncNetworkBackend
     ):
         pool._network_backend = CheapIdleCheck(pool._network_backend)
+        pool.__class__ = LeanPool
     return transport

@@ -43,7 +43,7 @@ from processor.cli.config_models import (
     ProcessorTable,
 )
 from processor.domain.settings import ConfigError, EnvText
-from producers.kafka import KafkaSettings, settings_from
+from processor.kafka.settings import KafkaSettings, settings_from
 
 __all__ = [
     "Config",

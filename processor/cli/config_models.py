@@ -56,7 +56,7 @@ def _revealed(value: Any) -> Any:
 
 
 class KafkaTable(Table):
-    """`[kafka]`: the broker and the client options (producers.kafka reads everything but bootstrap_servers)."""
+    """`[kafka]`: the broker and the client options (processor.kafka reads everything but bootstrap_servers)."""
 
     bootstrap_servers: Annotated[str, AfterValidator(str.strip)] = ""
     """HOST:PORT[,HOST:PORT...]; empty: --bootstrap or KAFKA_BOOTSTRAP_SERVERS."""
@@ -79,7 +79,7 @@ class KafkaTable(Table):
 
     @property
     def options(self) -> dict[str, Any]:
-        """The keys given, but bootstrap_servers, secrets revealed: what producers.kafka.settings_from takes."""
+        """The keys given but bootstrap_servers, secrets revealed (for processor.kafka.settings.settings_from)."""
         return dict(_revealed(self.model_dump(exclude_unset=True, exclude={"bootstrap_servers"})))
 
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from processor.cli.config import optional_config_path
-from producers.kafka import BOOTSTRAP_ENV
+from processor.kafka.settings import BOOTSTRAP_ENV
 
 _THREAD = re.compile(r"\[thrd:[^\]]*\]:\s*")
 _CLIENT = re.compile(r"\[[^\]]*#(consumer|producer|admin)-\d+\]\s*")

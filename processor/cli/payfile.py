@@ -34,7 +34,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from consumers.records import batch_record
 from processor.cli.common import (
     ENDED,
     USAGE,
@@ -61,6 +60,7 @@ from processor.engine.authorization import approval_link
 from processor.engine.file_events import results_of
 from processor.engine.file_schedule import payment_due_at
 from processor.engine.intake import accept_batch, calendars_of, readable_batch_id
+from processor.kafka.records import batch_record
 from processor.store import Flow, Store, StoreError
 from processor.store.values import dump_json, sha256_hex
 from schemas.topics import STATUS_TOPIC

@@ -58,7 +58,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from consumers.attempts import StoreAttempts
 from consumers.batches import BatchHandler, EngineIntake
-from consumers.loop import AtLeastOnceConsumer, ConsumerFencedError, Handler, consumer_config, route
+from consumers.loop import AtLeastOnceConsumer, ConsumerFencedError, Handler, route
 from consumers.vrp import VrpIntake, vrp_handlers
 from processor.api.admin import admin_app
 from processor.api.callback import create_app
@@ -74,9 +74,10 @@ from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.intake import Guard, calendars_of
 from processor.engine.vrp import attach_vrp
+from processor.kafka.clients import consumer_config, producer_config
+from processor.kafka.settings import KafkaSettings, KafkaSetupError, settings_from
 from processor.store import Store, StoreError, load_cipher
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import KafkaSettings, KafkaSetupError, producer_config, settings_from
 from producers.relay import OutboxRelay
 from producers.replay import DeadLetterReplayer, store_recorder
 from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC

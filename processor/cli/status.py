@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 from types import FrameType
@@ -37,8 +38,10 @@ from processor.domain.text import printable
 from processor.domain.time import iso_ms
 
 if TYPE_CHECKING:
-    from producers.kafka import KafkaSettings
-    from schemas import WireCodec
+    from confluent_kafka import Message
+
+    from processor.kafka.settings import KafkaSettings
+    from processor.kafka.wire import WireCodec
 
 VRP_TERMINAL: Final = {"AUTHORIZED": 0, "REJECTED": 1, "EXPIRED": 1, "INVALID": 1}
 
@@ -150,10 +153,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], out: IO[str] | None = None) -> int:
     """`dispersion status`."""
-    import schemas
     from processor.cli.config import settings_from_config
     from processor.cli.kafka_noise import collapsed_kafka_logs, where_kafka_is
-    from producers.kafka import KafkaSetupError
+    from processor.kafka.settings import KafkaSetupError
+    from processor.kafka.wire import WireCodec
     from schemas.topics import STATUS_TOPIC, VRP_STATUS_TOPIC
 
     args = parser().parse_args(argv)
@@ -171,7 +174,7 @@ def main(argv: list[str], out: IO[str] | None = None) -> int:
         print(f"dispersion status: {exc}", file=sys.stderr)
         return 2
     topic = args.topic or settings.topic(logical)
-    codec = schemas.WireCodec(logical, settings.wire)  # either wire format
+    codec = WireCodec(logical, settings.wire)  # either wire format
     wanted = args.key.encode("utf-8") if args.key else None
     where = where_kafka_is(settings.bootstrap, args.bootstrap, args.config)
     try:
@@ -197,15 +200,12 @@ def _follow(
     """Read the status topic (see `main`); librdkafka's own lines are collapsed by the caller."""
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
-    import schemas
-    from producers.clients import new_consumer, reader_config
+    from processor.kafka.clients import new_consumer, reader_config
 
-    follow = args.follow or args.until_terminal  # a script must never take an unapproved batch for paid
     deadline = None if args.timeout is None or not args.until_terminal else time.monotonic() + args.timeout
     consumer = new_consumer(reader_config(settings, "status", **{"enable.partition.eof": True}))
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_stop) if main_thread else None
-    seen: set[str] = set()
     try:
         try:
             metadata = consumer.list_topics(topic, timeout=args.timeout or 30.0)
@@ -217,9 +217,7 @@ def _follow(
             return 2
         start = OFFSET_END if args.new else OFFSET_BEGINNING
         consumer.assign([TopicPartition(topic, p, start) for p in info.partitions])
-        at_end: set[int] = set()
-        caught_up: set[int] = set()  # partitions read to their end once (the history is behind us)
-        pending: tuple[int, int] | None = None  # (partition, exit code) of a final status seen in the history
+        reading = _Reading(args, topic, codec, wanted, out, len(info.partitions))
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 print(f"dispersion status: {args.key} not final within {args.timeout:g} s", file=sys.stderr)
@@ -228,43 +226,19 @@ def _follow(
             if message is None:
                 continue
             error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition() or 0)
-                    caught_up.add(message.partition() or 0)
-                    if pending is not None and pending[0] in caught_up:
-                        return pending[1]  # the latest attempt's final status
-                    if not follow and len(at_end) == len(info.partitions):
-                        return 0
-                    continue
-                if error.fatal():
-                    raise KafkaException(error)
-                if error.code() == KafkaError._ALL_BROKERS_DOWN and not at_end:
-                    raise _UnreachableError(error.str())
+            if error is None:
+                code = reading.record(message)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                code = reading.end_of(message.partition() or 0)
+            elif error.fatal():
+                raise KafkaException(error)
+            elif error.code() == KafkaError._ALL_BROKERS_DOWN and not reading.at_end:
+                raise _UnreachableError(error.str())
+            else:
                 print(f"dispersion status: {error}", file=sys.stderr)
-                continue
-            at_end.discard(message.partition() or 0)
-            if wanted is not None and message.key() != wanted:
-                continue
-            value = message.value()
-            try:
-                record = codec.decode(value if value is not None else b"", topic)
-            except (schemas.DecodeError, schemas.RegistryUnavailableError) as exc:
-                print(f"dispersion status: skipped offset {message.offset()}: {exc}", file=sys.stderr)
-                continue
-            if record["event_id"] in seen:
-                continue
-            seen.add(record["event_id"])
-            out.write((as_json(record) if args.json else as_text(record, details=args.details)) + "\n")
-            out.flush()
-            if args.until_terminal:
-                # A batch id submitted again after it ended has a later attempt: a final status read from the
-                # history counts only when no later event of the key follows it.
-                code = _final(record, vrp=args.vrp)
-                partition = message.partition() or 0
-                if code is not None and partition in caught_up:
-                    return code
-                pending = None if code is None else (partition, code)
+                code = None
+            if code is not None:
+                return code
     except (KeyboardInterrupt, _Stop):
         return EXIT_NOT_TERMINAL if args.until_terminal else 0
     except KafkaException as exc:
@@ -274,6 +248,63 @@ def _follow(
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
         consumer.close()
+
+
+@dataclass
+class _Reading:
+    """Where a `dispersion status` read stands: which partitions were read to their end, what was printed."""
+
+    args: argparse.Namespace
+    topic: str
+    codec: WireCodec
+    wanted: bytes | None  # the key of `--batch`, or None for every key
+    out: IO[str]
+    partitions: int
+    at_end: set[int] = field(default_factory=set)
+    caught_up: set[int] = field(default_factory=set)  # partitions read to their end once (the history is behind us)
+    pending: tuple[int, int] | None = None  # (partition, exit code) of a final status seen in the history
+    seen: set[str] = field(default_factory=set)  # event ids printed (the relay delivers at least once)
+
+    def end_of(self, partition: int) -> int | None:
+        """A partition read to its end: the exit code when that ends the read, else None."""
+        self.at_end.add(partition)
+        self.caught_up.add(partition)
+        if self.pending is not None and self.pending[0] in self.caught_up:
+            return self.pending[1]  # the latest attempt's final status
+        follow = self.args.follow or self.args.until_terminal  # a script must never take an unapproved batch for paid
+        if not follow and len(self.at_end) == self.partitions:
+            return 0
+        return None
+
+    def record(self, message: Message) -> int | None:
+        """Print a message's status (each event once); the exit code when it is the awaited final status."""
+        import schemas
+        from processor.kafka.wire import RegistryUnavailableError
+
+        partition = message.partition() or 0
+        self.at_end.discard(partition)
+        if self.wanted is not None and message.key() != self.wanted:
+            return None
+        value = message.value()
+        try:
+            record = self.codec.decode(value if value is not None else b"", self.topic)
+        except (schemas.DecodeError, RegistryUnavailableError) as exc:
+            print(f"dispersion status: skipped offset {message.offset()}: {exc}", file=sys.stderr)
+            return None
+        if record["event_id"] in self.seen:
+            return None
+        self.seen.add(record["event_id"])
+        self.out.write((as_json(record) if self.args.json else as_text(record, details=self.args.details)) + "\n")
+        self.out.flush()
+        if not self.args.until_terminal:
+            return None
+        # A batch id submitted again after it ended has a later attempt: a final status read from the history
+        # counts only when no later event of the key follows it.
+        code = _final(record, vrp=self.args.vrp)
+        if code is not None and partition in self.caught_up:
+            return code
+        self.pending = None if code is None else (partition, code)
+        return None
 
 
 def _final(record: Mapping[str, Any], *, vrp: bool) -> int | None:

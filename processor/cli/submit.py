@@ -271,11 +271,11 @@ def _produce(
 ) -> int:
     from confluent_kafka import KafkaError, Message
 
-    import schemas
-    from consumers.records import batch_record
     from processor.cli.kafka_noise import collapsed_kafka_logs, where_kafka_is
-    from producers.clients import new_producer
-    from producers.kafka import KafkaSetupError, producer_config, settings_from
+    from processor.kafka.clients import new_producer, producer_config
+    from processor.kafka.records import batch_record
+    from processor.kafka.settings import KafkaSetupError, settings_from
+    from processor.kafka.wire import RegistryUnavailableError, WireCodec
     from schemas.topics import BATCHES_TOPIC
 
     try:
@@ -288,8 +288,8 @@ def _produce(
     topic = args.topic or settings.topic(BATCHES_TOPIC)
     progress.update("encoding", force=True)
     try:
-        value = schemas.WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=source), topic)
-    except schemas.RegistryUnavailableError as exc:
+        value = WireCodec(BATCHES_TOPIC, settings.wire).encode(batch_record(batch, source=source), topic)
+    except RegistryUnavailableError as exc:
         progress.done("")
         print(f"dispersion submit: {exc}; nothing was produced", file=sys.stderr)
         return EXIT_KAFKA

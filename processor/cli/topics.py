@@ -1,5 +1,5 @@
 """`dispersion topics`: create the project's Kafka topics (idempotent) and, with a schema registry, their
-`<topic>-value` subjects; the work is in producers/topics.py.
+`<topic>-value` subjects; the work is in processor/kafka/topics.py.
 
 dispersion topics [--config C] [--bootstrap HOST:PORT] [--partitions 12] [--retention-hours 168]
                   [--status-retention-hours 720] [--dlq-retention-hours 720] [--replication-factor N]
@@ -15,8 +15,8 @@ from confluent_kafka import KafkaException
 
 import schemas
 from processor.cli.config import settings_from_config
-from producers.kafka import KafkaSetupError
-from producers.topics import (
+from processor.kafka.settings import KafkaSetupError
+from processor.kafka.topics import (
     COMPATIBILITY,
     DEFAULT_DLQ_RETENTION_HOURS,
     DEFAULT_PARTITIONS,

@@ -356,12 +356,13 @@ class Demo(Progress):
         import schemas
         from processor.cli.config import settings_from_config
         from processor.cli.status import as_text
-        from producers.clients import new_consumer, reader_config
+        from processor.kafka.clients import new_consumer, reader_config
+        from processor.kafka.wire import WireCodec
         from schemas.topics import STATUS_TOPIC
 
         settings = settings_from_config(str(config))
         topic = settings.topic(STATUS_TOPIC)
-        codec = schemas.WireCodec(STATUS_TOPIC, settings.wire)
+        codec = WireCodec(STATUS_TOPIC, settings.wire)
         consumer = new_consumer(reader_config(settings, "demo-status"))
         seen: set[str] = set()
         wanted = batch_id.encode()

@@ -430,7 +430,7 @@ def broker_answers(bootstrap: str, timeout: float = 5.0, cluster_id: str | None 
 
     With `cluster_id`, only that cluster counts (not some other broker that took the port meanwhile).
     """
-    from producers.clients import new_admin  # imported late: fetching jars needs no client library
+    from processor.kafka.clients import new_admin  # imported late: fetching jars needs no client library
 
     quiet = logging.getLogger("dispersion.kafka_local.librdkafka")
     quiet.addHandler(logging.NullHandler())

@@ -49,21 +49,13 @@ def remember_paid(
     """Record where each paid transfer's employee was paid (a COMPLETED batch; `results` None: every transfer
     paid); how many records."""
     failed = {int(r["index"]) for r in results or () if r.get("status") != "COMPLETED"}
-    count = 0
-    for index, transfer in enumerate(batch.transactions):
-        if index in failed or not transfer.employee_reference:
-            continue
-        number = transfer.account_number
-        tx.paid_accounts.paid(
-            batch.origin.number,
-            transfer.employee_reference,
-            account_sha256=account_digest(number),
-            last4=number[-4:],
-            batch_id=batch_id,
-            now=now,
-        )
-        count += 1
-    return count
+    paid = [
+        (transfer.employee_reference, account_digest(transfer.account_number), transfer.account_number[-4:])
+        for index, transfer in enumerate(batch.transactions)
+        if index not in failed and transfer.employee_reference
+    ]
+    tx.paid_accounts.paid_many(batch.origin.number, paid, batch_id=batch_id, now=now)  # 500 rows per statement
+    return len(paid)
 
 
 def changed_transfers(tx: StoreTx, document: Mapping[str, Any], *, days: int, now: datetime) -> list[dict[str, Any]]:
@@ -104,9 +96,9 @@ def review_at_intake(tx: StoreTx, flow: Flow, text: str, controls: Controls, *, 
     docstring). The request's state (PENDING when held, FLAGGED), or None when nothing changed or it is off."""
     if controls.changed_accounts == ChangedAccounts.OFF:
         return None
-    document = json.loads(text)
-    if document.get("retry_of"):
+    if flow.retry_of is not None:  # a retry made by retry-failed (its record; never a field of the document)
         return None
+    document = json.loads(text)
     changed = changed_transfers(tx, document, days=controls.account_history_days, now=now)
     if not changed:
         return None

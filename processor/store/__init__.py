@@ -10,6 +10,7 @@ from processor.store.flows import Flow
 from processor.store.outbox import (
     Adoption,
     Handover,
+    NewEvent,
     OutboxEvent,
     StatusConflictError,
     StatusEvent,
@@ -42,6 +43,7 @@ __all__ = [
     "Flow",
     "Handover",
     "MigrationError",
+    "NewEvent",
     "NotFoundError",
     "Operation",
     "OutboxEvent",

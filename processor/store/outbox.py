@@ -70,6 +70,15 @@ class StatusEvent:
 
 
 @dataclass(frozen=True)
+class NewEvent:
+    """An event without a status to append with `Outbox.append_many`."""
+
+    payload: Mapping[str, Any]
+    headers: Mapping[str, str] | None = None
+    event_id: str | None = None  # defaults to a new UUID
+
+
+@dataclass(frozen=True)
 class Handover:
     """A leased key whose unpublished events another relay handed to its producer since `since`."""
 
@@ -217,6 +226,47 @@ class Outbox:
         )
         assert row is not None
         return _event(row, text)  # the payload is not read back from the database
+
+    def append_many(self, topic: str, key: str, events: Sequence[NewEvent], *, now: datetime, chunk: int = 500) -> int:
+        """Append events without a status for one (topic, key), in order, as `append` would one by one: the key's
+        row locked once, the sequence numbers taken together, the rows written `chunk` at a time in one
+        statement each (a completed batch of 100 transfers was 300 statements, now 3). How many were appended."""
+        if not events:
+            return 0
+        observer = self.tx.observer
+        rows: list[tuple[Any, ...]] = []
+        now = utc_ms(now)
+        for event in events:
+            headers = event.headers
+            if observer is not None:
+                with observer.event(topic=topic, key=key, status=None) as added:
+                    headers = {**added, **(headers or {})} if added else headers
+            rows.append((event.event_id or str(uuid.uuid4()), dump_json(event.payload), headers))
+        head = self.tx.fetchone(
+            "INSERT INTO outbox_keys (topic, event_key) VALUES (?, ?)"
+            " ON CONFLICT (topic, event_key) DO UPDATE SET last_seq = outbox_keys.last_seq"
+            " RETURNING last_seq",
+            (topic, key),
+        )
+        assert head is not None
+        first = int(head["last_seq"]) + 1
+        self.tx.execute(
+            "UPDATE outbox_keys SET last_seq = ?, pending = pending + ?, pending_since = COALESCE(pending_since, ?)"
+            " WHERE topic = ? AND event_key = ?",
+            (first + len(rows) - 1, len(rows), now, topic, key),
+        )
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            params: list[Any] = []
+            for offset, (event_id, text, headers) in enumerate(part):
+                seq = first + start + offset
+                params += [event_id, topic, key, seq, text, None if headers is None else dump_json(dict(headers)), now]
+            self.tx.execute(
+                "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers,"  # noqa: S608
+                " created_at) VALUES " + ", ".join(["(?, ?, ?, ?, NULL, NULL, ?, ?, ?)"] * len(part)),
+                params,
+            )
+        return len(rows)
 
     def append_status(
         self,

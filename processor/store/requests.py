@@ -9,7 +9,7 @@ corrections, a batch's changed accounts), masked where it is shown.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -121,6 +121,13 @@ class PaidAccount:
     paid_at: datetime
 
 
+_PAID_UPSERT = (
+    " ON CONFLICT (origin_account, employee_reference) DO UPDATE SET account_sha256 = excluded.account_sha256,"
+    " account_last4 = excluded.account_last4, batch_id = excluded.batch_id, paid_at = excluded.paid_at"
+    " WHERE paid_accounts.paid_at <= excluded.paid_at"
+)
+
+
 class PaidAccounts:
     """The `paid_accounts` table."""
 
@@ -146,14 +153,21 @@ class PaidAccounts:
                 )
         return found
 
-    def paid(
-        self, origin_account: str, reference: str, *, account_sha256: str, last4: str, batch_id: str, now: datetime
+    def paid_many(
+        self, origin_account: str, paid: Sequence[tuple[str, str, str]], *, batch_id: str, now: datetime
     ) -> None:
-        """Record that `reference` was paid to that account now (replacing an older record)."""
-        self.tx.execute(
-            "INSERT INTO paid_accounts (origin_account, employee_reference, account_sha256, account_last4, batch_id,"
-            " paid_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (origin_account, employee_reference) DO UPDATE SET"
-            " account_sha256 = excluded.account_sha256, account_last4 = excluded.account_last4,"
-            " batch_id = excluded.batch_id, paid_at = excluded.paid_at WHERE paid_accounts.paid_at <= excluded.paid_at",
-            (origin_account, reference, account_sha256, last4, batch_id, utc_ms(now)),
-        )
+        """`paid` for each (reference, account SHA-256, last 4) of one batch, 500 rows per statement; a reference
+        named twice keeps its last account, as two `paid` calls in a row would."""
+        last = {reference: (reference, digest, last4) for reference, digest, last4 in paid}
+        rows = list(last.values())
+        stamp = utc_ms(now)
+        for start in range(0, len(rows), 500):
+            part = rows[start : start + 500]
+            params: list[object] = []
+            for reference, digest, last4 in part:
+                params += [origin_account, reference, digest, last4, batch_id, stamp]
+            self.tx.execute(
+                "INSERT INTO paid_accounts (origin_account, employee_reference, account_sha256, account_last4,"  # noqa: S608
+                " batch_id, paid_at) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(part)) + _PAID_UPSERT,
+                params,
+            )

@@ -17,11 +17,12 @@ from confluent_kafka import Message
 
 from consumers.attempts import StoreAttempts
 from consumers.batches import BatchHandler, EngineIntake
-from consumers.loop import AtLeastOnceConsumer, Verdict, consumer_config
+from consumers.loop import AtLeastOnceConsumer, Verdict
 from processor.cli.config import load_config
+from processor.kafka.clients import consumer_config, producer_config
+from processor.kafka.settings import settings_from
 from processor.store import Store, load_cipher
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import producer_config, settings_from
 from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 CRASHED = 70

@@ -71,7 +71,7 @@ def test_a_scheduled_batch_is_approved_now_and_paid_on_its_day_across_restarts(
     tomorrow = (datetime.now(UTC) - timedelta(hours=12)).date() + timedelta(days=1)  # at UTC-12
     scheduled_id, plain_id = unique_id("B-SCHED"), unique_id("B-V1")
     value = producer.send(BATCHES_TOPIC, scheduled_id, {**payroll_batch(scheduled_id), "execute_on": tomorrow})
-    assert schemas.identify(value) == schemas.schema(BATCHES_TOPIC, 2)
+    assert schemas.codec(BATCHES_TOPIC).writer_of(value) == schemas.schema(BATCHES_TOPIC, 2)
     # A v1 record, as producers that never heard of execute_on still write it.
     v1 = schemas.encode(BATCHES_TOPIC, payroll_batch(plain_id), version=1)
     producer.send_raw(BATCHES_TOPIC, plain_id.encode(), v1)

@@ -28,8 +28,9 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from consumers.loop import Accept, AtLeastOnceConsumer, Retry, Verdict, consumer_config
+from consumers.loop import Accept, AtLeastOnceConsumer, Retry, Verdict
 from processor.cli.service import Processor
+from processor.kafka.clients import consumer_config
 from processor.store import Store
 from schemas.topics import BATCHES_TOPIC, TRANSFERS_TOPIC
 

@@ -30,8 +30,8 @@ from processor.cli.service import Processor
 from processor.engine.assembly import build_engine
 from processor.engine.intake import accept_batch
 from processor.engine.vrp import attach_vrp
+from processor.kafka.settings import KafkaSettings
 from processor.store import Store
-from producers.kafka import KafkaSettings
 from schemas.topics import VRP_STATUS_TOPIC
 
 T = TypeVar("T")

@@ -37,8 +37,8 @@ from registry_fixtures import register_subjects
 import schemas
 from processor.cli import status as statuscli
 from processor.cli import submit
-from producers.kafka import KafkaSettings
-from schemas import WireCodec, WireSettings
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.wire import WireCodec, WireSettings
 
 pytestmark = pytest.mark.kafka
 
@@ -283,7 +283,7 @@ def test_a_scheduled_export_produces_a_v2_event_with_its_execute_on(
     for message in read_topic(kafka_bootstrap, kafka_topic):
         value = message.value()
         assert value is not None
-        assert schemas.identify(value) == schemas.schema(BATCHES, 2)
+        assert schemas.codec(BATCHES).writer_of(value) == schemas.schema(BATCHES, 2)
         event = schemas.decode(BATCHES, value)
         events[event["batch_id"]] = event["execute_on"]
     assert sorted(events.values()) == [day, later] and events["B-LATER"] == later

@@ -22,10 +22,11 @@ from kafka_layer_support import batch_record, committed, new_topic, produce, rea
 
 import schemas
 from consumers.batches import BatchHandler, IntakeOutcome, MessageRef
-from consumers.loop import AtLeastOnceConsumer, consumer_config
+from consumers.loop import AtLeastOnceConsumer
+from processor.kafka.clients import consumer_config, producer_config
+from processor.kafka.settings import KafkaSettings
 from processor.store import StoreError
 from producers.dlq import DeadLetterPublisher, SourceMessage
-from producers.kafka import KafkaSettings, producer_config
 from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]

@@ -22,10 +22,11 @@ from store_fixtures import StoreTarget
 
 from consumers.batches import EngineIntake, IntakeOutcome, MessageRef
 from consumers.loop import AtLeastOnceConsumer
+from processor.kafka.clients import producer_config
+from processor.kafka.settings import KafkaSettings
+from processor.kafka.wire import WireCodec, WireSettings
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import KafkaSettings, producer_config
-from schemas import WireCodec, WireSettings
 from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -187,13 +188,14 @@ def test_the_offset_moves_only_after_the_dead_letter_is_acknowledged(
 
 CONSUMER_SCRIPT = textwrap.dedent(
     """
-    import sys, threading
+    import signal, sys, threading
     from consumers.batches import BatchHandler, EngineIntake
-    from consumers.loop import AtLeastOnceConsumer, consumer_config, install_sigterm
+    from consumers.loop import AtLeastOnceConsumer
+    from processor.kafka.clients import consumer_config, producer_config
+    from processor.kafka.settings import KafkaSettings
+    from processor.kafka.wire import Registry, WireSettings
     from processor.store import Store
     from producers.dlq import DeadLetterPublisher
-    from producers.kafka import KafkaSettings, producer_config
-    from schemas import Registry, WireSettings
 
     bootstrap, group, batches, dlq, url, schema, wire_format, registry = sys.argv[1:9]
     store = Store.open(url, schema=schema or None)
@@ -203,7 +205,7 @@ CONSUMER_SCRIPT = textwrap.dedent(
     handler = BatchHandler(EngineIntake(store), wire=wire)
     consumer = AtLeastOnceConsumer(consumer_config(settings, "batches"), [batches], handler, letters)
     stop = threading.Event()
-    install_sigterm(stop)
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())  # as `dispersion processor` stops its loop
     original = consumer.poll_once
     def poll_once(timeout=None):
         handled = original(timeout)

@@ -28,14 +28,15 @@ from starlette.routing import Mount
 
 import schemas
 from consumers.batches import BatchHandler, EngineIntake, IntakeOutcome, MessageRef
-from consumers.loop import AtLeastOnceConsumer, consumer_config
+from consumers.loop import AtLeastOnceConsumer
 from processor.api.admin import admin_app
 from processor.api.admin_input import token_digest
 from processor.domain.file_states import FlowState
 from processor.domain.roles import AdminToken, Role
+from processor.kafka.clients import consumer_config, producer_config
+from processor.kafka.settings import KafkaSettings
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import KafkaSettings, producer_config
 from producers.replay import DeadLetterReplayer, store_recorder
 from schemas.topics import BATCHES_TOPIC, DLQ_TOPIC
 

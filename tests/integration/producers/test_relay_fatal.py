@@ -42,9 +42,9 @@ from store_fixtures import StoreTarget
 
 from processor.cli.config import Config
 from processor.cli.service import Processor
+from processor.kafka.settings import KafkaSettings
 from processor.store import Cipher, Store
 from producers.dlq import DeadLetterError, DeadLetterPublisher
-from producers.kafka import KafkaSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(180)]
 

@@ -19,11 +19,12 @@ from registry_fixtures import register_subjects
 
 from processor.domain.file_states import FlowState
 from processor.engine.transfer_events import end_flow, transfer_event_id
+from processor.kafka.clients import producer_config
+from processor.kafka.wire import Registry, WireCodec, WireSettings
 from processor.store import StatusEvent, Store
 from processor.store.outbox import StatusConflictError
-from producers.kafka import producer_config
 from producers.relay import OutboxRelay
-from schemas import CONFLUENT, Registry, WireCodec, WireSettings
+from schemas import CONFLUENT
 from schemas.topics import STATUS_TOPIC, TRANSFERS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]

@@ -29,16 +29,24 @@ def test_requests_are_decided_once_and_paid_accounts_move_forward(store: Store) 
     assert decided is not None and (decided.state, decided.decided_by) == ("APPROVED", "bob")
 
     def paid(digest: str, last4: str, when: timedelta) -> None:
-        store.run(
-            lambda tx: tx.paid_accounts.paid(
-                "O-1", "E-1", account_sha256=digest, last4=last4, batch_id="B", now=T0 + when
-            )
-        )
+        store.run(lambda tx: tx.paid_accounts.paid_many("O-1", [("E-1", digest, last4)], batch_id="B", now=T0 + when))
 
     paid("new", "2222", timedelta(days=30))
     paid("old", "1111", timedelta(days=0))  # an older payment recorded late does not replace the newer one
     last = store.run(lambda tx: tx.paid_accounts.last("O-1", ["E-1", "E-2"]), write=False)
     assert list(last) == ["E-1"] and last["E-1"].account_last4 == "2222"
+
+
+def test_paid_accounts_of_a_large_batch_are_written_in_chunks_and_a_repeated_reference_keeps_its_last(
+    store: Store,
+) -> None:
+    rows = [(f"E-{i}", f"sha-{i}", f"{i % 10000:04d}") for i in range(1203)]
+    rows.append(("E-7", "sha-again", "9999"))  # the same employee twice in one batch: the later transfer wins
+    store.run(lambda tx: tx.paid_accounts.paid_many("O-2", rows, batch_id="B-2", now=T0))
+    last = store.run(lambda tx: tx.paid_accounts.last("O-2", [r[0] for r in rows]), write=False)
+    assert len(last) == 1203
+    assert (last["E-7"].account_sha256, last["E-7"].account_last4) == ("sha-again", "9999")
+    assert (last["E-1202"].account_sha256, last["E-1202"].batch_id) == ("sha-1202", "B-2")
 
 
 def test_failed_sign_ins_count_and_clear(store: Store) -> None:

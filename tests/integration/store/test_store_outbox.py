@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 from store_fixtures import T0, StoreTarget, at
 
-from processor.store import ConstraintError, StatusConflictError, Store
+from processor.store import ConstraintError, NewEvent, StatusConflictError, Store
 
 TOPIC = "dispersion.status"
 
@@ -23,6 +23,26 @@ def test_events_get_a_sequence_per_key(store: Store) -> None:
     assert [(e.seq, e.payload["n"]) for e in first] == [(1, 0), (2, 2), (3, 3)]
     assert [(e.seq, e.payload["n"]) for e in second] == [(1, 1), (2, 4)]
     assert len({e.event_id for e in first + second}) == 5
+
+
+def test_append_many_continues_the_keys_sequence_in_chunks_and_the_relay_drains_it(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.outbox.append("t", "k", {"n": -1}, now=T0)
+        added = [NewEvent({"n": n}, {"ce_id": f"e-{n}"}, f"e-{n}") for n in range(7)]
+        assert tx.outbox.append_many("t", "k", added, now=at(1), chunk=3) == 7
+        tx.outbox.append("t", "k", {"n": 7}, now=at(2))
+        assert tx.outbox.append_many("t", "k", [], now=at(2)) == 0
+        events = tx.outbox.events("t", "k")
+        assert tx.outbox.backlog() == (9, T0)
+    assert [(e.seq, e.payload["n"]) for e in events] == [(n + 2, n) for n in range(-1, 8)]
+    assert [(e.event_id, e.headers, e.status) for e in events[1:8]] == [
+        (f"e-{n}", {"ce_id": f"e-{n}"}, None) for n in range(7)
+    ]
+    with store.transaction() as tx:
+        claimed = tx.outbox.claim(owner="r1", now=at(3), limit=100, lease_seconds=30)
+        assert [e.seq for e in claimed] == list(range(1, 10))
+        assert tx.outbox.mark_published([e.id for e in claimed], now=at(4)) == 9
+        assert tx.outbox.backlog() == (0, None)
 
 
 def test_statuses_only_move_forward_and_each_is_emitted_once(store: Store) -> None:

@@ -113,5 +113,5 @@ def test_counted_payments_and_bank_statuses() -> None:
 
 
 def test_published_statuses_exist_in_the_schema() -> None:
-    symbols = set(schemas.load_schema("vrp.status")["fields"][3]["type"]["symbols"])
+    symbols = set(schemas.schema("vrp.status").schema["fields"][3]["type"]["symbols"])
     assert {s.value for s in VrpStatus} == symbols

@@ -1,4 +1,4 @@
-"""The wire-format settings and the parts of `schemas.WireCodec` that need no registry: which format the first
+"""The wire-format settings and the parts of `WireCodec` that need no registry: which format the first
 bytes name, single-object output unchanged, clear refusals, and the registry password kept out of every repr."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 import schemas
-from producers.kafka import KafkaSetupError, settings_from
-from schemas import CONFLUENT, SINGLE_OBJECT, DecodeError, Registry, WireCodec, WireSettings
+from processor.kafka.settings import KafkaSetupError, settings_from
+from processor.kafka.wire import Registry, WireCodec, WireSettings
+from schemas import CONFLUENT, SINGLE_OBJECT, DecodeError
 
 URL = "http://127.0.0.1:8081/apis/ccompat/v7"
 
@@ -33,7 +34,7 @@ def _status_record() -> dict[str, Any]:
 
 
 def _minimal_status() -> dict[str, Any]:
-    raw = schemas.load_schema("dispersion.status")
+    raw = schemas.schema("dispersion.status").schema
     names = {field["name"] for field in raw["fields"]}
     return {key: value for key, value in _status().items() if key in names}
 

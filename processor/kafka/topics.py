@@ -28,8 +28,16 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.cimpl import NewTopic
 
 import schemas
-from producers.clients import new_admin
-from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings
+from processor.kafka.clients import new_admin
+from processor.kafka.settings import MAX_MESSAGE_BYTES, KafkaSettings
+from processor.kafka.wire import (
+    Registry,
+    RegistryUnavailableError,
+    registry_client,
+    registry_text,
+    registry_transport_errors,
+    subject_name,
+)
 from schemas.topics import (
     BATCHES_TOPIC,
     DLQ_TOPIC,
@@ -104,10 +112,6 @@ def project_topics(
     ]
 
 
-def _admin(client_config: Mapping[str, Any]) -> AdminClient:
-    return new_admin(client_config)
-
-
 def _describe_configs(admin: AdminClient, names: Iterable[str], timeout: float) -> dict[str, dict[str, str | None]]:
     resources = [ConfigResource("topic", name) for name in names]
     if not resources:
@@ -140,7 +144,7 @@ def ensure_topics(
 
     With `check_only`, nothing is changed; missing topics are reported with action "missing".
     """
-    admin = _admin(client_config)
+    admin = new_admin(client_config)
     metadata = admin.list_topics(timeout=timeout)
     existing = {name: len(topic.partitions) for name, topic in metadata.topics.items()}
     results: dict[str, TopicResult] = {}
@@ -231,23 +235,23 @@ def _registry_call(what: str, call: Callable[..., Any], *args: Any, **kwargs: An
             return None
         if exc.http_status_code == 409:
             raise
-        raise schemas.RegistryUnavailableError(f"{what}: {exc}") from exc
-    except schemas.registry_transport_errors() as exc:
-        raise schemas.RegistryUnavailableError(f"{what}: unreachable: {type(exc).__name__}: {exc}") from exc
+        raise RegistryUnavailableError(f"{what}: {exc}") from exc
+    except registry_transport_errors() as exc:
+        raise RegistryUnavailableError(f"{what}: unreachable: {type(exc).__name__}: {exc}") from exc
 
 
 def ensure_subjects(
-    registry: schemas.Registry, settings: KafkaSettings | None = None, *, check_only: bool = False
+    registry: Registry, settings: KafkaSettings | None = None, *, check_only: bool = False
 ) -> list[SubjectResult]:
     """Register every released schema version of every topic under `<physical topic>-value` with BACKWARD
     compatibility (idempotent). A version the registry refuses as incompatible raises `SchemaRegistryError`."""
     from confluent_kafka.schema_registry import Schema
 
-    client = schemas.registry_client(registry)
+    client = registry_client(registry)
     name = settings.topic if settings is not None else (lambda logical: logical)
     results: list[SubjectResult] = []
     for logical in schemas.TOPICS:
-        subject = schemas.subject_name(name(logical))
+        subject = subject_name(name(logical))
         level = _registry_call(subject, client.get_compatibility, subject)
         change = level != COMPATIBILITY
         if change and not check_only:
@@ -255,7 +259,7 @@ def ensure_subjects(
         ids: list[int] = []
         added = False
         for version in schemas.versions(logical):
-            candidate = Schema(schemas.registry_text(logical, version.version), "AVRO")
+            candidate = Schema(registry_text(logical, version.version), "AVRO")
             found = _registry_call(subject, client.lookup_schema, subject, candidate)
             if found is None and check_only:
                 results.append(SubjectResult(subject, "missing", tuple(ids), change))
@@ -263,7 +267,7 @@ def ensure_subjects(
             if found is None:
                 registered = _registry_call(subject, client.register_schema, subject, candidate)
                 if registered is None:
-                    raise schemas.RegistryUnavailableError(f"{subject}: the registry did not register the schema")
+                    raise RegistryUnavailableError(f"{subject}: the registry did not register the schema")
                 ids.append(int(registered))
                 added = True
             else:

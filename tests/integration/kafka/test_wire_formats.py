@@ -32,11 +32,12 @@ from processor.cli import submit
 from processor.cli.config import settings_from_config
 from processor.cli.topics import main as topics_main
 from processor.devtools.jvm_service import free_port
+from processor.kafka.clients import producer_config
+from processor.kafka.wire import Registry, WireCodec, WireSettings
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
-from producers.kafka import producer_config
 from producers.relay import OutboxRelay
-from schemas import CONFLUENT, SINGLE_OBJECT, Registry, WireCodec, WireSettings
+from schemas import CONFLUENT, SINGLE_OBJECT
 from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]

@@ -1,5 +1,5 @@
-"""Keys land in the partition the Java client would pick: our producers (`producers.kafka.producer_config`, used by
-the relay, the dead-letter publisher and `dispersion submit`) produce to a real 12-partition topic, and each
+"""Keys land in the partition the Java client would pick: our producers (`processor.kafka.clients.producer_config`,
+used by the relay, the dead-letter publisher and `dispersion submit`) produce to a real 12-partition topic, and each
 message's partition, as the broker acknowledged it, equals Java's `toPositive(murmur2(key)) % 12`, computed here by
 an independent implementation of Kafka's `Utils.murmur2` (checked first against the Java test vectors)."""
 
@@ -14,8 +14,8 @@ from confluent_kafka import KafkaError, Message, Producer
 from kafka_fixtures import create_topic
 from murmur2_support import java_murmur2, java_partition
 
-from producers.clients import new_producer
-from producers.kafka import KafkaSettings, producer_config
+from processor.kafka.clients import new_producer, producer_config
+from processor.kafka.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -17,8 +17,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 
 import schemas
 from processor.cli.topics import main
-from producers.kafka import MAX_MESSAGE_BYTES, KafkaSettings
-from producers.topics import HOUR_MS, ensure_topics, project_topics
+from processor.kafka.settings import MAX_MESSAGE_BYTES, KafkaSettings
+from processor.kafka.topics import HOUR_MS, ensure_topics, project_topics
+from processor.kafka.wire import registry_text
 from schemas.topics import ALL_TOPICS, STATUS_TOPIC, TRANSFERS_TOPIC
 
 
@@ -128,7 +129,7 @@ def test_subjects_get_backward_compatibility_and_the_registry_guards_schema_evol
     registry = SchemaRegistryClient({"url": schema_registry_url})
     subject = f"{names[STATUS_TOPIC]}-value"
     assert registry.get_compatibility(subject) == "BACKWARD"
-    released = json.loads(schemas.registry_text(STATUS_TOPIC))
+    released = json.loads(registry_text(STATUS_TOPIC))
 
     compatible = copy.deepcopy(released)  # a new optional field: readers of the new version read old data
     compatible["fields"].append({"name": "ledger_reference", "type": ["null", "string"], "default": None})
@@ -153,7 +154,7 @@ def test_a_schema_the_registry_refuses_fails_the_command_clearly(
     subject = f"{names[STATUS_TOPIC]}-value"
     # Someone else's record already lives under the subject, and BACKWARD forbids replacing it with ours.
     registry.set_compatibility(subject_name=subject, level="BACKWARD")
-    registry.register_schema(subject, Schema(schemas.registry_text("vrp.payments"), "AVRO"))
+    registry.register_schema(subject, Schema(registry_text("vrp.payments"), "AVRO"))
     wire = {"wire_format": "confluent", "schema_registry_url": schema_registry_url}
     config = write_config(tmp_path / "dispersion.toml", kafka_bootstrap, names, kafka=wire)
     assert main(["--config", str(config), "--partitions", "1"]) == 1

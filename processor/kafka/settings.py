@@ -1,4 +1,5 @@
-"""Shared Kafka client settings: topic names, where the broker is, and the librdkafka properties we insist on.
+"""The deployment's Kafka settings: where the broker is, how topics are named, the wire format, and the librdkafka
+properties every client gets (the clients themselves are built by `processor.kafka.clients`).
 
 Bootstrap address, in order: an explicit `--bootstrap`, the configuration file's `[kafka] bootstrap_servers`,
 the `KAFKA_BOOTSTRAP_SERVERS` environment variable (what `dispersion dev kafka` prints).
@@ -24,13 +25,12 @@ the registry password likewise goes only to the registry client.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.codec import Registry, WireSettings
+from processor.kafka.wire import Registry, WireSettings
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -72,7 +72,7 @@ class KafkaSettings:
     bootstrap: str
     group_id: str = DEFAULT_GROUP_ID
     topics: Mapping[str, str] = field(default_factory=dict)  # logical name -> physical name
-    static_membership: bool = True  # consumers of a named instance set group.instance.id (consumers.loop)
+    static_membership: bool = True  # consumers of a named instance set group.instance.id (clients.consumer_config)
     client: Mapping[str, Any] = field(default_factory=dict, repr=False)  # extra librdkafka properties
     wire: WireSettings = field(default_factory=WireSettings)  # wire format and schema registry
 
@@ -145,24 +145,3 @@ def wire_settings(options: Mapping[str, Any]) -> WireSettings:
         return WireSettings(values["wire_format"] or "single-object", registry)
     except ValueError as exc:
         raise KafkaSetupError(f"[kafka] {exc}") from None
-
-
-def librdkafka_logger(name: str) -> logging.Logger:
-    """A stdlib logger for librdkafka's own log lines (passed as the client's `logger`)."""
-    return logging.getLogger(f"dispersion.kafka.{name}")
-
-
-def producer_config(settings: KafkaSettings, name: str, **extra: Any) -> dict[str, Any]:
-    """An idempotent producer: `acks=all`, no duplicates on retry, order kept per partition, keys partitioned
-    as the Java client does (`PARTITIONER`). Every producer of the project is configured here."""
-    return settings.config(
-        **{
-            "enable.idempotence": True,
-            "acks": "all",
-            "message.max.bytes": MAX_MESSAGE_BYTES + 1024 * 1024,
-            "client.id": f"dispersion-{name}",
-            "logger": librdkafka_logger(name),
-            **extra,
-            "partitioner": PARTITIONER,
-        }
-    )

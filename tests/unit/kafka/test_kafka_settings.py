@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.loop import consumer_config
-from producers.kafka import KafkaSettings, KafkaSetupError, producer_config, settings_from
+from processor.kafka.clients import consumer_config, producer_config
+from processor.kafka.settings import KafkaSettings, KafkaSetupError, settings_from
 
 
 def test_static_membership_is_on_by_default_and_names_the_instance() -> None:
