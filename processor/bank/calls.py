@@ -2,16 +2,16 @@
 
 `BankClient` (processor.bank.client) owns the transport, the retries and the client's authentication; the
 operation groups (`file_payments.FilePayments`, `vrp_payments.VrpPayments`, `authorization.Authorization`)
-are written against `BankCalls`, the part of the client they use, and `BankClient` inherits them all.
+are written against `BankCalls`, a `Protocol` naming the part of the client they use (the groups subclass it
+for its two URL and header helpers; mypy checks that `BankClient`, which inherits the groups, provides the rest).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -65,13 +65,12 @@ class Reply:
 Body = bytes | Callable[[], Awaitable[bytes]] | None
 
 
-class BankCalls(ABC):
+class BankCalls(Protocol):
     """The part of the bank client an operation group uses: its settings and its calls (see `BankClient`)."""
 
     integration: Integration
     assertions: ClientAssertions
 
-    @abstractmethod
     async def request(
         self,
         operation: str,
@@ -83,12 +82,12 @@ class BankCalls(ABC):
         idempotency_key: str | None = None,
     ) -> Reply:
         """One logical call, retried per the policy; a 2xx Reply or a BankError."""
+        ...
 
-    @abstractmethod
     async def discovery(self) -> Discovery:
         """The discovery document, read once."""
+        ...
 
-    @abstractmethod
     def _parse(
         self,
         operation: str,
@@ -97,12 +96,12 @@ class BankCalls(ABC):
         loader: Callable[[bytes], Any] = loads,
     ) -> T:
         """The reply's JSON object read by `reader`; ProtocolError when it does not fit."""
+        ...
 
-    @abstractmethod
     async def _token_request(self, op: str, endpoint: str, form: Mapping[str, str]) -> Reply:
         """POST a token form with the client's authentication."""
+        ...
 
-    @abstractmethod
     async def _resource(
         self,
         op: str,
@@ -116,6 +115,7 @@ class BankCalls(ABC):
         customer_ip: str | None = None,
     ) -> Reply:
         """A resource-server call with a Bearer token: the given one, or the cached client-credentials token."""
+        ...
 
     def _rs(self, path: str) -> str:
         return self.integration.resource_server.rstrip("/") + path

@@ -11,8 +11,9 @@ that did not end REJECTED, EXPIRED, INVALID or withdrawn:
     found.note(currency)  # "300 of 300 transfers (4,143,703.40 GTQ) match batch NOV-A received 2026-11-25T..."
 
 A match of at least `threshold` of the new batch's transfers (80 % by default; every transfer: an exact duplicate)
-holds the batch before any bank call until a person confirms it. A retry batch (`ID.retry-N`) is never compared
-with its own family: paying failed transfers again is what it is for.
+holds the batch before any bank call until a person confirms it. A batch is never compared with its own retries
+(known by their retry records, `Candidate.retry_of`, not by their ids): paying failed transfers again is what they
+are for.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from typing import Final
 
 from processor.domain.batch import PayrollBatch
 from processor.domain.money import money_text
-from processor.domain.outcomes import retry_of
 from processor.domain.time import iso_ms
 
 # A submission's header (`dispersion submit --allow-duplicate-of ID`): the batch pays what ID pays on purpose; such
@@ -66,18 +66,15 @@ def sketch(keys: Iterable[str]) -> list[str]:
     return sorted(set(keys))[:SKETCH_SIZE]
 
 
-def family(batch_id: str) -> str:
-    """The batch a retry (`ID.retry-N`) pays again, else the batch itself."""
-    return retry_of(batch_id) or batch_id
-
-
 @dataclass(frozen=True)
 class Candidate:
-    """A recent batch to compare with: its id, when it was received, its stored keys."""
+    """A recent batch to compare with: its id, when it was received, its stored keys, and the batch it retries
+    (from its retry record; None for any other batch)."""
 
     batch_id: str
     received_at: datetime
     keys: str
+    retry_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,15 +110,15 @@ def best_match(
     threshold: Decimal = DEFAULT_THRESHOLD,
 ) -> Match | None:
     """The candidate sharing the most transfers with `batch` (as multisets), when that is at least `threshold`
-    of the batch's transfers; None otherwise. Candidates of the batch's own retry family are skipped."""
+    of the batch's transfers; None otherwise. The batch's own retries are skipped (they pay its failed transfers
+    again on purpose)."""
     total = len(keys)
     if total == 0:
         return None
-    own = family(batch.batch_id)
     wanted = Counter(keys)
     best: tuple[int, Candidate] | None = None
     for candidate in candidates:
-        if candidate.batch_id == batch.batch_id or family(candidate.batch_id) == own:
+        if batch.batch_id in (candidate.batch_id, candidate.retry_of):
             continue
         matched = sum((wanted & Counter(candidate.keys.split())).values())
         if matched and (best is None or matched > best[0]):

@@ -4,8 +4,9 @@ A COMPLETED batch may still hold transfers the bank rejected (a closed account):
 and for how much (`outcome_totals`), and the command line exits 4 for it (`exit_code`), so a script never takes
 such a batch for fully paid.
 
-A retry of batch `ID`'s failed transfers is the batch `ID.retry-N` (N = 1, 2, ...): `retry_batch_id` names it
-and `retry_of` reads the original id back (status events carry it as `retry_of`).
+A retry of batch `ID`'s failed transfers is the batch `ID.retry-N` (N = 1, 2, ...): `retry_batch_id` names it.
+Which batch a retry retries is known only from its retry record in the store (status events carry it as
+`retry_of`), never read back from an id: intake refuses the suffix, and an id is no proof.
 """
 
 from __future__ import annotations
@@ -64,12 +65,6 @@ def exit_code(status: str, transfers_failed: int | None) -> int | None:
     return None
 
 
-def retry_of(batch_id: str) -> str | None:
-    """The batch a retry batch (`ID.retry-N`) retries, or None for any other batch id."""
-    match = RETRY_SUFFIX.match(batch_id)
-    return match["original"] if match else None
-
-
 MAX_BATCH_ID = 200
 
 
@@ -93,8 +88,7 @@ def retry_batch_id(original: str, number: int) -> str:
     """The id of the `number`-th retry of `original` (`ID.retry-1`, `ID.retry-2`, ...)."""
     if number < 1:
         raise ValueError("retry numbers start at 1")
-    base = retry_of(original) or original  # a retry of a retry counts on from the original
-    return f"{base}.retry-{number}"
+    return f"{original}.retry-{number}"
 
 
 def split_reason(reason: str | None) -> tuple[str | None, str | None]:

@@ -96,9 +96,9 @@ def review_at_intake(tx: StoreTx, flow: Flow, text: str, controls: Controls, *, 
     docstring). The request's state (PENDING when held, FLAGGED), or None when nothing changed or it is off."""
     if controls.changed_accounts == ChangedAccounts.OFF:
         return None
-    document = json.loads(text)
-    if document.get("retry_of"):
+    if flow.retry_of is not None:  # a retry made by retry-failed (its record; never a field of the document)
         return None
+    document = json.loads(text)
     changed = changed_transfers(tx, document, days=controls.account_history_days, now=now)
     if not changed:
         return None

@@ -16,7 +16,7 @@ import orjson
 
 from processor.bank.models import FilePaymentReport
 from processor.domain.file_states import BatchStatus, FlowState, move
-from processor.domain.outcomes import outcome_totals, retry_of
+from processor.domain.outcomes import outcome_totals
 from processor.domain.time import iso_ms
 from processor.store import Flow, StatusEvent, StoreTx
 from schemas.topics import STATUS_TOPIC
@@ -48,7 +48,7 @@ def status_payload(
         "bank_status": flow.bank_status,
         "reason": None,
         "transaction_results": None,
-        "retry_of": retry_of(flow.batch_id),
+        "retry_of": flow.retry_of,  # from the retry record, never the id
         "execute_on": flow.execute_on,  # a scheduled batch's day, on every event of it
         "attempt": flow.attempt,  # v3: a batch id submitted again after it ended counts its attempts
         "withdrawn_by": flow.withdrawn_by,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 import structlog
 
@@ -41,7 +40,7 @@ from processor.engine.file_events import (
 )
 from processor.engine.file_payloads import FilePayloads
 from processor.engine.file_schedule import hold, payment_due_at
-from processor.engine.leased import LeasedFlow
+from processor.engine.leased import LeasedFlow, Step, WorkRows
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
 from processor.engine.transfer_events import end_flow
@@ -68,9 +67,19 @@ class FileFlow(LeasedFlow[Flow]):
         super().__init__(ctx)
         self.payloads = FilePayloads(ctx.store, cache_transactions=cache_transactions)
 
-    def repo(self, tx: StoreTx) -> Any:
+    def repo(self, tx: StoreTx) -> WorkRows[Flow]:
         """The `flows` table."""
         return tx.flows
+
+    def steps(self) -> dict[str, Step[Flow]]:
+        """The handlers FILE_TABLE names."""
+        return {
+            "create_consent": self.create_consent,
+            "upload_file": self.upload_file,
+            "watch_authorization": self.watch_authorization,
+            "create_payment": self.create_payment,
+            "poll_payment": self.poll_payment,
+        }
 
     # -- A1 ---------------------------------------------------------------------------------------------------
 
@@ -95,7 +104,7 @@ class FileFlow(LeasedFlow[Flow]):
                 lambda _: bank.create_file_consent(request, idempotency_key=effect.idempotency_key, echo_file=False)
             )
         except BankError as exc:
-            return await guard.failed(flow, owner, exc, self._refused(flow, owner, guard))
+            return await guard.failed(flow, owner, exc, _refused(self, flow, owner, guard))
         if consent.file_hash != file_hash:
             log.warning("consent echoes another file hash", batch_id=flow.batch_id, consent_id=consent.consent_id)
         return await self._consent_created(flow, owner, guard, consent.consent_id, file_hash)
@@ -140,7 +149,7 @@ class FileFlow(LeasedFlow[Flow]):
         if effect.done:
             return await self._uploaded(flow, owner, guard, currency)
         bank = await self.ctx.banks.get(flow.integration)
-        refuse = self._refused(flow, owner, guard)
+        refuse = _refused(self, flow, owner, guard)
         request = guard.request(body)
         try:
             if effect.resumed and await bank.upload_landed(consent_id):
@@ -267,7 +276,7 @@ class FileFlow(LeasedFlow[Flow]):
             return await self._initiated(flow, owner, guard, effect.resource_id, PAYMENT_PENDING, currency)
         key = effect.idempotency_key
         resumed = effect.resumed
-        refuse = self._refused(flow, owner, guard)
+        refuse = _refused(self, flow, owner, guard)
         request = guard.request(initiation)
         if request is None:
             reason = "the payment request changed since its first attempt"
@@ -424,16 +433,6 @@ class FileFlow(LeasedFlow[Flow]):
 
     # -- ending -----------------------------------------------------------------------------------------------
 
-    def _refused(self, flow: Flow, owner: str, guard: Guarded[Flow]) -> Callable[[Refusal], Awaitable[Flow]]:
-        async def refuse(error: Refusal) -> Flow:
-            if isinstance(error, BankError):
-                reason = f"the bank refused {guard.operation.value}: {error}"
-            else:
-                reason = f"cannot create the payment: {error}"
-            return await self._fail(flow, owner, reason, guard)
-
-        return refuse
-
     async def _fail(self, flow: Flow, owner: str, reason: str, guard: Guarded[Flow] | None = None) -> Flow:
         """End the flow FAILED (publishing it), recording a refused side effect when there is one."""
         now = self.now()
@@ -458,6 +457,19 @@ class FileFlow(LeasedFlow[Flow]):
         updated = await self.ctx.store.arun(work)
         log.warning("flow failed", batch_id=flow.batch_id, reason=reason)
         return updated
+
+
+def _refused(flows: FileFlow, flow: Flow, owner: str, guard: Guarded[Flow]) -> Callable[[Refusal], Awaitable[Flow]]:
+    """What ends a flow whose bank call was refused: FAILED, saying which call."""
+
+    async def refuse(error: Refusal) -> Flow:
+        if isinstance(error, BankError):
+            reason = f"the bank refused {guard.operation.value}: {error}"
+        else:
+            reason = f"cannot create the payment: {error}"
+        return await flows._fail(flow, owner, reason, guard)
+
+    return refuse
 
 
 async def link_published(ctx: EngineContext, flow: Flow) -> bool:

@@ -246,7 +246,7 @@ def _hold(tx: StoreTx, prepared: PreparedBatch, guard: Guard | None, now: dateti
     found = tx.lifecycle.candidates(
         prepared.integration, sketch(prepared.keys), since=now - guard.window, exclude=prepared.batch_id
     )
-    candidates = [Candidate(batch_id, received, keys) for batch_id, received, keys in found]
+    candidates = [Candidate(*row) for row in found]
     match = best_match(prepared.batch, prepared.keys, candidates, threshold=guard.threshold)
     if match is None:
         return None

@@ -18,12 +18,13 @@ from typing import Any, Literal
 
 from processor.domain.file_states import FlowState
 from processor.domain.masking import mask_account
-from processor.domain.outcomes import retry_of, split_reason
+from processor.domain.outcomes import split_reason
 from processor.engine.ledger import payroll_of
 from processor.engine.reporting import transfer_lines
 from processor.exports.camt054 import Entry, Notification, Notifications, PaidTransfer
 from processor.exports.pain002 import StatusReport, TransferStatus
 from processor.store import StoreTx
+from processor.store.operator import BatchRow
 
 _ISO_STATUS: dict[str, Literal["ACSC", "RJCT", "ACCP"]] = {"COMPLETED": "ACSC", "FAILED": "RJCT"}
 _PAIN001 = re.compile(r"pain\.001\.001\.(03|09)")
@@ -44,10 +45,10 @@ def original_ids(batch_id: str, file_reference: str | None) -> tuple[str, str]:
     return batch_id, file_reference or batch_id
 
 
-def ids_of(tx: StoreTx, batch_id: str) -> tuple[str, str, str | None]:
+def ids_of(tx: StoreTx, row: BatchRow) -> tuple[str, str, str | None]:
     """`original_ids` of a stored batch, and the pain.001 version it was read from (`submit` names it in the
-    batch's `source`; None for other exports). A retry `ID.retry-N` answers for its original ID."""
-    original = retry_of(batch_id) or batch_id
+    batch's `source`; None for other exports). A retry batch (by its retry record) answers for its original."""
+    original = row.retry_of or row.batch_id
     document = tx.flows.payload_document(original)
     document = document if isinstance(document, Mapping) else {}
     reference, source = document.get("file_reference"), str(document.get("source") or "")
@@ -101,7 +102,7 @@ def status_report(tx: StoreTx, batch_id: str, now: datetime) -> StatusReport | N
     if row is None:
         return None
     lines = transfer_lines(tx, row)
-    if tx.operator.retry(batch_id) is not None:
+    if row.retry_of is not None:
         ended_at = _ended_at(tx, batch_id)
         statuses = [
             TransferStatus(s.end_to_end_id, s.status, s.reason_code, s.reason_text, None, ended_at)
@@ -109,7 +110,7 @@ def status_report(tx: StoreTx, batch_id: str, now: datetime) -> StatusReport | N
         ]
     else:
         statuses = _final(tx, batch_id, lines)
-    message_id, block_id, version = ids_of(tx, batch_id)
+    message_id, block_id, version = ids_of(tx, row)
     total = sum((Decimal(str(line["amount"])) for line in lines), Decimal(0))
     note = f"the batch ended {row.state}" if row.state in _UNPAID_ENDS else None
     return StatusReport(
@@ -158,7 +159,7 @@ def debit_notifications(tx: StoreTx, since: datetime, until: datetime, now: date
         origin = document.get("origin_account") if isinstance(document, Mapping) else None
         if not paid or not isinstance(origin, Mapping):
             continue
-        message_id, block_id, _ = ids_of(tx, row.batch_id)
+        message_id, block_id, _ = ids_of(tx, row)
         key = (str(origin.get("account_number", "")), str(lines[0]["currency"] or origin.get("currency", "")))
         groups.setdefault(key, []).append(
             Entry(row.batch_id, message_id, block_id, row.updated_at, row.file_payment_id, tuple(paid))

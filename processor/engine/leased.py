@@ -3,8 +3,12 @@ the step loop that dispatches on the kind's state table, retries and the resched
 
     class FileFlow(LeasedFlow[Flow]):
         kind = Kind.FILE
-        def repo(self, tx): return tx.flows
+        def repo(self, tx) -> WorkRows[Flow]: return tx.flows
+        def steps(self) -> dict[str, Step[Flow]]: return {"create_consent": self.create_consent, ...}
         async def create_consent(self, flow, owner): ...      # the handler FILE_TABLE names for RECEIVED
+
+The state table names each state's handler; `steps` maps those names to the flow's methods, type-checked, and the
+base turns that into a map from state to handler when the flow is made (a name without a method fails there).
 
 A flow is a row of a work table (`processor.store.work`): a `state`, a `version`, `next_action_at` and a lease.
 A worker (`processor.engine.worker.Worker`) claims due rows in the states whose rule has a handler, and calls
@@ -18,7 +22,7 @@ leaves the lease to run out so another instance takes the row over.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -53,19 +57,56 @@ class WorkItem(Protocol):
 
 
 T = TypeVar("T", bound=WorkItem)
+Step = Callable[[T, str], Awaitable[T]]  # a handler: the leased row and its owner -> the row as written
+
+
+class WorkRows(Protocol[T]):
+    """What the base uses of a kind's repository (`processor.store.work.WorkRepo` and its `update`)."""
+
+    def get(self, key: str, *, for_update: bool = False) -> T | None: ...
+    def claim_due(
+        self, *, now: datetime, owner: str, limit: int, lease_seconds: float, states: list[str]
+    ) -> list[T]: ...
+    def acquire(self, key: str, *, owner: str, now: datetime, lease_seconds: float) -> T | None: ...
+    def renew(self, key: str, *, owner: str, now: datetime, lease_seconds: float) -> bool: ...
+    def release(self, key: str, *, owner: str) -> bool: ...
+    def update(
+        self,
+        key: str,
+        /,
+        *,
+        expected_version: int,
+        now: datetime,
+        owner: str | None = None,
+        release_lease: bool = False,
+        attempts: int = ...,
+        last_error: str | None = ...,
+        next_action_at: datetime | None = ...,
+    ) -> T: ...
 
 
 class LeasedFlow(Generic[T]):
     """A kind of flow as leased work (`processor.engine.worker.WorkSource`). Subclasses set `kind`, give
-    `repo`, and define a method for every handler their state table names."""
+    `repo`, and map every handler their state table names to a method (`steps`)."""
 
     kind: ClassVar[Kind]
 
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx
+        named = self.steps()
+        missing = sorted({r.handler for r in self.kind.table.values() if r.handler and r.handler not in named})
+        if missing:
+            raise TypeError(f"{type(self).__name__} has no step for {', '.join(missing)} ({self.kind.value} table)")
+        self.handlers: dict[str, Step[T]] = {
+            str(state): named[rule.handler] for state, rule in self.kind.table.items() if rule.handler is not None
+        }
 
-    def repo(self, tx: StoreTx) -> Any:
+    def repo(self, tx: StoreTx) -> WorkRows[T]:
         """The kind's repository in `tx` (`tx.flows`, `tx.mandates`, `tx.vrp_payments`)."""
+        raise NotImplementedError
+
+    def steps(self) -> Mapping[str, Step[T]]:
+        """The flow's step handlers by the name the state table gives them."""
         raise NotImplementedError
 
     def now(self) -> datetime:
@@ -166,12 +207,11 @@ class LeasedFlow(Generic[T]):
     async def step(self, item: T, *, owner: str) -> T:
         """Run the handler the state table names for the row's state; a state without one has nothing to do
         (it is made not due, so it is not looked at again)."""
-        rule = self.rule(item.state)
-        if rule is None or rule.handler is None:
+        handler = self.handlers.get(item.state)
+        if handler is None:
             if item.next_action_at is None:
                 return item
             return await self.update(item, owner, next_action_at=None, release_lease=True)
-        handler: Callable[[T, str], Awaitable[T]] = getattr(self, rule.handler)
         return await handler(item, owner)
 
     # -- writing ------------------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from processor.domain.ledger import (
     payroll_totals,
     transfer_outcomes,
 )
-from processor.domain.outcomes import retry_of
 from processor.store import StoreTx
 from processor.store.money import MoneyReads, MoneyRow
 
@@ -96,5 +95,5 @@ def payroll_of(tx: StoreTx, batch_id: str) -> Payroll | None:
 
 def original_of(tx: StoreTx, batch_id: str) -> str:
     """The original batch of a retry batch made by retry-failed; the batch itself otherwise."""
-    made = tx.operator.retry(batch_id) if retry_of(batch_id) else None
+    made = tx.operator.retry(batch_id)
     return made.original_batch_id if made is not None else batch_id

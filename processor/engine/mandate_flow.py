@@ -29,7 +29,7 @@ from processor.domain.vrp_requests import CONSENT_CREATED_KEY, consent_parts
 from processor.domain.vrp_states import Mandate, move_mandate
 from processor.engine.authorization import PendingAuthorization, approval_link
 from processor.engine.consent_watch import look_at_consent
-from processor.engine.leased import LeasedFlow
+from processor.engine.leased import LeasedFlow, Step, WorkRows
 from processor.engine.mandate_watch import ENDED_AT_BANK, check_mandate, end_mandate_tx
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.vrp_moves import (
@@ -57,9 +57,18 @@ class MandateFlow(LeasedFlow[VrpMandate]):
 
     kind = Kind.MANDATE
 
-    def repo(self, tx: StoreTx) -> Any:
+    def repo(self, tx: StoreTx) -> WorkRows[VrpMandate]:
         """The `vrp_mandates` table."""
         return tx.mandates
+
+    def steps(self) -> dict[str, Step[VrpMandate]]:
+        """The handlers MANDATE_TABLE names."""
+        return {
+            "create_consent": self.create_consent,
+            "watch_authorization": self.watch_authorization,
+            "watch_mandate": self.watch_mandate,
+            "watch_reauthorization": self.watch_authorization,  # the same watch, asking again
+        }
 
     def approval_url(self, mandate: VrpMandate) -> str:
         """The mandate's stable approval link (published as `authorization_url`)."""
@@ -133,8 +142,11 @@ class MandateFlow(LeasedFlow[VrpMandate]):
         return refuse
 
     async def watch_authorization(self, mandate: VrpMandate, owner: str) -> VrpMandate:
-        """While awaiting the approver: read the consent (B3) every `consent_watch_interval` (`consent_watch`);
-        Rejected at the bank ends the mandate, and so does the authorization deadline (EXPIRED)."""
+        """While the approver is asked (AWAITING_AUTHORIZATION) or asked again (REAUTHORIZATION_REQUIRED, the
+        table's `watch_reauthorization`): read the consent (B3) every `consent_watch_interval`
+        (`consent_watch`); Rejected at the bank ends the mandate (asked again: Revoked and Expired too), and so
+        does the authorization deadline (EXPIRED). A mandate asked again also loses its tokens when it ends."""
+        again = mandate.state == Mandate.REAUTHORIZATION_REQUIRED
         look = await look_at_consent(
             self,
             key=mandate.mandate_id,
@@ -144,53 +156,31 @@ class MandateFlow(LeasedFlow[VrpMandate]):
             deadline=mandate.authorization_deadline,
         )
         bank_status = look.bank_status
-        if look.ending is None:
+        if again and bank_status in ENDED_AT_BANK and look.ending is None:
+            target, reason = ENDED_AT_BANK[bank_status], f"the consent is {bank_status} at the bank"
+        elif look.ending is not None:
+            target = Mandate(look.ending.value)
+            reason = look.reason.replace("authorise", "authorise again") if again else look.reason
+        else:
             return await self.update(
                 mandate, owner, bank_status=bank_status or mandate.bank_status, next_action_at=look.next_at
             )
         now = self.now()
-        target = Mandate(look.ending.value)
 
         def end(tx: StoreTx) -> VrpMandate:
-            moved = move_mandate_tx(
-                tx, mandate, target, now=now, owner=owner, reason=look.reason, bank_status=bank_status
-            )
+            if again:
+                return end_mandate_tx(tx, mandate, target, reason=reason, now=now, owner=owner, bank_status=bank_status)
+            moved = move_mandate_tx(tx, mandate, target, now=now, owner=owner, reason=reason, bank_status=bank_status)
             settle_parked_payments(tx, moved, now=now)
             return moved
 
-        log.info("mandate ended while awaiting authorization", mandate_id=mandate.mandate_id, state=target.value)
+        log.info("mandate ended while the approver was asked", mandate_id=mandate.mandate_id, state=target.value)
         return await self.ctx.store.arun(end)
 
     async def watch_mandate(self, mandate: VrpMandate, owner: str) -> VrpMandate:
         """AUTHORIZED: read the consent every `mandate_watch_interval`; ended at the bank or past `valid_to`: the
         mandate ends and its tokens are deleted (`processor.engine.mandate_watch`)."""
         return await check_mandate(self, mandate, owner=owner)
-
-    async def watch_reauthorization(self, mandate: VrpMandate, owner: str) -> VrpMandate:
-        """REAUTHORIZATION_REQUIRED: read the consent every `consent_watch_interval` while the approver is asked
-        again; Revoked, Rejected or Expired at the bank ends the mandate, and so does the deadline (EXPIRED)."""
-        look = await look_at_consent(
-            self,
-            key=mandate.mandate_id,
-            state=mandate.state,
-            integration=mandate.integration,
-            consent_id=mandate.consent_id,
-            deadline=mandate.authorization_deadline,
-        )
-        bank_status = look.bank_status
-        if bank_status in ENDED_AT_BANK and look.ending is None:
-            target, reason = ENDED_AT_BANK[bank_status], f"the consent is {bank_status} at the bank"
-        elif look.ending is not None:
-            target, reason = Mandate(look.ending.value), look.reason.replace("authorise", "authorise again")
-        else:
-            return await self.update(
-                mandate, owner, bank_status=bank_status or mandate.bank_status, next_action_at=look.next_at
-            )
-        now = self.now()
-        log.warning("mandate ended while awaiting re-authorization", mandate_id=mandate.mandate_id, state=target)
-        return await self.ctx.store.arun(
-            lambda tx: end_mandate_tx(tx, mandate, target, reason=reason, now=now, owner=owner, bank_status=bank_status)
-        )
 
 
 class MandateAuthorizationHooks:

@@ -17,7 +17,7 @@ from typing import Any
 from processor.domain.file_states import FlowState
 from processor.domain.masking import mask_account
 from processor.domain.money import money_text
-from processor.domain.outcomes import outcome_totals, retry_of, split_reason
+from processor.domain.outcomes import outcome_totals, split_reason
 from processor.domain.time import iso_ms
 from processor.engine.file_events import results_of
 from processor.engine.ledger import payroll_of, totals_between
@@ -52,7 +52,7 @@ def batch_summary(row: BatchRow) -> dict[str, Any]:
         "file_payment_id": row.file_payment_id,
         "bank_status": row.bank_status,
         "last_error": row.last_error,
-        "retry_of": retry_of(row.batch_id),
+        "retry_of": row.retry_of,
         "execute_on": None if row.execute_on is None else row.execute_on.isoformat(),
         "created_at": iso_ms(row.created_at),
         "updated_at": iso_ms(row.updated_at),

@@ -117,7 +117,7 @@ def _document(
         "transactions": transactions,
         "requested_at": iso_ms(now),
         "source": SOURCE,
-        "retry_of": str(original["batch_id"]),  # kept with the stored batch (the parser ignores it)
+        "retry_of": str(original["batch_id"]),  # for a reader of the stored document; the retry record decides
     }
 
 

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any, Final, Unpack
 
 from processor.domain.file_states import FlowState
-from processor.domain.outcomes import retry_of, split_reason
+from processor.domain.outcomes import split_reason
 from processor.domain.time import iso_ms
 from processor.store import Flow, NewEvent, StatusEvent, StoreTx
 from processor.store.flows import FlowFields
@@ -56,11 +56,13 @@ def transfer_payloads(
     reason: str | None,
     occurred_at: str,
     original_indexes: Sequence[int] = (),
+    retry_of: str | None = None,
     from_pain001: bool = False,
 ) -> list[dict[str, Any]]:
     """The `dispersion.transfers` payloads of a batch that ended `ended` (pure). With the bank's `results`, one per
     transfer the bank settled or rejected; without, every transfer FAILED with the batch's `reason` (COMPLETED when
-    the batch completed with a report we could not read). `from_pain001`: the employee reference is the EndToEndId."""
+    the batch completed with a report we could not read). `retry_of`: the original batch of a retry, from its retry
+    record. `from_pain001`: the employee reference is the EndToEndId."""
     origin = document.get("origin_account")
     origin = origin if isinstance(origin, Mapping) else {}
     items = document.get("transactions")
@@ -94,7 +96,7 @@ def transfer_payloads(
                 "outcome": outcome,
                 "reason_code": code,
                 "reason": text,
-                "retry_of": retry_of(batch_id),
+                "retry_of": retry_of,
                 "original_index": original_indexes[index] if index < len(original_indexes) else None,
                 "occurred_at": occurred_at,
             }
@@ -138,6 +140,7 @@ def end_flow(
         reason=event.payload.get("reason"),
         occurred_at=occurred_at,
         original_indexes=retry.transfer_indexes if retry is not None else (),
+        retry_of=retry.original_batch_id if retry is not None else None,
         from_pain001="pain.001" in source,  # `submit` names the message in the batch's source
     )
     events = [

@@ -16,7 +16,6 @@ bank answers with the VRP it already created: one VRP per payment. The bank's
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import structlog
 
@@ -27,7 +26,7 @@ from processor.bank.vrp_payments import domestic_vrp_body
 from processor.domain.kinds import Kind
 from processor.domain.vrp_requests import payment_parts
 from processor.domain.vrp_states import Mandate, Payment, VrpStatus, mandate_terminal, payment_state_of_bank_status
-from processor.engine.leased import LeasedFlow
+from processor.engine.leased import LeasedFlow, Step, WorkRows
 from processor.engine.mandate_watch import ask_again_tx, check_mandate, read_is_stale
 from processor.engine.side_effect import Guarded, Refusal
 from processor.engine.tokens import TokenUnavailableError, access_token
@@ -54,9 +53,13 @@ class VrpPaymentFlow(LeasedFlow[VrpPayment]):
 
     kind = Kind.VRP_PAYMENT
 
-    def repo(self, tx: StoreTx) -> Any:
+    def repo(self, tx: StoreTx) -> WorkRows[VrpPayment]:
         """The `vrp_payments` table."""
         return tx.vrp_payments
+
+    def steps(self) -> dict[str, Step[VrpPayment]]:
+        """The handlers PAYMENT_TABLE names."""
+        return {"recheck_parked": self.recheck_parked, "create_vrp": self.create_vrp, "read_vrp": self.read_vrp}
 
     async def _mandate(self, mandate_id: str) -> VrpMandate:
         mandate: VrpMandate = await self.ctx.store.arun(lambda tx: tx.mandates.require(mandate_id), write=False)

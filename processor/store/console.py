@@ -17,10 +17,11 @@ from typing import Any
 from processor.domain.time import utc_ms
 from processor.store.db import Row, Tx, to_datetime
 from processor.store.values import read_money
+from processor.store.work import RETRY_OF_SQL
 
 _COLUMNS = (
     "batch_id, integration, state, file_reference, number_of_transactions, control_sum, created_at, updated_at,"
-    " execute_on"
+    f" execute_on, ({RETRY_OF_SQL.format(row='flows')}) AS retry_of"
 )
 
 
@@ -37,6 +38,7 @@ class BatchSummary:
     created_at: datetime
     updated_at: datetime
     execute_on: date | None = None  # a scheduled batch's payday
+    retry_of: str | None = None  # the batch it retries, from its retry record (never from its id)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ def _summary(row: Row) -> BatchSummary:
         created_at=created,
         updated_at=updated,
         execute_on=date.fromisoformat(str(row["execute_on"])) if row["execute_on"] else None,
+        retry_of=None if row["retry_of"] is None else str(row["retry_of"]),
     )
 
 
@@ -153,9 +156,10 @@ class ConsoleReads:
         return [_summary(row) for row in rows]
 
     def retries_of(self, batch_id: str) -> list[BatchSummary]:
-        """The retry batches of a batch (`ID.retry-N`), in their order."""
+        """The retry batches of a batch, by their retry records (a batch merely named `ID.retry-N` is none)."""
         rows = self.tx.fetchall(
-            f"SELECT {_COLUMNS} FROM flows WHERE batch_id LIKE ? ESCAPE '\\' ORDER BY created_at",  # noqa: S608
-            (_escaped(batch_id) + ".retry-%",),
+            f"SELECT {_COLUMNS} FROM flows WHERE batch_id IN"  # noqa: S608
+            " (SELECT retry_batch_id FROM batch_retries WHERE original_batch_id = ?) ORDER BY created_at, batch_id",
+            (batch_id,),
         )
-        return [_summary(row) for row in rows if row["batch_id"].startswith(f"{batch_id}.retry-")]
+        return [_summary(row) for row in rows]

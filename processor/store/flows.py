@@ -19,7 +19,7 @@ from processor.store.crypto import new_secret_token
 from processor.store.money import MoneyBook
 from processor.store.outbox import Outbox, StatusEvent
 from processor.store.values import Kind, json_text, load_json, money, sha256_hex
-from processor.store.work import WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
+from processor.store.work import RETRY_OF_SQL, WORK_COLUMNS, WORK_UPDATABLE, Created, WorkRepo
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,9 @@ class Flow:
     duplicate_note: str | None = None
     duplicate_confirmed_by: str | None = None
     duplicate_confirmed_at: datetime | None = None
+    # The batch this one retries, from its retry record (`batch_retries`), never from its id: None for any batch
+    # retry-failed did not make, whatever it is called.
+    retry_of: str | None = None
 
     @property
     def key(self) -> str:
@@ -139,6 +142,7 @@ class FlowRepo(WorkRepo[Flow]):
         "duplicate_confirmed_by": "text",
         "duplicate_confirmed_at": "ts",
     }
+    derived: ClassVar[Mapping[str, tuple[str, Kind]]] = {"retry_of": (RETRY_OF_SQL, "text")}
     write_only: ClassVar[Mapping[str, Kind]] = {"report": "json"}
     updatable: ClassVar[frozenset[str]] = WORK_UPDATABLE | {
         "file_reference",

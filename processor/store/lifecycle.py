@@ -216,25 +216,28 @@ class Lifecycle:
 
     def candidates(
         self, integration: str, keys: Sequence[str], *, since: datetime, exclude: str
-    ) -> list[tuple[str, datetime, str]]:
-        """(batch id, received at, transfer keys) of the batches of `integration` received since `since` that
-        share a sketch key with `keys` and did not end refused (REJECTED, EXPIRED, INVALID, withdrawn)."""
+    ) -> list[tuple[str, datetime, str, str | None]]:
+        """(batch id, received at, transfer keys, the batch it retries by its retry record) of the batches of
+        `integration` received since `since` that share a sketch key with `keys` and did not end refused
+        (REJECTED, EXPIRED, INVALID, withdrawn)."""
         if not keys:
             return []
         marks = ", ".join("?" for _ in keys)
         ended = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID, FlowState.WITHDRAWN)
         rows = self.tx.fetchall(
-            "SELECT f.batch_id, f.created_at, f.transfer_keys FROM flows f WHERE f.batch_id IN ("  # noqa: S608
+            "SELECT f.batch_id, f.created_at, f.transfer_keys, r.original_batch_id FROM flows f"  # noqa: S608
+            " LEFT JOIN batch_retries r ON r.retry_batch_id = f.batch_id WHERE f.batch_id IN ("
             f" SELECT DISTINCT s.batch_id FROM transfer_sketches s WHERE s.sketch_key IN ({marks})"
             " AND s.integration = ? AND s.created_at >= ? AND s.batch_id <> ?)"
             " AND f.transfer_keys IS NOT NULL AND f.state NOT IN (?, ?, ?, ?)",
             (*keys, integration, utc_ms(since), exclude, *(str(state) for state in ended)),
         )
-        found: list[tuple[str, datetime, str]] = []
+        found: list[tuple[str, datetime, str, str | None]] = []
         for row in rows:
             created = to_datetime(row["created_at"])
             assert created is not None
-            found.append((str(row["batch_id"]), created, str(row["transfer_keys"])))
+            original = None if row["original_batch_id"] is None else str(row["original_batch_id"])
+            found.append((str(row["batch_id"]), created, str(row["transfer_keys"]), original))
         return found
 
     def confirm_duplicate(self, flow: Flow, *, by: str, now: datetime, due: bool = True) -> Flow:

@@ -19,6 +19,7 @@ from processor.domain.time import utc_ms
 from processor.store.db import Row, Tx, to_datetime
 from processor.store.money import MoneyBook
 from processor.store.values import read_money
+from processor.store.work import RETRY_OF_SQL
 
 # -- batches --------------------------------------------------------------------------------------------------
 
@@ -39,11 +40,12 @@ class BatchRow:
     created_at: datetime
     updated_at: datetime
     execute_on: date | None = None  # a scheduled batch's payday
+    retry_of: str | None = None  # the batch it retries, from its retry record (never from its id)
 
 
 _BATCH_COLUMNS = (
     "batch_id, integration, state, number_of_transactions, control_sum, consent_id, file_payment_id, bank_status,"
-    " last_error, created_at, updated_at, execute_on"
+    f" last_error, created_at, updated_at, execute_on, ({RETRY_OF_SQL.format(row='flows')}) AS retry_of"
 )
 
 
@@ -63,6 +65,7 @@ def _batch(row: Row) -> BatchRow:
         created_at=created,
         updated_at=updated,
         execute_on=date.fromisoformat(str(row["execute_on"])) if row["execute_on"] else None,
+        retry_of=None if row["retry_of"] is None else str(row["retry_of"]),
     )
 
 

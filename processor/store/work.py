@@ -41,6 +41,9 @@ WORK_COLUMNS: dict[str, Kind] = {
 }
 # Columns `update` may change on every work table (besides each table's own).
 WORK_UPDATABLE = frozenset({"state", "next_action_at", "attempts", "bank_status", "last_error"})
+# A flow's `retry_of` (a `WorkRepo.derived` value, and a column of the listings): the original batch its retry
+# record names (`batch_retries`), never read from its id. `{row}`: the flows table's name or alias.
+RETRY_OF_SQL = "SELECT r.original_batch_id FROM batch_retries r WHERE r.retry_batch_id = {row}.batch_id"
 
 
 class NotFoundError(StoreError):
@@ -76,6 +79,9 @@ class WorkRepo(Generic[T]):
     table: ClassVar[str]
     key_column: ClassVar[str]
     columns: ClassVar[Mapping[str, Kind]]  # read into the row type
+    # Values read with every row from other tables: name -> (SQL expression, `{row}` standing for the row's table
+    # or alias, kind); read into the row type like the columns, never written through this repo.
+    derived: ClassVar[Mapping[str, tuple[str, Kind]]] = {}
     write_only: ClassVar[Mapping[str, Kind]] = {}  # large columns `update` may set, read by their own method
     updatable: ClassVar[frozenset[str]]
     row_type: ClassVar[type[Any]]
@@ -86,10 +92,13 @@ class WorkRepo(Generic[T]):
     # -- reading --------------------------------------------------------------------------------------------
 
     def _cols(self, prefix: str = "") -> str:
-        return ", ".join(prefix + name for name in self.columns)
+        row = prefix.rstrip(".") or self.table
+        extra = [f"({sql.format(row=row)}) AS {name}" for name, (sql, _) in self.derived.items()]
+        return ", ".join([*(prefix + name for name in self.columns), *extra])
 
     def _decode(self, row: Mapping[str, Any]) -> T:
         values = {name: decode(kind, row[name]) for name, kind in self.columns.items()}
+        values.update((name, decode(kind, row[name])) for name, (_, kind) in self.derived.items())
         item: T = self.row_type(**values)
         return item
 

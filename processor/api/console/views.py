@@ -14,7 +14,7 @@ from processor.domain.file_states import FILE_PUBLISHES, FlowState
 from processor.domain.kinds import Kind
 from processor.domain.ledger import Outcome, Totals
 from processor.domain.masking import mask_account
-from processor.domain.outcomes import outcome_totals, retry_of
+from processor.domain.outcomes import outcome_totals
 from processor.domain.time import iso_ms
 from processor.engine.authorization import approval_link
 from processor.engine.file_events import results_of
@@ -108,7 +108,7 @@ def batches_page(tx: StoreTx, wanted: BatchFilter, page: int) -> BatchesPage:
     counts, total = status_counts(reads.state_counts(wanted), shown_status, wanted.states)
     shown = rows[:PAGE_SIZE]
     money = totals_of(tx, [row.batch_id for row in shown])
-    retry_ids = frozenset(row.batch_id for row in shown if retry_of(row.batch_id))
+    retry_ids = frozenset(row.batch_id for row in shown if row.retry_of)
     found = find_transfers(tx, Wanted(text=wanted.text), limit=PAGE_SIZE) if wanted.text else []
     return BatchesPage(shown, counts, total, reads.integrations(), len(rows) > PAGE_SIZE, money, retry_ids, found)
 
@@ -280,7 +280,7 @@ def batch_page(
         transfers_total=len(shown),
         failed_count=len(failed),
         totals=outcome_totals(results) if results else {},
-        retry_of=retry_of(batch_id),
+        retry_of=flow.retry_of,
         retries=reads.retries_of(payroll.original if payroll else batch_id),
         terminal=flow.terminal,
         payroll=payroll.totals if payroll else None,

@@ -90,11 +90,15 @@ def test_amounts_count_by_value_and_repeated_transfers_as_a_multiset() -> None:
     assert found is not None and (found.matched, found.total) == (2, 3)
 
 
-def test_a_retry_is_never_a_duplicate_of_its_own_family() -> None:
+def test_a_batchs_own_retry_is_never_its_duplicate_and_a_name_proves_nothing() -> None:
+    """A retry (by its record: `Candidate.retry_of`) pays the batch's failed transfers again on purpose; a batch
+    merely named like a retry, without a record, is compared like any other."""
     old = payroll("NOV", ["100.00", "200.00"])
     retry = replace(old, batch_id="NOV.retry-1")
-    assert best_match(retry, batch_keys(retry), [candidate(old)]) is None
-    assert best_match(old, batch_keys(old), [candidate(retry)]) is None
+    made = Candidate(retry.batch_id, AT, transfer_keys(retry), retry_of="NOV")
+    assert best_match(old, batch_keys(old), [made]) is None
+    named = best_match(old, batch_keys(old), [candidate(retry)])
+    assert named is not None and named.batch_id == "NOV.retry-1"
 
 
 def test_the_sketch_is_the_smallest_distinct_keys() -> None:
