@@ -209,7 +209,7 @@ class Processor:
         async def metrics(request: Request) -> Response:
             return Response(await asyncio.to_thread(scrape), media_type=CONTENT_TYPE_LATEST)
 
-        replayer = None if self.kafka is None else DeadLetterReplayer(self.kafka.config())
+        replayer = None if self.kafka is None else DeadLetterReplayer(self.kafka)
         admin = admin_app(
             self.store,
             tokens=self.config.admin.by_name,

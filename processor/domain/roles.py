@@ -2,8 +2,9 @@
 
 Every person acting on the console or the admin API has a name and one role:
 
-    viewer     reads every page and listing (batches, dead letters, requests, the audit trail)
+    viewer     reads every page and listing (batches, dead letters, requests, the audit trail), accounts masked
     operator   and asks for things: retries (a corrected retry becomes a request), dead-letter replays
+    operator   (also) exports creditor account numbers in clear (camt.054 `accounts=clear`)
     operator   (also) withdraws a batch not yet initiated at the bank
     approver   and approves or declines other people's requests (four eyes, changed-account reviews), and
                confirms a batch held as a possible duplicate payroll
@@ -42,6 +43,7 @@ class Action(StrEnum):
     DECIDE = "decide"  # approve or decline someone else's request
     WITHDRAW = "withdraw"  # withdraw a batch not yet initiated at the bank (issue 18)
     CONFIRM = "confirm"  # confirm that a batch held as a possible duplicate payroll is to be paid (issue 18)
+    CLEAR_ACCOUNTS = "read clear accounts"  # creditor account numbers unmasked (camt.054 accounts=clear)
 
 
 ALLOWED: dict[Action, frozenset[Role]] = {
@@ -51,6 +53,7 @@ ALLOWED: dict[Action, frozenset[Role]] = {
     Action.DECIDE: frozenset({Role.APPROVER, Role.ADMIN}),
     Action.WITHDRAW: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),
     Action.CONFIRM: frozenset({Role.APPROVER, Role.ADMIN}),  # money goes out a second time: an approver says so
+    Action.CLEAR_ACCOUNTS: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),  # the ledger's export, audited
 }
 
 ROLE_NAMES = ", ".join(role.value for role in Role)
