@@ -2,7 +2,8 @@
 
 - `parse_mandate` / `parse_payment` read a mandate request (`vrp.mandates`) or a payment instruction
   (`vrp.payments`), as a decoded Avro record (datetimes, Decimals) or as JSON (ISO 8601 strings, decimal
-  strings or numbers parsed as Decimal). Every problem is reported, not just the first (`InvalidRequestError`).
+  strings or numbers parsed as Decimal) with pydantic models whose fields carry the checks. Every problem is
+  reported, not just the first, in the request's field order (`InvalidRequestError`).
 - `MandateRequest.document()` / `PaymentRequest.document()` give the normalised form the store keeps; parsing it
   again gives the same request, so a resumed flow rebuilds byte-identical bank bodies.
 - `consent_parts` (B1) and `payment_parts` (B2) build the bank's bodies; `limits_of` gives the client-side
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainValidator, ValidationError
 
 from processor.domain.money import money_text
 from processor.domain.text import text_problem
@@ -46,6 +49,10 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 _SORT_CODE_ACCOUNT = re.compile(r"[0-9]{14}")
 
 
+F = TypeVar("F", bound="_Fields")
+T = TypeVar("T")
+
+
 class InvalidRequestError(ValueError):
     """A request that cannot be processed; `problems` lists every fault as `field: problem`.
 
@@ -59,106 +66,183 @@ class InvalidRequestError(ValueError):
         self.payment_id = payment_id
 
 
-# -- field readers ----------------------------------------------------------------------------------------------
+# -- field checks -----------------------------------------------------------------------------------------------
+# Each takes the raw value (None when the key is absent, as `validate_default` hands it over) and returns it
+# parsed, or raises ValueError with the problem; pydantic runs them field by field and collects every problem.
 
 
-class _Reader:
-    """Reads fields of one request, collecting problems instead of stopping at the first."""
-
-    def __init__(self, doc: Mapping[str, Any]) -> None:
-        self.doc = doc
-        self.problems: list[str] = []
-
-    def fail(self, name: str, problem: str) -> None:
-        self.problems.append(f"{name}: {problem}")
-
-    def text(
-        self,
-        obj: Mapping[str, Any],
-        key: str,
-        name: str,
-        *,
-        max_len: int,
-        optional: bool = False,
-        default: str | None = None,
-    ) -> str | None:
-        value = obj.get(key)
+def _text(max_len: int, *, optional: bool = False, default: str | None = None) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
         if value is None:
-            if default is not None:
+            if default is not None or optional:
                 return default
-            if not optional:
-                self.fail(name, "is required")
-            return None
+            raise ValueError("is required")
         if not isinstance(value, str):
-            self.fail(name, f"must be a string, not {type(value).__name__}")
-            return None
+            raise ValueError(f"must be a string, not {type(value).__name__}")
         if not value.strip():
             if optional:
                 return None
-            self.fail(name, "must not be empty")
-            return None
+            raise ValueError("must not be empty")
         if len(value) > max_len:
-            self.fail(name, f"must be at most {max_len} characters")
-            return None
+            raise ValueError(f"must be at most {max_len} characters")
         unsafe = text_problem(value)  # control, bidi or lone surrogate characters
         if unsafe is not None:
-            self.fail(name, f"holds {unsafe}")
-            return None
+            raise ValueError(f"holds {unsafe}")
         return value
 
-    def amount(self, obj: Mapping[str, Any], key: str, name: str) -> Decimal | None:
-        value = obj.get(key)
-        if value is None:
-            self.fail(name, "is required")
-            return None
-        if isinstance(value, bool | float):
-            self.fail(name, "must be a decimal (a string or an exact number), never a float")
-            return None
-        if not isinstance(value, Decimal | int | str):
-            self.fail(name, f"must be a decimal amount, not {type(value).__name__}")
-            return None
-        try:
-            amount = value if isinstance(value, Decimal) else Decimal(str(value).strip())
-        except InvalidOperation:
-            self.fail(name, f"{value!r} is not a decimal amount")
-            return None
-        if not amount.is_finite() or amount <= 0:
-            self.fail(name, f"must be greater than zero, got {value}")
-            return None
-        if amount != amount.quantize(CENT):
-            self.fail(name, f"{value} has more than 2 decimals")
-            return None
-        if amount >= AMOUNT_MAX:
-            self.fail(name, f"{value} is too large")
-            return None
-        return amount.quantize(CENT)
+    return check
 
-    def currency(self, obj: Mapping[str, Any], key: str, name: str) -> str | None:
-        value = obj.get(key)
-        if not isinstance(value, str) or not _CURRENCY.fullmatch(value):
-            self.fail(name, f"must be an ISO 4217 code (three capital letters), got {value!r}")
-            return None
-        return value
 
-    def instant(self, obj: Mapping[str, Any], key: str, name: str, *, optional: bool = False) -> datetime | None:
-        value = obj.get(key)
+def _amount(value: object) -> Decimal:
+    if value is None:
+        raise ValueError("is required")
+    if isinstance(value, bool | float):
+        raise ValueError("must be a decimal (a string or an exact number), never a float")
+    if not isinstance(value, Decimal | int | str):
+        raise ValueError(f"must be a decimal amount, not {type(value).__name__}")
+    try:
+        amount = value if isinstance(value, Decimal) else Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ValueError(f"{value!r} is not a decimal amount") from None
+    if not amount.is_finite() or amount <= 0:
+        raise ValueError(f"must be greater than zero, got {value}")
+    if amount != amount.quantize(CENT):
+        raise ValueError(f"{value} has more than 2 decimals")
+    if amount >= AMOUNT_MAX:
+        raise ValueError(f"{value} is too large")
+    return amount.quantize(CENT)
+
+
+def _currency(value: object) -> str:
+    if not isinstance(value, str) or not _CURRENCY.fullmatch(value):
+        raise ValueError(f"must be an ISO 4217 code (three capital letters), got {value!r}")
+    return value
+
+
+def _instant(*, optional: bool = False) -> Callable[[object], datetime | None]:
+    def check(value: object) -> datetime | None:
         if value is None:
-            if not optional:
-                self.fail(name, "is required")
-            return None
+            if optional:
+                return None
+            raise ValueError("is required")
         if isinstance(value, str):
             try:
                 value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
             except ValueError:
-                self.fail(name, f"{value!r} is not an ISO 8601 date-time")
-                return None
+                raise ValueError(f"{value!r} is not an ISO 8601 date-time") from None
         if not isinstance(value, datetime):
-            self.fail(name, f"must be an ISO 8601 date-time, not {type(value).__name__}")
-            return None
+            raise ValueError(f"must be an ISO 8601 date-time, not {type(value).__name__}")
         if value.tzinfo is None or value.utcoffset() is None:
-            self.fail(name, "must carry a UTC offset (e.g. Z or +00:00)")
-            return None
+            raise ValueError("must carry a UTC offset (e.g. Z or +00:00)")
         return utc_ms(value)
+
+    return check
+
+
+def _one_of(names: str, known: type[PeriodType] | type[Alignment]) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        if value not in {member.value for member in known}:
+            raise ValueError(f"must be {names}, got {value!r}")
+        return str(value)
+
+    return check
+
+
+def _object(what: str) -> Callable[[object], object]:
+    def check(value: object) -> object:
+        if not isinstance(value, Mapping):
+            raise ValueError(what)
+        return dict(value)
+
+    return check
+
+
+def _list(value: object) -> object:
+    if not isinstance(value, list | tuple):
+        raise ValueError("must be a list")
+    return list(value)
+
+
+class _Fields(BaseModel):
+    """A request's model: unknown keys ignored, a missing key checked as None (the checks say what it needs)."""
+
+    model_config = ConfigDict(extra="ignore", validate_default=True, frozen=True, arbitrary_types_allowed=True)
+
+
+class _Creditor(_Fields):
+    scheme_name: Annotated[str | None, PlainValidator(_text(40, default=SORT_CODE_SCHEME))] = None
+    identification: Annotated[str | None, PlainValidator(_text(ID_MAX))] = None
+    name: Annotated[str | None, PlainValidator(_text(NAME_MAX))] = None
+
+
+class _Limit(_Fields):
+    amount: Annotated[Decimal | None, PlainValidator(_amount)] = None
+    period_type: Annotated[str | None, PlainValidator(_one_of("Day, Week or Month", PeriodType))] = None
+    period_alignment: Annotated[str | None, PlainValidator(_one_of("Consent or Calendar", Alignment))] = None
+
+
+class _MandateFields(_Fields):
+    mandate_id: Annotated[str | None, PlainValidator(_text(MANDATE_ID_MAX))] = None
+    integration: Annotated[str | None, PlainValidator(_text(200))] = None
+    currency: Annotated[str | None, PlainValidator(_currency)] = None
+    creditor_account: Annotated[
+        _Creditor | None, BeforeValidator(_object("is required (scheme_name, identification, name)"))
+    ] = None
+    max_individual_amount: Annotated[Decimal | None, PlainValidator(_amount)] = None
+    periodic_limits: Annotated[
+        list[Annotated[_Limit, BeforeValidator(_object("must be an object (amount, period_type, period_alignment)"))]],
+        BeforeValidator(_list),
+    ] = []
+    valid_from: Annotated[datetime | None, PlainValidator(_instant())] = None
+    valid_to: Annotated[datetime | None, PlainValidator(_instant())] = None
+    reference: Annotated[str | None, PlainValidator(_text(REFERENCE_MAX))] = None
+    description: Annotated[str | None, PlainValidator(_text(UNSTRUCTURED_MAX, optional=True))] = None
+    requested_at: Annotated[datetime | None, PlainValidator(_instant(optional=True))] = None
+    source: Annotated[str | None, PlainValidator(_text(200, optional=True))] = None
+
+
+class _PaymentFields(_Fields):
+    payment_id: Annotated[str | None, PlainValidator(_text(ID_MAX))] = None
+    mandate_id: Annotated[str | None, PlainValidator(_text(MANDATE_ID_MAX))] = None
+    amount: Annotated[Decimal | None, PlainValidator(_amount)] = None
+    currency: Annotated[str | None, PlainValidator(_currency)] = None
+    end_to_end_id: Annotated[str | None, PlainValidator(_text(ID_MAX))] = None
+    remittance: Annotated[str | None, PlainValidator(_text(UNSTRUCTURED_MAX, optional=True))] = None
+    requested_at: Annotated[datetime | None, PlainValidator(_instant(optional=True))] = None
+
+
+def _name(loc: Sequence[int | str]) -> str:
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else f".{part}" if name else part
+    return name
+
+
+def _read(model: type[F], doc: Mapping[str, Any]) -> tuple[F | None, list[tuple[tuple[int, ...], str]]]:
+    """`doc` as `model`, or every problem as `field: problem` with its place in the model's field order."""
+    if not isinstance(doc, Mapping):
+        raise InvalidRequestError([f"request: must be an object, not {type(doc).__name__}"])
+    try:
+        return model.model_validate(dict(doc)), []
+    except ValidationError as exc:
+        order = list(model.model_fields)
+        problems = []
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            said = error.get("ctx", {}).get("error", error["msg"])
+            problems.append((_rank(order, loc), f"{_name(loc)}: {said}"))
+        return None, problems
+
+
+def _rank(order: list[str], loc: tuple[int | str, ...]) -> tuple[int, ...]:
+    """Where a problem at `loc` is told: by the request's field order, then a list's index."""
+    first = order.index(str(loc[0])) if loc and loc[0] in order else len(order)
+    index = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else -1
+    return (first, index)
+
+
+def _told(problems: list[tuple[tuple[int, ...], str]]) -> list[str]:
+    return [text for _, text in sorted(problems, key=lambda problem: problem[0])]
 
 
 def _id(doc: Mapping[str, Any], key: str) -> str | None:
@@ -229,84 +313,77 @@ class MandateRequest:
         }
 
 
-def parse_mandate(doc: Mapping[str, Any]) -> MandateRequest:
-    """Read and check a mandate request; `InvalidRequestError` listing every problem."""
-    if not isinstance(doc, Mapping):
-        raise InvalidRequestError([f"request: must be an object, not {type(doc).__name__}"])
-    r = _Reader(doc)
-    mandate_id = r.text(doc, "mandate_id", "mandate_id", max_len=MANDATE_ID_MAX)
-    integration = r.text(doc, "integration", "integration", max_len=200)
-    currency = r.currency(doc, "currency", "currency")
-    creditor: CreditorAccount | None = None
-    raw_creditor = doc.get("creditor_account")
-    if not isinstance(raw_creditor, Mapping):
-        r.fail("creditor_account", "is required (scheme_name, identification, name)")
-    else:
-        scheme = r.text(
-            raw_creditor, "scheme_name", "creditor_account.scheme_name", max_len=40, default=SORT_CODE_SCHEME
+def _or_none(check: Callable[[object], T | None], value: object) -> T | None:
+    """`check(value)`, or None when it finds a problem (told by the field itself)."""
+    try:
+        return check(value)
+    except ValueError:
+        return None
+
+
+def _across(doc: Mapping[str, Any]) -> list[tuple[tuple[int, ...], str]]:
+    """A mandate request's checks across fields, made whatever else is wrong: one limit per period type and
+    alignment, and a validity that runs forward."""
+    order, problems = list(_MandateFields.model_fields), []
+    creditor = doc.get("creditor_account")
+    if isinstance(creditor, Mapping):  # the account's kind, told after its fields' own problems
+        scheme, account = (
+            _or_none(_text(40, default=SORT_CODE_SCHEME), creditor.get("scheme_name")),
+            _or_none(_text(ID_MAX), creditor.get("identification")),
         )
-        ident = r.text(raw_creditor, "identification", "creditor_account.identification", max_len=ID_MAX)
-        name = r.text(raw_creditor, "name", "creditor_account.name", max_len=NAME_MAX)
         if scheme is not None and scheme != SORT_CODE_SCHEME:
-            r.fail("creditor_account.scheme_name", f"must be {SORT_CODE_SCHEME}")
-            scheme = None
-        if ident is not None and not _SORT_CODE_ACCOUNT.fullmatch(ident):
-            r.fail("creditor_account.identification", "must be 14 digits: the sort code then the account number")
-            ident = None
-        if scheme is not None and ident is not None and name is not None:
-            creditor = CreditorAccount(scheme, ident, name)
-    maximum = r.amount(doc, "max_individual_amount", "max_individual_amount")
-    limits: list[LimitSpec] = []
-    raw_limits = doc.get("periodic_limits", [])
-    if not isinstance(raw_limits, list | tuple):
-        r.fail("periodic_limits", "must be a list")
-        raw_limits = []
+            problems.append(
+                (_rank(order, ("creditor_account", 0)), f"creditor_account.scheme_name: must be {SORT_CODE_SCHEME}")
+            )
+        if account is not None and not _SORT_CODE_ACCOUNT.fullmatch(account):
+            message = "creditor_account.identification: must be 14 digits: the sort code then the account number"
+            problems.append((_rank(order, ("creditor_account", 0)), message))
     seen: set[tuple[str, str]] = set()
-    for i, item in enumerate(raw_limits):
-        where = f"periodic_limits[{i}]"
+    raw_limits = doc.get("periodic_limits")
+    for i, item in enumerate(raw_limits if isinstance(raw_limits, list | tuple) else ()):
         if not isinstance(item, Mapping):
-            r.fail(where, "must be an object (amount, period_type, period_alignment)")
             continue
-        amount = r.amount(item, "amount", f"{where}.amount")
-        period = item.get("period_type")
-        alignment = item.get("period_alignment")
-        if period not in {p.value for p in PeriodType}:
-            r.fail(f"{where}.period_type", f"must be Day, Week or Month, got {period!r}")
-            period = None
-        if alignment not in {a.value for a in Alignment}:
-            r.fail(f"{where}.period_alignment", f"must be Consent or Calendar, got {alignment!r}")
-            alignment = None
-        if period is not None and alignment is not None:
-            if (period, alignment) in seen:
-                r.fail(where, f"a second {period}/{alignment} limit")
-            seen.add((period, alignment))
-            if amount is not None:
-                limits.append(LimitSpec(amount, str(period), str(alignment)))
-    valid_from = r.instant(doc, "valid_from", "valid_from")
-    valid_to = r.instant(doc, "valid_to", "valid_to")
-    if valid_from is not None and valid_to is not None and not valid_from < valid_to:
-        r.fail("valid_to", "must be after valid_from")
-    reference = r.text(doc, "reference", "reference", max_len=REFERENCE_MAX)
-    description = r.text(doc, "description", "description", max_len=UNSTRUCTURED_MAX, optional=True)
-    requested_at = r.instant(doc, "requested_at", "requested_at", optional=True)
-    source = r.text(doc, "source", "source", max_len=200, optional=True)
-    if r.problems:
-        raise InvalidRequestError(r.problems, mandate_id=mandate_id or _id(doc, "mandate_id"))
-    assert mandate_id and integration and currency and creditor and maximum and reference
-    assert valid_from is not None and valid_to is not None
+        period, alignment = item.get("period_type"), item.get("period_alignment")
+        if period not in {p.value for p in PeriodType} or alignment not in {a.value for a in Alignment}:
+            continue
+        if (period, alignment) in seen:
+            problems.append(
+                (_rank(order, ("periodic_limits", i)), f"periodic_limits[{i}]: a second {period}/{alignment} limit")
+            )
+        seen.add((str(period), str(alignment)))
+    since, until = _or_none(_instant(), doc.get("valid_from")), _or_none(_instant(), doc.get("valid_to"))
+    if since is not None and until is not None and not since < until:
+        problems.append((_rank(order, ("valid_to",)), "valid_to: must be after valid_from"))
+    return problems
+
+
+def parse_mandate(doc: Mapping[str, Any]) -> MandateRequest:
+    """Read and check a mandate request; `InvalidRequestError` listing every problem (in the request's order)."""
+    fields, problems = _read(_MandateFields, doc)
+    problems += _across(doc)
+    if problems or fields is None:
+        raise InvalidRequestError(_told(problems), mandate_id=_id(doc, "mandate_id"))
+    creditor = fields.creditor_account
+    assert fields.mandate_id and fields.integration and fields.currency and creditor and fields.max_individual_amount
+    assert creditor.scheme_name and creditor.identification and creditor.name and fields.reference
+    assert fields.valid_from is not None and fields.valid_to is not None
     return MandateRequest(
-        mandate_id=mandate_id,
-        integration=integration,
-        currency=currency,
-        creditor=creditor,
-        max_individual_amount=maximum,
-        periodic_limits=tuple(limits),
-        valid_from=valid_from,
-        valid_to=valid_to,
-        reference=reference,
-        description=description,
-        requested_at=requested_at,
-        source=source,
+        mandate_id=fields.mandate_id,
+        integration=fields.integration,
+        currency=fields.currency,
+        creditor=CreditorAccount(creditor.scheme_name, creditor.identification, creditor.name),
+        max_individual_amount=fields.max_individual_amount,
+        periodic_limits=tuple(
+            LimitSpec(p.amount, p.period_type, p.period_alignment)
+            for p in fields.periodic_limits
+            if p.amount is not None and p.period_type is not None and p.period_alignment is not None
+        ),
+        valid_from=fields.valid_from,
+        valid_to=fields.valid_to,
+        reference=fields.reference,
+        description=fields.description,
+        requested_at=fields.requested_at,
+        source=fields.source,
     )
 
 
@@ -403,24 +480,14 @@ class PaymentRequest:
 
 def parse_payment(doc: Mapping[str, Any]) -> PaymentRequest:
     """Read and check a payment instruction; `InvalidRequestError` listing every problem."""
-    if not isinstance(doc, Mapping):
-        raise InvalidRequestError([f"request: must be an object, not {type(doc).__name__}"])
-    r = _Reader(doc)
-    payment_id = r.text(doc, "payment_id", "payment_id", max_len=ID_MAX)
-    mandate_id = r.text(doc, "mandate_id", "mandate_id", max_len=MANDATE_ID_MAX)
-    amount = r.amount(doc, "amount", "amount")
-    currency = r.currency(doc, "currency", "currency")
-    end_to_end = r.text(doc, "end_to_end_id", "end_to_end_id", max_len=ID_MAX)
-    remittance = r.text(doc, "remittance", "remittance", max_len=UNSTRUCTURED_MAX, optional=True)
-    requested_at = r.instant(doc, "requested_at", "requested_at", optional=True)
-    if r.problems:
-        raise InvalidRequestError(
-            r.problems,
-            mandate_id=mandate_id or _id(doc, "mandate_id"),
-            payment_id=payment_id or _id(doc, "payment_id"),
-        )
-    assert payment_id and mandate_id and amount and currency and end_to_end
-    return PaymentRequest(payment_id, mandate_id, amount, currency, end_to_end, remittance, requested_at)
+    fields, problems = _read(_PaymentFields, doc)
+    if fields is None:
+        raise InvalidRequestError(_told(problems), mandate_id=_id(doc, "mandate_id"), payment_id=_id(doc, "payment_id"))
+    f = fields
+    assert f.payment_id and f.mandate_id and f.amount and f.currency and f.end_to_end_id
+    return PaymentRequest(
+        f.payment_id, f.mandate_id, f.amount, f.currency, f.end_to_end_id, f.remittance, f.requested_at
+    )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
-"""House rules the linters do not check, kept true by a test: no class over 400 lines (developers' guide), and
-every benchmark script still imports (they sit outside mypy's packages, so a renamed name would break them
-unseen until someone runs them)."""
+"""House rules the linters do not check, kept true by a test: no class over 400 lines (developers' guide), no
+import circle between modules (function-level imports included: they are how a circle hides), and every benchmark
+script still imports (they sit outside mypy's packages, so a renamed name would break them unseen until someone
+runs them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import ast
 import subprocess
 import sys
 
+import grimp
 import pytest
 
 # The repository: the nearest folder above this test holding pyproject.toml (the test may sit at any depth).
@@ -42,6 +44,57 @@ def test_no_class_is_over_400_lines() -> None:
         if length > MAX_CLASS_LINES
     ]
     assert not too_long, f"classes over {MAX_CLASS_LINES} lines (split them by concern):\n" + "\n".join(too_long)
+
+
+def circles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a module graph (`module -> modules it imports`): its strongly connected components
+    of more than one module, each sorted (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for root in sorted(imports):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(imports[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            module, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(imports.get(target, ())))))
+                elif target in stack:
+                    low[module] = min(low[module], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[module])
+            if low[module] == index[module]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == module:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_circles_are_found_and_a_chain_is_none() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_circle_between_modules() -> None:
+    graph = grimp.build_graph(*(package for package in PACKAGES if (ROOT / package).is_dir()), cache_dir=None)
+    imports = {module: set(graph.find_modules_directly_imported_by(module)) for module in graph.modules}
+    assert circles(imports) == [], "modules that import each other, directly or through others"
 
 
 @pytest.mark.parametrize("script", sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")))
