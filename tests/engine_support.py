@@ -25,7 +25,7 @@ from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
 from manual_clock import ManualClock
 
 from processor.api.callback import callback_app
-from processor.cli.config import Config, parse_config
+from processor.cli.config import Config
 from processor.devtools.approver import decision_post
 from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
@@ -325,9 +325,7 @@ async def engine_rig(
         timeouts={"read": 2.0},
         **(integration_options or {}),
     )
-    config = parse_config(
-        {"processor": {"public_url": public_url}, "integrations": {"sandbox": table}}, source="engine-test"
-    )
+    config = Config(processor={"public_url": public_url}, integrations={"sandbox": table})
     settings = settings or EngineSettings(
         authorization_deadline=3600,
         lease_seconds=30,

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -26,7 +25,7 @@ from vrp_engine_support import mandate_request, payment_request
 import schemas
 from consumers.loop import Accept, Reject
 from consumers.vrp import VrpIntake, vrp_handlers
-from processor.cli.config import Config, parse_config
+from processor.cli.config import Config
 from processor.cli.service import Processor
 from processor.engine.assembly import build_engine
 from processor.engine.intake import accept_batch
@@ -46,12 +45,8 @@ def _unserved_base() -> str:
 
 
 def _config() -> Config:
-    return parse_config(
-        {
-            "processor": {"public_url": "http://127.0.0.1:8600"},
-            "integrations": {"sandbox": integration_table(_unserved_base())},
-        },
-        base_dir=Path("."),
+    return Config(
+        processor={"public_url": "http://127.0.0.1:8600"}, integrations={"sandbox": integration_table(_unserved_base())}
     )
 
 
