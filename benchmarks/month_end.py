@@ -676,6 +676,42 @@ def print_normalised(
               f"{mean * 1000 / latency_ms:.2f} x the configured +{latency_ms:g} ms  (target <= 2.0)")  # fmt: skip
 
 
+STORE_COUNTERS = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "tup_returned")
+
+
+def store_activity(store: str) -> dict[str, int]:
+    """The run database's counters from `pg_stat_database` (empty for SQLite)."""
+    if not store.startswith("postgresql"):
+        return {}
+    with psycopg.connect(store, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            f"SELECT {', '.join(STORE_COUNTERS)} FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return dict(zip(STORE_COUNTERS, map(int, row or ()), strict=False))
+
+
+def print_store_activity(store: str, before: dict[str, int], batches: int) -> None:
+    """Transactions and rows written per batch over the run (PostgreSQL's statistics, flushed within a second
+    or so of each transaction: the last batches' may be missing)."""
+    if not before:
+        return
+    time.sleep(2)  # let the backends flush their statistics
+    after = store_activity(store)
+    per = {key: (after[key] - before[key]) / batches for key in STORE_COUNTERS}
+    with psycopg.connect(store, autocommit=True) as conn:
+        outbox = conn.execute(
+            "SELECT topic, COUNT(*), SUM(LENGTH(payload)) FROM outbox GROUP BY topic ORDER BY topic"
+        ).fetchall()
+    shown = ", ".join(f"{topic} {count / batches:.1f} events, {size / batches:,.0f} B" for topic, count, size in outbox)
+    print(f"outbox per batch (JSON payloads; Avro on the wire is smaller): {shown}")
+    print(
+        f"store per batch (pg_stat_database, all instances): {per['xact_commit']:.1f} transactions committed, "
+        f"{per['xact_rollback']:.2f} rolled back; rows inserted {per['tup_inserted']:.1f}, updated "
+        f"{per['tup_updated']:.1f}, deleted {per['tup_deleted']:.1f}, returned {per['tup_returned']:.0f}"
+    )
+
+
 def mb(kb: int | None) -> str:
     """kB (KiB, as /proc reports) as MiB for the printout."""
     return "?" if kb is None else f"{kb / 1024:.0f} MiB"
@@ -721,7 +757,9 @@ def run(bench: Bench, instances: int, options: RunOptions) -> None:
                 lambda: group_members(settings) == instances, what=f"a stable group of {instances}", timeout=90
             )
             say(f"sandbox pid {sandbox.pid}, processors {[p.pid for p in processors]}; consumer group stable")
+            activity = store_activity(store)
             _measure(bench, instances, options, settings, sandbox, processors)
+            print_store_activity(store, activity, options.batches)
     finally:
         delete_topics(settings)
 

@@ -1,7 +1,7 @@
 """Replaying a dead letter: its original bytes and key re-published to the topic it was read from, with headers
 that name the dead letter and who replayed it, when and why; recorded in the store before and after.
 
-    replayer = DeadLetterReplayer(settings.config())
+    replayer = DeadLetterReplayer(settings)
     done = replay_dead_letter(store, replayer, letter_id, by="ana", reason="integration configured", now=now)
 
 - The dead letter is read back from the DLQ topic at the place the store recorded (the bytes are not copied into
@@ -25,7 +25,8 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 import schemas
 from processor.domain.time import iso_ms
-from processor.kafka.clients import new_consumer, new_producer, reader_config
+from processor.kafka.clients import new_consumer, new_producer, producer_config, reader_config
+from processor.kafka.settings import KafkaSettings
 from processor.store import Store, StoreTx
 from processor.store.operator import DeadLetterRow, ReplayRow
 from producers.dlq import REPLAY_OF_HEADER, DeadLetterReceipt
@@ -53,16 +54,17 @@ class Replayed:
 
 
 class DeadLetterReplayer:
-    """Reads a dead letter back from the DLQ topic and re-publishes its message (librdkafka clients)."""
+    """Reads a dead letter back from the DLQ topic and re-publishes its message (clients of the deployment's
+    settings: the producer is the project's idempotent one, with room for a message as large as a batch)."""
 
-    def __init__(self, config: Mapping[str, Any], *, timeout: float = 15.0) -> None:
-        self.config = dict(config)
+    def __init__(self, settings: KafkaSettings, *, timeout: float = 15.0) -> None:
+        self.settings = settings
         self.timeout = timeout
         self._codec = schemas.Codec(DLQ_TOPIC)
 
     def read(self, topic: str, partition: int, offset: int) -> dict[str, Any]:
         """The DeadLetter record at that place; `ReplayError` when the topic no longer holds it (retention)."""
-        consumer = new_consumer(reader_config(self.config, "replay", **{"enable.partition.eof": True}))
+        consumer = new_consumer(reader_config(self.settings, "replay", **{"enable.partition.eof": True}))
         try:
             consumer.assign([TopicPartition(topic, partition, offset)])
             message = consumer.poll(self.timeout)
@@ -79,7 +81,7 @@ class DeadLetterReplayer:
     def publish(self, record: Mapping[str, Any], headers: list[tuple[str, str | bytes | None]]) -> tuple[int, int]:
         """Produce the original value and key to the original topic; (partition, offset) once acknowledged."""
         producer = new_producer(
-            {**self.config, "enable.idempotence": True, "acks": "all", "message.timeout.ms": int(self.timeout * 1000)}
+            producer_config(self.settings, "replay", **{"message.timeout.ms": int(self.timeout * 1000)})
         )
         outcome: list[tuple[KafkaError | None, Message]] = []
         producer.produce(

@@ -10,7 +10,9 @@ import base64
 import copy
 import functools
 import hashlib
+import json
 import socket
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +27,8 @@ import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from processor.cli.config import Integration, parse_config
+from processor.bank.integration import Integration
+from processor.cli.config import load_config
 from processor.devtools.approver import decision_post
 from processor.devtools.processes import eventually, port_of
 
@@ -79,9 +82,22 @@ def integration_table(base: str = BASE, **overrides: Any) -> dict[str, Any]:
 
 
 def make_integration(base: str = BASE, **overrides: Any) -> Integration:
-    """A validated Integration named `sandbox` (through the real config parser)."""
-    config = parse_config({"integrations": {"sandbox": integration_table(base, **overrides)}}, base_dir=Path("."))
-    return config.integration("sandbox")
+    """A validated Integration named `sandbox` (the configuration's own model)."""
+    return Integration(name="sandbox", **integration_table(base, **overrides))
+
+
+def toml(value: Any) -> str:
+    """A value in TOML (a JSON string or number is one; a table is written inline)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(key)} = {toml(item)}" for key, item in value.items()) + " }"
+    return json.dumps(value)
+
+
+def load(document: dict[str, Any], environ: dict[str, str] | None = None, folder: Path | None = None) -> Any:
+    """`document` written as a configuration file (in `folder`, else a fresh one) and loaded."""
+    path = Path(folder or tempfile.mkdtemp()) / "dispersion.toml"
+    path.write_text("".join(f"{json.dumps(name)} = {toml(table)}\n" for name, table in document.items()))
+    return load_config(path, environ=environ or {})
 
 
 # -- the sandbox ---------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from manual_clock import ManualClock
 
 from processor.api.callback import callback_app
 from processor.cli.common import serving
-from processor.cli.config import Config, parse_config
+from processor.cli.config import Config
 from processor.devtools.approver import decision_post
 from processor.devtools.processes import listening_socket, port_of
 from processor.domain.file_states import FlowState
@@ -309,9 +309,7 @@ async def engine_rig(
         timeouts={"read": 2.0},
         **(integration_options or {}),
     )
-    config = parse_config(
-        {"processor": {"public_url": public_url}, "integrations": {"sandbox": table}}, source="engine-test"
-    )
+    config = Config(processor={"public_url": public_url}, integrations={"sandbox": table})
     settings = settings or EngineSettings(
         authorization_deadline=3600,
         lease_seconds=30,

@@ -13,7 +13,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -178,8 +178,8 @@ class VrpRig:
         its bank client's httpx transport (a `Recording`)."""
         config = self.config
         if tpp_name is not None:
-            integration = replace(config.integration("sandbox"), tpp_name=tpp_name)
-            config = replace(config, integrations={"sandbox": integration})
+            integration = config.integration("sandbox").model_copy(update={"tpp_name": tpp_name})
+            config = config.model_copy(update={"integrations": {"sandbox": integration}})
         return assemble(
             config, self.store, self.settings, self.clock, self.checkpoint_box, self.advance, transport=transport
         )
@@ -250,8 +250,8 @@ class VrpRig:
 def flow_b_config(directory: Path) -> Config:
     """The configuration `sandbox init` wrote, with flow B's client authentication (Basic)."""
     config = load_config(directory / "dispersion.toml")
-    integration = replace(config.integration("sandbox"), token_auth_method="client_secret_basic")
-    return replace(config, integrations={"sandbox": integration})
+    integration = config.integration("sandbox").model_copy(update={"token_auth_method": "client_secret_basic"})
+    return config.model_copy(update={"integrations": {"sandbox": integration}})
 
 
 def assemble(

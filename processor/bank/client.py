@@ -108,14 +108,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         )
         if instrument is not None:  # e.g. the tracing of the composition layer (processor/cli/telemetry.py)
             instrument(self._http)
-        r = integration.retry
-        self.retry_policy = retry_policy or RetryPolicy(
-            max_attempts=r.max_attempts,
-            base_delay=r.base_delay,
-            max_delay=r.max_delay,
-            max_elapsed=r.max_elapsed,
-            max_retry_after=r.max_retry_after,
-        )
+        self.retry_policy = retry_policy or RetryPolicy(**integration.retry.model_dump())
         self._sleep = sleep
         self._monotonic = monotonic
         self._rand = rand

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from processor.bank.errors import BankError, BankHTTPError
+from processor.bank.integration import RetrySettings
 
 T = TypeVar("T")
 
@@ -44,15 +45,9 @@ class RetryDecision:
     reason: str
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounds of the retry loop. `max_attempts` counts the first call."""
-
-    max_attempts: int = 5
-    base_delay: float = 0.25
-    max_delay: float = 8.0
-    max_elapsed: float = 60.0
-    max_retry_after: float = 120.0
+class RetryPolicy(RetrySettings):
+    """The retry loop within an integration's bounds (`[integrations.NAME.retry]`, declared once in
+    processor.bank.integration). `max_attempts` counts the first call."""
 
     def backoff(self, attempt: int, rand: float) -> float:
         """Full-jitter exponential delay after failed attempt number `attempt` (1-based); `rand` in [0, 1)."""

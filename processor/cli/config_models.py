@@ -1,242 +1,70 @@
-"""The configuration file's tables as pydantic models: types, defaults, ranges, our messages and the JSON Schema.
-
-The file's values must already have their TOML type (`assertion_lifetime = "60"` is refused, as before);
-environment values are text (`EnvText`) and are converted to the key's type first. Every check raises a
-`PydanticCustomError` of type `config` whose message is the problem as the user reads it (`must be between 5 and
-3600, got 0`); `processor.cli.config_source` puts the file, line and dotted key in front. A secret's value never
-enters a message: its checks name only its type.
+"""The configuration file as one pydantic-settings model, `Config`: every table, its types, defaults, bounds
+(`Field` constraints and validators, each declared once where its owner lives: `[engine]` in
+processor.engine.settings, the integrations in processor.bank.integration, `[controls]` in processor.domain.roles)
+and the JSON Schema. The commands use these models as they are; processor.cli.config reads a file into them.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import math
-from collections.abc import Callable, Mapping
+import hashlib
+import json
+from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from pathlib import Path
+from typing import Annotated, Any, Literal, cast
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, SecretStr
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import PydanticCustomError, core_schema
-from pydantic_settings import SettingsConfigDict
+from pydantic import AfterValidator, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from processor.bank.integration import (
-    ASSERTION_SIGNINGS,
-    GRANT_PARAMETERS,
-    TOKEN_AUTH_METHODS,
-    AssertionSigning,
-    GrantParameter,
-    RetrySettings,
-    TimeoutSettings,
-    TokenAuthMethod,
-)
-from processor.cli.config_source import (
-    AT_LEAST_ONE_INTEGRATION,
-    ENV_DELIMITER,
-    ENV_PREFIX,
-    EnvText,
-    LayeredSettings,
-)
-from processor.domain.schedule import DEFAULT_MAX_DAYS_AHEAD
-from processor.engine.settings import ENGINE_LIMITS, EngineSettings
-from schemas.codec import WIRE_FORMATS
+from processor.bank.integration import Integration
+from processor.domain.roles import NAME_PATTERN, AdminToken, Controls, Role
+from processor.domain.settings import EnvText, HttpUrl, NonEmpty, Secret, SecretText, Table, problem, redact_url
+from processor.engine.settings import EngineSettings
 
-STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
+AT_LEAST_ONE_INTEGRATION = "at least one [integrations.NAME] table is required"
+LEGACY_TOKEN_NAME = "admin"
 
 
-def problem(message: str) -> PydanticCustomError:
-    """A validation error whose message is shown as is (after `file:line: dotted.key: `)."""
-    return PydanticCustomError("config", message)
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password in its user part replaced by `***` (for DSNs in logs and reprs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
-
-
-@dataclass(frozen=True, eq=False)  # hashed by identity: typing hashes Annotated metadata
-class Check:
-    """Annotated metadata: `check` runs before the type's own validation (with our message) and `schema` is merged
-    into the key's JSON Schema."""
-
-    check: Callable[[Any], Any]
-    schema: Mapping[str, Any] = field(default_factory=dict)
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(self.check, handler(source))
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        json_schema = handler(schema)
-        json_schema.update(self.schema)
-        return json_schema
-
-
-@dataclass(frozen=True)
-class Range:
-    """Annotated metadata for a number between `low` and `high` (an `int` key takes integers only)."""
-
-    low: float
-    high: float
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        integer = source is int
-
-        def check(value: Any) -> Any:
-            kind = "an integer" if integer else "a number of seconds"
-            if isinstance(value, EnvText):
-                try:
-                    value = int(value.strip()) if integer else float(value.strip())
-                except ValueError:
-                    raise problem(f"must be {kind}, got {str(value)!r}") from None
-            numeric = int if integer else int | float
-            if isinstance(value, bool) or not isinstance(value, numeric) or not math.isfinite(value):
-                raise problem(f"must be {kind}, got {value!r}")
-            if not self.low <= value <= self.high:
-                raise problem(f"must be between {self.low:g} and {self.high:g}, got {value!r}")
-            return value
-
-        return core_schema.no_info_before_validator_function(check, handler(source))
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        json_schema = handler(schema)
-        json_schema.update(minimum=self.low, maximum=self.high)
-        return json_schema
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise problem(f"must be a string, not {type(value).__name__}")
-    return str(value)
-
-
-def _nonempty(value: Any) -> str:
-    text = _text(value)
-    if not text.strip():
-        raise problem("must not be empty")
-    return text
-
-
-def _secret(value: Any) -> Any:
-    if isinstance(value, SecretStr):
-        return value
-    return SecretStr(_nonempty(value))  # the checks above name only the type: the value stays out of messages
-
-
-def _url(value: Any) -> str:
-    text = _nonempty(value)
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise problem(f"must be an absolute http(s) address, got {redact_url(text)!r}")
-    if parts.query or parts.fragment:
-        raise problem("must not carry a query or fragment")
-    return text
-
-
-def _ip(value: Any) -> str:
-    text = _nonempty(value).strip()
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        raise problem(f"must be an IP address, got {text!r}") from None
-    return text
-
-
-def _timezone(value: Any) -> str:
-    text = _nonempty(value).strip()
-    try:
-        ZoneInfo(text)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise problem(f"must be an IANA time zone name such as 'UTC' or 'America/Guatemala', got {text!r}") from None
-    return text
-
-
-def _store(value: Any) -> str:
-    text = _nonempty(value)
-    if urlsplit(text).scheme.split("+")[0] not in STORE_SCHEMES:
+def _store(text: str) -> str:
+    if urlsplit(text).scheme.split("+")[0] not in ("sqlite", "postgresql", "postgres"):
         raise problem(f"must be a sqlite:/// or postgresql:// address, got {redact_url(text)!r}")
     return text
-
-
-def _flag(value: Any) -> Any:
-    if isinstance(value, EnvText):
-        words = {"true": True, "1": True, "false": False, "0": False}
-        if value.strip().lower() in words:
-            return words[value.strip().lower()]
-    if not isinstance(value, bool):
-        raise problem(f"must be true or false, got {value!r}")
-    return value
-
-
-def one_of(options: tuple[str, ...]) -> Check:
-    """A choice among `options`, refused with the list of them."""
-
-    def check(value: Any) -> str:
-        text = _text(value)
-        if text not in options:
-            raise problem(f"must be one of {', '.join(repr(o) for o in options)}, got {text!r}")
-        return text
-
-    return Check(check)
-
-
-def _tables(value: Any) -> Any:
-    if isinstance(value, Mapping) and not value:
-        raise problem(AT_LEAST_ONE_INTEGRATION)
-    return value
-
-
-Text = Annotated[str, Check(_text)]
-NonEmpty = Annotated[str, Check(_nonempty, {"minLength": 1})]
-HttpUrl = Annotated[str, Check(_url, {"format": "uri", "pattern": "^https?://"})]
-SecretText = Annotated[SecretStr, Check(_secret, {"minLength": 1})]
-Flag = Annotated[bool, Check(_flag)]
-
-
-class Table(BaseModel):
-    """A table of the file: unknown keys refused, docstrings under the fields become the schema's descriptions."""
-
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True, validate_default=True
-    )
 
 
 class ProcessorTable(Table):
     """`[processor]`: where the flows are stored and where browsers reach the callback API."""
 
-    store: Annotated[str, Check(_store, {"pattern": "^(sqlite|postgresql|postgres)(\\+[a-z0-9]+)?:"})] = (
-        "sqlite:///dispersion.sqlite"
-    )
+    store: Annotated[
+        NonEmpty,
+        AfterValidator(_store),
+        Field(json_schema_extra={"pattern": "^(sqlite|postgresql|postgres)(\\+[a-z0-9]+)?:"}),
+    ] = "sqlite:///dispersion.sqlite"
     """sqlite:///PATH or postgresql://USER@HOST:PORT/DB (a password belongs in store_env)."""
     public_url: HttpUrl = "http://127.0.0.1:8600"
     """The callback API's public address: approval links and the redirect URI's host."""
+
+    def __repr_args__(self) -> Any:
+        return [("store", redact_url(self.store)), ("public_url", self.public_url)]
+
+
+def _revealed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(key): _revealed(item) for key, item in value.items()}
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
 class KafkaTable(Table):
     """`[kafka]`: the broker and the client options (processor.kafka reads everything but bootstrap_servers)."""
 
-    # Keys that processor.kafka.settings.KNOWN_OPTIONS adds later are accepted raw (checked in processor.cli.config).
-    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
-
-    bootstrap_servers: Text = ""
+    bootstrap_servers: Annotated[str, AfterValidator(str.strip)] = ""
     """HOST:PORT[,HOST:PORT...]; empty: --bootstrap or KAFKA_BOOTSTRAP_SERVERS."""
     group_id: NonEmpty | None = None
     """Consumer group of the processor instances (default dispersion-processor)."""
-    static_membership: Flag | None = None
+    static_membership: bool | None = None
     """group.instance.id = the instance name, so a restart takes its partitions back at once (default true)."""
-    wire_format: Annotated[Literal["single-object", "confluent"], one_of(WIRE_FORMATS)] | None = None
+    wire_format: Literal["single-object", "confluent"] | None = None
     """single-object (default) or confluent (needs schema_registry_url); docs/kafka.md."""
     schema_registry_url: HttpUrl | None = None
     """The registry's Confluent-compatible API, e.g. http://registry:8080/apis/ccompat/v7."""
@@ -249,111 +77,10 @@ class KafkaTable(Table):
     client: dict[str, Any] | None = None
     """Extra librdkafka properties for every client (TLS, SASL); values may be secrets and are never logged."""
 
-
-class TimeoutsTable(Table):
-    """`[integrations.NAME.timeouts]`: httpx timeouts per phase, in seconds."""
-
-    connect: Annotated[float, Range(0.001, 600)] = TimeoutSettings.connect
-    read: Annotated[float, Range(0.001, 600)] = TimeoutSettings.read
-    write: Annotated[float, Range(0.001, 600)] = TimeoutSettings.write
-    pool: Annotated[float, Range(0.001, 600)] = TimeoutSettings.pool
-
-
-class RetryTable(Table):
-    """`[integrations.NAME.retry]`: bounds of the bank client's retry policy (seconds unless noted)."""
-
-    max_attempts: Annotated[int, Range(1, 20)] = RetrySettings.max_attempts
-    """Tries per call, the first included."""
-    base_delay: Annotated[float, Range(0, 60)] = RetrySettings.base_delay
-    max_delay: Annotated[float, Range(0, 600)] = RetrySettings.max_delay
-    max_elapsed: Annotated[float, Range(0, 3600)] = RetrySettings.max_elapsed
-    max_retry_after: Annotated[float, Range(0, 3600)] = RetrySettings.max_retry_after
-    """The longest Retry-After the client waits for."""
-
-
-class IntegrationTable(Table):
-    """`[integrations.NAME]`: one bank; batches name it in `integration`."""
-
-    issuer: HttpUrl
-    """The bank's authorization server."""
-    resource_server: HttpUrl
-    """The bank's payment API."""
-    client_id: NonEmpty
-    client_secret: SecretText
-    """Basic credential = base64(client_id:client_secret); better given as client_secret_env."""
-    redirect_uri: HttpUrl
-    """Registered with the bank; its path is served by the callback API."""
-    kid: NonEmpty
-    """Key id of the signing key (JWS header)."""
-    signing_key: SecretText | None = None
-    """The RSA private key's PEM itself (usually signing_key_env); or signing_key_path."""
-    signing_key_path: NonEmpty | None = None
-    """A PEM file; a relative path is read from the configuration file's folder."""
-    financial_id: NonEmpty
-    """x-fapi-financial-id."""
-    customer_ip: Annotated[str, Check(_ip, {"minLength": 1})]
-    """x-fapi-customer-ip-address (an IP address)."""
-    tpp_name: NonEmpty = "Dispersion"
-    token_auth_method: Annotated[TokenAuthMethod, one_of(TOKEN_AUTH_METHODS)] = "private_key_jwt"
-    grant_parameter: Annotated[GrantParameter, one_of(GRANT_PARAMETERS)] = "grand_type"
-    """The token request's grant field name: grand_type (the spec's spelling) or grant_type."""
-    assertion_signing: Annotated[AssertionSigning, one_of(ASSERTION_SIGNINGS)] = "local"
-    """local, or remote (the spec's E2 operation; sends the key over the wire)."""
-    assertion_lifetime: Annotated[int, Range(5, 3600)] = 60
-    token_refresh_margin: Annotated[int, Range(0, 3600)] = 60
-    max_connections: Annotated[int, Range(1, 1000)] = 16
-    timezone: Annotated[str, Check(_timezone, {"minLength": 1})] = "UTC"
-    """IANA time zone whose days a scheduled batch's execute_on names (the payment is made from its midnight)."""
-    schedule_max_days: Annotated[int, Range(0, 3650)] = DEFAULT_MAX_DAYS_AHEAD
-    """How many days ahead execute_on may be: keep the approval's token renewable on the day."""
-    timeouts: TimeoutsTable = TimeoutsTable()
-    retry: RetryTable = RetryTable()
-
-
-class EngineTable(Table):
-    """`[engine]`: the flow engine's tunables (processor/engine/settings.py owns the defaults and limits)."""
-
-    authorization_deadline: Annotated[float, Range(*ENGINE_LIMITS["authorization_deadline"])] = (
-        EngineSettings.authorization_deadline
-    )
-    """Seconds the approver has, from AUTHORIZATION_REQUIRED."""
-    concurrency: Annotated[int, Range(*ENGINE_LIMITS["concurrency"])] = EngineSettings.concurrency
-    """Flow steps run at once per instance."""
-    lease_seconds: Annotated[float, Range(*ENGINE_LIMITS["lease_seconds"])] = EngineSettings.lease_seconds
-    """How long a claimed flow is held (renewed while a step runs)."""
-    idle_interval: Annotated[float, Range(*ENGINE_LIMITS["idle_interval"])] = EngineSettings.idle_interval
-    """Seconds between claims when nothing is due."""
-    poll_first: Annotated[float, Range(*ENGINE_LIMITS["poll_first"])] = EngineSettings.poll_first
-    """First wait before re-reading a pending file payment."""
-    poll_max: Annotated[float, Range(*ENGINE_LIMITS["poll_max"])] = EngineSettings.poll_max
-    """Longest wait between two reads."""
-    retry_first: Annotated[float, Range(*ENGINE_LIMITS["retry_first"])] = EngineSettings.retry_first
-    """First wait after a failed (transient) bank call."""
-    retry_max: Annotated[float, Range(*ENGINE_LIMITS["retry_max"])] = EngineSettings.retry_max
-    """Longest wait between two tries."""
-    attempt_ttl: Annotated[float, Range(*ENGINE_LIMITS["attempt_ttl"])] = EngineSettings.attempt_ttl
-    """Seconds an authorization attempt (`state`) stays usable."""
-    duplicate_wait: Annotated[float, Range(*ENGINE_LIMITS["duplicate_wait"])] = EngineSettings.duplicate_wait
-    """A repeated redirect waits this long for the first one to finish."""
-    exchange_recovery_after: Annotated[float, Range(*ENGINE_LIMITS["exchange_recovery_after"])] = (
-        EngineSettings.exchange_recovery_after
-    )
-    """A used `state` whose code exchange left no tokens may be retried after this."""
-    consent_watch_interval: Annotated[float, Range(*ENGINE_LIMITS["consent_watch_interval"])] = (
-        EngineSettings.consent_watch_interval
-    )
-    """Seconds between two reads of a consent awaiting its approver (a rejection whose redirect was lost)."""
-    mandate_watch_interval: Annotated[float, Range(*ENGINE_LIMITS["mandate_watch_interval"])] = (
-        EngineSettings.mandate_watch_interval
-    )
-    """Seconds between two reads of an authorised VRP mandate's consent (revoked, rejected or expired at the bank),
-    also read before a payment when the last read is older."""
-    duplicate_window_days: Annotated[float, Range(*ENGINE_LIMITS["duplicate_window_days"])] = (
-        EngineSettings.duplicate_window_days
-    )
-    """Days back a new batch's transfers are compared with other batches' (the duplicate-payroll guard); 0: off."""
-    duplicate_overlap: Annotated[float, Range(*ENGINE_LIMITS["duplicate_overlap"])] = EngineSettings.duplicate_overlap
-    """Share of a new batch's transfers (same account, same amount) another recent batch must hold to hold it."""
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keys given but bootstrap_servers, secrets revealed (for processor.kafka.settings.settings_from)."""
+        return dict(_revealed(self.model_dump(exclude_unset=True, exclude={"bootstrap_servers"})))
 
 
 class TelemetryTable(Table):
@@ -364,51 +91,259 @@ class TelemetryTable(Table):
     $OTEL_EXPORTER_OTLP_ENDPOINT, else no traces are exported."""
 
 
-SETTINGS_CONFIG = SettingsConfigDict(
-    env_prefix=ENV_PREFIX,
-    env_nested_delimiter=ENV_DELIMITER,
-    case_sensitive=False,
-    extra="allow",  # tables other parts own ([exports.NAME], ...) are kept raw in Config.sections
+def _hex64(text: str) -> str:
+    if len(text) != 64 or set(text.lower()) - set("0123456789abcdef"):
+        raise problem("must be 64 hex digits (sha256sum of the token)")
+    return text.lower()
+
+
+Digest = Annotated[str, AfterValidator(_hex64), Field(json_schema_extra={"pattern": "^[0-9a-fA-F]{64}$"})]
+Token = Annotated[Secret, Field(min_length=16)]
+
+
+class AdminTokenTable(Table):
+    """`[admin.tokens.NAME]`: one person's admin API token and role."""
+
+    token_sha256: Digest | None = None
+    """sha256sum of the token (or token_env: the token itself, hashed here)."""
+    token: Token | None = None
+    role: Role = Field(strict=False)
+    """viewer, operator, approver or admin."""
+
+    @model_validator(mode="after")
+    def _one_token(self) -> AdminTokenTable:
+        if (self.token_sha256 is None) == (self.token is None):
+            raise problem("give token_sha256 or token_env" + (", not both" if self.token else ""))
+        return self
+
+    @property
+    def sha256(self) -> str:
+        """The token's SHA-256 (what the admin API compares)."""
+        return hashlib.sha256(self.token.reveal().encode()).hexdigest() if self.token else str(self.token_sha256)
+
+
+class AdminTable(Table):
+    """`[admin]`: the personal tokens of the admin API and, for the commands that call it, `url` (default:
+    `[processor] public_url`). The older single `token_sha256` / `token_env` is the token named `admin`, with the
+    `admin` role; without any token the admin API refuses every request."""
+
+    token_sha256: Digest | None = None
+    token: Token | None = None
+    url: HttpUrl | None = None
+    tokens: dict[str, AdminTokenTable] = {}
+
+    @model_validator(mode="after")
+    def _names(self) -> AdminTable:
+        if self.token_sha256 is not None and self.token is not None:
+            raise problem("give token_sha256 or token_env, not both")
+        for name in self.tokens:
+            if not NAME_PATTERN.match(name):
+                raise problem(f"tokens.{name}: a name is 1-64 letters, digits or ._@-")
+        if LEGACY_TOKEN_NAME in self.tokens and (self.token_sha256 or self.token):
+            raise problem(f"tokens.{LEGACY_TOKEN_NAME}: the name is taken by [admin] token_sha256/token_env")
+        digests = [token.sha256 for token in self.by_name.values()]
+        if len(set(digests)) != len(digests):
+            raise problem("tokens: two names share one token (each person has their own)")
+        return self
+
+    @property
+    def by_name(self) -> dict[str, AdminToken]:
+        """Every token by its holder's name."""
+        named = {name: AdminToken(name, table.sha256, table.role) for name, table in self.tokens.items()}
+        if self.token_sha256 or self.token:
+            legacy = AdminTokenTable(token_sha256=self.token_sha256, token=self.token, role=Role.ADMIN)
+            named[LEGACY_TOKEN_NAME] = AdminToken(LEGACY_TOKEN_NAME, legacy.sha256, Role.ADMIN)
+        return named
+
+
+ENV_PREFIX, ENV_DELIMITER = "DISPERSION__", "__"
+# Tables whose keys are free names the environment cannot spell (`"security.protocol"`, `"payroll.batches"`):
+# an override's `_` stands for the `.` of the name (`DISPERSION__KAFKA__CLIENT__SASL_PASSWORD` is `sasl.password`).
+DOTTED_NAME_TABLES = frozenset({("kafka", "client"), ("kafka", "topics")})
+KeyPath = tuple[str, ...]
+
+
+@dataclass
+class Load:
+    """One reading of a configuration: its environment, the file's (K_env-resolved) values, the file's folder, and
+    which variable set which key (for messages)."""
+
+    environ: Mapping[str, str]
+    file: Mapping[str, Any]
+    base_dir: Path
+    overrides: dict[KeyPath, str] = field(default_factory=dict)
+
+
+LOADING: ContextVar[Load | None] = ContextVar("dispersion_config_load", default=None)
+
+
+class EnvironmentSource(PydanticBaseSettingsSource):
+    """The `DISPERSION__SECTION__KEY` variables of the reading's environment as nested tables (any case, `__`
+    between levels; a value starting with `{` is a table in JSON), names spelled as the file spells them, text as
+    `EnvText` (converted to each key's type by its table). A model built outside a reading takes no overrides."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        """Unused: the whole document is returned by `__call__`."""
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        load = LOADING.get()
+        out: dict[str, Any] = {}
+        if load is None:
+            return out
+        for variable, value in load.environ.items():
+            if not variable.upper().startswith(ENV_PREFIX) or not all(variable[len(ENV_PREFIX) :].split("__")):
+                continue
+            parts = variable[len(ENV_PREFIX) :].lower().split(ENV_DELIMITER)
+            node, file, path = out, cast(Any, load.file), cast(KeyPath, ())
+            for depth, part in enumerate(parts):
+                name = _spelled(part, file, path)
+                path = (*path, name)
+                file = file.get(name) if isinstance(file, Mapping) else None
+                if depth == len(parts) - 1:
+                    node[name] = _env_value(value)
+                    load.overrides[path] = ENV_PREFIX + ENV_DELIMITER.join(parts[: depth + 1]).upper()
+                elif isinstance(node.setdefault(name, {}), dict):
+                    if file is None:  # a table only the environment gives: what it lacks is asked of it too
+                        load.overrides.setdefault(
+                            path, ENV_PREFIX + ENV_DELIMITER.join(parts[: depth + 1]).upper() + "__..."
+                        )
+                    node = node[name]
+                else:
+                    break
+        return out
+
+
+def _spelled(part: str, file: Any, path: KeyPath) -> str:
+    dotted = path in DOTTED_NAME_TABLES
+    for key in file if isinstance(file, Mapping) else ():
+        if key.lower() == part or (dotted and key.lower().replace(".", "_") == part):
+            return str(key)
+    return part.replace("_", ".") if dotted else part
+
+
+def _env_value(text: str) -> Any:
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return EnvText(text)
+
+
+SETTINGS = SettingsConfigDict(
+    extra="allow",  # tables no model describes are kept (model_extra) for whoever reads them
     frozen=True,
+    strict=True,
     hide_input_in_errors=True,
     use_attribute_docstrings=True,
+    validate_default=True,
     title="dispersion configuration",
 )
 
 
-class FileSettings(LayeredSettings):
-    """The whole configuration file, environment overrides applied (sources: processor.cli.config_source)."""
+class Layered(BaseSettings):
+    """A settings model read by processor.cli.config: the environment's `DISPERSION__...` overrides over the
+    file's values (given as the init values)."""
 
-    model_config = SETTINGS_CONFIG
+    model_config = SETTINGS
+    _source: str = PrivateAttr("<memory>")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The environment first (it wins), then the file; no dotenv, no secrets folder."""
+        return EnvironmentSource(settings_cls), init_settings
+
+    @property
+    def source(self) -> str:
+        """The file it was read from (for messages)."""
+        return self._source
+
+
+class Config(Layered):
+    """The whole configuration file, environment overrides applied."""
 
     processor: ProcessorTable = ProcessorTable()
     kafka: KafkaTable = KafkaTable()
-    engine: EngineTable = EngineTable()
+    engine: EngineSettings = EngineSettings()
     telemetry: TelemetryTable = TelemetryTable()
-    integrations: Annotated[dict[str, IntegrationTable], Check(_tables, {"minProperties": 1})]
+    integrations: dict[str, Integration] = Field(min_length=1)
     """One table per bank integration: [integrations.NAME]."""
-    exports: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    exports: dict[str, dict[str, Any]] = {}
     """ERP export profiles for `dispersion submit --profile NAME` (docs/submit.md); checked by their owner."""
+    admin: AdminTable = AdminTable()
+    controls: Controls = Controls()
+    console: dict[str, Any] = {}
+    """Operators and sessions of the console (docs/console.md; checked by processor.api.console.auth)."""
+
+    @field_validator("integrations", mode="before")
+    @classmethod
+    def _named(cls, tables: Any) -> Any:
+        """Each integration knows its name; a relative signing_key_path is read from the file's folder."""
+        if not isinstance(tables, Mapping):
+            return tables
+        load = LOADING.get()
+        named = {}
+        for name, table in tables.items():
+            if isinstance(table, Mapping):
+                table = {**table, "name": name}
+                path = table.get("signing_key_path")
+                if load is not None and isinstance(path, str) and path and not Path(path).expanduser().is_absolute():
+                    table["signing_key_path"] = str(load.base_dir / path)
+            named[name] = table
+        return named
+
+    @property
+    def public_url(self) -> str:
+        """The callback API's public address (approval links, redirect URI paths)."""
+        return self.processor.public_url
+
+    def integration(self, name: str) -> Integration:
+        """The named integration; a KeyError listing the configured ones otherwise."""
+        try:
+            return self.integrations[name]
+        except KeyError:
+            known = ", ".join(sorted(self.integrations)) or "none"
+            raise KeyError(f"integration {name!r} is not configured in {self.source} (configured: {known})") from None
 
 
-class KafkaFileSettings(LayeredSettings):
-    """Only the `[kafka]` table (commands that read a topic need no integration secrets)."""
+class KafkaOnly(Layered):
+    """Only `[kafka]`, for commands that read a topic (the integrations' secrets need not be set)."""
 
-    model_config = SETTINGS_CONFIG | SettingsConfigDict(extra="ignore")
-
+    model_config = SETTINGS | SettingsConfigDict(extra="ignore")
     kafka: KafkaTable = KafkaTable()
 
 
-JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+class AdminCaller(Table):
+    """What a command calling the admin API reads of `[admin]`."""
+
+    model_config = Table.model_config | {"extra": "ignore"}
+    url: HttpUrl | None = None
+    token: Secret | None = None
+
+
+class AdminClientOnly(Layered):
+    """`[processor]` and `[admin]`, for commands that call the admin API."""
+
+    model_config = SETTINGS | SettingsConfigDict(extra="ignore")
+    processor: ProcessorTable = ProcessorTable()
+    admin: AdminCaller = AdminCaller()
 
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of the configuration file, generated from the models: every string key `K` may also be
     written `K_env` (the name of an environment variable), so a required `K` is satisfied by either."""
-    schema = FileSettings.model_json_schema()
+    schema = Config.model_json_schema()
     for table in (schema, *schema.get("$defs", {}).values()):
         _allow_env_keys(table)
-    return {"$schema": JSON_SCHEMA_DIALECT, **schema}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
 def _is_text(prop: Mapping[str, Any]) -> bool:

@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
         config = load_config(path)
     except ConfigError as exc:
         return _usage(str(exc))
-    exports = config.sections.get("exports") or {}
+    exports = config.exports
     if not isinstance(exports, Mapping) or not exports:
         print(f"{path}: no [exports.NAME] profiles are configured", file=sys.stdout)
         return EXIT_PROBLEMS

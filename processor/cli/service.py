@@ -163,7 +163,7 @@ class Processor:
             self.telemetry.observe(self.store)
             bank_options = self.telemetry.bank_options()
         self.engine: Engine = build_engine(self.config, self.store, bank_options=bank_options)
-        self.console_auth = console_auth(self.config.sections.get("console"), source=self.config.source)
+        self.console_auth = console_auth(self.config.console, source=self.config.source)
         self.vrp = attach_vrp(self.engine)
         self._stopped = asyncio.Event()
         self._relay_stop = threading.Event()  # set after the worker stopped, so its last events go out too
@@ -215,10 +215,10 @@ class Processor:
         async def metrics(request: Request) -> Response:
             return Response(await asyncio.to_thread(scrape), media_type=CONTENT_TYPE_LATEST)
 
-        replayer = None if self.kafka is None else DeadLetterReplayer(self.kafka.config())
+        replayer = None if self.kafka is None else DeadLetterReplayer(self.kafka)
         admin = admin_app(
             self.store,
-            tokens=self.config.admin.tokens,
+            tokens=self.config.admin.by_name,
             integrations=self.config.integrations,
             replayer=replayer,
             controls=self.config.controls,
@@ -374,11 +374,9 @@ def console_line(auth: ConsoleAuth | None, public_url: str, source: str) -> str:
 
 
 def validate_tables(config: Config) -> None:
-    """The checks the processor runs at start on the tables other parts own (`dispersion config check` runs the
-    same): a bad `[admin]`, `[controls]` or `[console]` table is a ConfigError naming the key."""
-    config.admin  # noqa: B018
-    config.controls  # noqa: B018
-    console_auth(config.sections.get("console"), source=config.source)
+    """The check the processor runs at start on `[console]`, whose owner reads it (`dispersion config check` runs
+    the same): a bad table is a ConfigError naming the key."""
+    console_auth(config.console, source=config.source)
 
 
 def main(argv: list[str]) -> int:
@@ -402,7 +400,7 @@ def main(argv: list[str]) -> int:
     except (ConfigError, KafkaSetupError, StoreError) as exc:
         print(f"dispersion processor: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    telemetry = start_telemetry(config.otlp_endpoint, instance=instance)
+    telemetry = start_telemetry(config.telemetry.otlp_endpoint, instance=instance)
     try:
         processor = Processor(
             config, kafka, store, role=args.role, instance=instance, grace=args.grace, telemetry=telemetry

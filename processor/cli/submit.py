@@ -147,7 +147,7 @@ def _context(args: argparse.Namespace) -> SubmitContext:
         config_path=path,
         kafka_options=config.kafka.options,
         configured_bootstrap=config.kafka.bootstrap_servers,
-        exports=config.sections.get("exports"),
+        exports=config.exports,
     )
 
 

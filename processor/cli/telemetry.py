@@ -1,7 +1,7 @@
 """OpenTelemetry for a processor instance: the SDK, the OTLP exporter and the instrumentation, wired here only
 (the layers below use the API: processor/engine/tracing.py). docs/operations.md, "Traces".
 
-    telemetry = start_telemetry(config.otlp_endpoint, instance="proc-1")   # None: traces are off
+    telemetry = start_telemetry(config.telemetry.otlp_endpoint, instance="proc-1")   # None: traces are off
     if telemetry is not None:
         telemetry.observe(store)                  # store transactions and outbox events as spans
         bank_options = telemetry.bank_options()   # every bank client's httpx.AsyncClient instrumented

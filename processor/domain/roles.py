@@ -2,8 +2,9 @@
 
 Every person acting on the console or the admin API has a name and one role:
 
-    viewer     reads every page and listing (batches, dead letters, requests, the audit trail)
+    viewer     reads every page and listing (batches, dead letters, requests, the audit trail), accounts masked
     operator   and asks for things: retries (a corrected retry becomes a request), dead-letter replays
+    operator   (also) exports creditor account numbers in clear (camt.054 `accounts=clear`)
     operator   (also) withdraws a batch not yet initiated at the bank
     approver   and approves or declines other people's requests (four eyes, changed-account reviews), and
                confirms a batch held as a possible duplicate payroll
@@ -16,10 +17,12 @@ a field of the request.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+
+from pydantic import Field
+
+from processor.domain.settings import Table
 
 
 class Role(StrEnum):
@@ -40,6 +43,7 @@ class Action(StrEnum):
     DECIDE = "decide"  # approve or decline someone else's request
     WITHDRAW = "withdraw"  # withdraw a batch not yet initiated at the bank (issue 18)
     CONFIRM = "confirm"  # confirm that a batch held as a possible duplicate payroll is to be paid (issue 18)
+    CLEAR_ACCOUNTS = "read clear accounts"  # creditor account numbers unmasked (camt.054 accounts=clear)
 
 
 ALLOWED: dict[Action, frozenset[Role]] = {
@@ -49,6 +53,7 @@ ALLOWED: dict[Action, frozenset[Role]] = {
     Action.DECIDE: frozenset({Role.APPROVER, Role.ADMIN}),
     Action.WITHDRAW: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),
     Action.CONFIRM: frozenset({Role.APPROVER, Role.ADMIN}),  # money goes out a second time: an approver says so
+    Action.CLEAR_ACCOUNTS: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),  # the ledger's export, audited
 }
 
 ROLE_NAMES = ", ".join(role.value for role in Role)
@@ -94,36 +99,15 @@ class ChangedAccounts(StrEnum):
     OFF = "off"
 
 
-@dataclass(frozen=True)
-class Controls:
-    """The `[controls]` table: four eyes on corrected retries and the changed-account review."""
+class Controls(Table):
+    """`[controls]`: four eyes on corrected retries and the changed-account review."""
 
     four_eyes: bool = True
-    changed_accounts: ChangedAccounts = ChangedAccounts.HOLD
-    account_history_days: int = 400
-
-
-def controls_from(raw: Mapping[str, Any] | None) -> Controls:
-    """The `[controls]` table checked; ValueError naming the key."""
-    table = dict(raw or {})
-    unknown = sorted(set(table) - {"four_eyes", "changed_accounts", "account_history_days"})
-    if unknown:
-        raise ValueError(
-            f"controls.{unknown[0]}: unknown key (known: account_history_days, changed_accounts, four_eyes)"
-        )
-    four_eyes = table.get("four_eyes", True)
-    if not isinstance(four_eyes, bool):
-        raise ValueError(f"controls.four_eyes: must be true or false, got {four_eyes!r}")
-    try:
-        changed = ChangedAccounts(table.get("changed_accounts", "hold"))
-    except ValueError:
-        raise ValueError(
-            f"controls.changed_accounts: must be hold, flag or off, got {table.get('changed_accounts')!r}"
-        ) from None
-    days = table.get("account_history_days", 400)
-    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 3660:
-        raise ValueError(f"controls.account_history_days: must be a whole number of days from 1 to 3660, got {days!r}")
-    return Controls(four_eyes, changed, days)
+    """A corrected retry is approved by someone other than who made it."""
+    changed_accounts: ChangedAccounts = Field(default=ChangedAccounts.HOLD, strict=False)
+    """hold (an approver reviews it first), flag (marked only) or off."""
+    account_history_days: int = Field(default=400, ge=1, le=3660)
+    """How far back an employee's last paid account is looked up."""
 
 
 FREE_FAILURES = 5  # failed sign-ins allowed in a row; the next one locks

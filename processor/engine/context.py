@@ -26,7 +26,7 @@ class EngineContext:
     store: Store
     banks: BankPool
     public_url: str
-    settings: EngineSettings = field(default_factory=EngineSettings)
+    settings: EngineSettings = field(default_factory=lambda: EngineSettings())
     clock: Clock = field(default_factory=SystemClock)
     checkpoint: Checkpoint = _no_checkpoint
     # Called after a change that makes work due now (e.g. the redirect authorised a flow), to wake the worker.

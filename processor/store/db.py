@@ -201,7 +201,7 @@ class Tx:
         self.observer: Observer | None = None  # set by `Store.transaction` (see processor.store.observe)
 
     def _run(self, sql: str, params: Params) -> tuple[list[Row] | None, int]:
-        try:
+        with _driver_errors():
             if isinstance(self._conn, sqlite3.Connection):
                 cur = self._conn.execute(sql, [_sqlite_param(p) for p in params])
                 rows = cur.fetchall() if cur.description is not None else None
@@ -214,20 +214,25 @@ class Tx:
             if prows and not self.oversized and any(_large(v) for row in prows for v in row.values()):
                 self.oversized = True
             return prows, pcur.rowcount
-        except (sqlite3.IntegrityError, psycopg.errors.IntegrityError) as exc:
-            raise ConstraintError(str(exc).splitlines()[0]) from exc
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreBusyError(str(exc)) from exc
-            raise StoreError(str(exc)) from exc
-        except _PG_RETRYABLE as exc:
-            raise StoreBusyError(str(exc).splitlines()[0]) from exc
-        except (sqlite3.Error, psycopg.Error) as exc:
-            raise StoreError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
 
     def execute(self, sql: str, params: Params = ()) -> int:
         """Run a statement; return the number of rows it changed (-1 when the driver cannot tell)."""
         return self._run(sql, params)[1]
+
+    def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        """Run one statement once per row of parameters: on PostgreSQL in one round trip (psycopg's pipeline
+        mode), the statement parsed once, where a statement per row was a round trip each."""
+        if not rows:
+            return
+        with _driver_errors():
+            if isinstance(self._conn, sqlite3.Connection):
+                self._conn.executemany(sql, [[_sqlite_param(p) for p in row] for row in rows])
+                return
+            values = [[_pg_param(p) for p in row] for row in rows]
+            if not self.oversized and any(_large(v) for row in values for v in row):
+                self.oversized = True
+            with self._conn.cursor() as cursor:
+                cursor.executemany(qmark_to_pyformat(sql), values)
 
     def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
         """Run a query (or a statement with RETURNING) and return every row as a dict."""
@@ -246,6 +251,23 @@ class Tx:
 
 
 LARGE_VALUE = 4 * 1024 * 1024
+
+
+@contextmanager
+def _driver_errors() -> Iterator[None]:
+    """The drivers' exceptions as ours."""
+    try:
+        yield
+    except (sqlite3.IntegrityError, psycopg.errors.IntegrityError) as exc:
+        raise ConstraintError(str(exc).splitlines()[0]) from exc
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise StoreBusyError(str(exc)) from exc
+        raise StoreError(str(exc)) from exc
+    except _PG_RETRYABLE as exc:
+        raise StoreBusyError(str(exc).splitlines()[0]) from exc
+    except (sqlite3.Error, psycopg.Error) as exc:
+        raise StoreError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
 
 
 def _large(value: object) -> bool:

@@ -121,13 +121,6 @@ class PaidAccount:
     paid_at: datetime
 
 
-_PAID_UPSERT = (
-    " ON CONFLICT (origin_account, employee_reference) DO UPDATE SET account_sha256 = excluded.account_sha256,"
-    " account_last4 = excluded.account_last4, batch_id = excluded.batch_id, paid_at = excluded.paid_at"
-    " WHERE paid_accounts.paid_at <= excluded.paid_at"
-)
-
-
 class PaidAccounts:
     """The `paid_accounts` table."""
 
@@ -156,18 +149,13 @@ class PaidAccounts:
     def paid_many(
         self, origin_account: str, paid: Sequence[tuple[str, str, str]], *, batch_id: str, now: datetime
     ) -> None:
-        """`paid` for each (reference, account SHA-256, last 4) of one batch, 500 rows per statement; a reference
-        named twice keeps its last account, as two `paid` calls in a row would."""
-        last = {reference: (reference, digest, last4) for reference, digest, last4 in paid}
-        rows = list(last.values())
+        """Record that each (employee reference, account SHA-256, last 4) of one batch was paid to that account
+        now, replacing an older record; one `executemany` (one round trip on PostgreSQL)."""
         stamp = utc_ms(now)
-        for start in range(0, len(rows), 500):
-            part = rows[start : start + 500]
-            params: list[object] = []
-            for reference, digest, last4 in part:
-                params += [origin_account, reference, digest, last4, batch_id, stamp]
-            self.tx.execute(
-                "INSERT INTO paid_accounts (origin_account, employee_reference, account_sha256, account_last4,"  # noqa: S608
-                " batch_id, paid_at) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(part)) + _PAID_UPSERT,
-                params,
-            )
+        self.tx.executemany(
+            "INSERT INTO paid_accounts (origin_account, employee_reference, account_sha256, account_last4, batch_id,"
+            " paid_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (origin_account, employee_reference) DO UPDATE SET"
+            " account_sha256 = excluded.account_sha256, account_last4 = excluded.account_last4,"
+            " batch_id = excluded.batch_id, paid_at = excluded.paid_at WHERE paid_accounts.paid_at <= excluded.paid_at",
+            [(origin_account, reference, digest, last4, batch_id, stamp) for reference, digest, last4 in paid],
+        )

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -25,7 +24,7 @@ from vrp_engine_support import mandate_request, payment_request
 import schemas
 from consumers.loop import Accept, Reject
 from consumers.vrp import VrpIntake, vrp_handlers
-from processor.cli.config import Config, parse_config
+from processor.cli.config import Config
 from processor.cli.service import Processor
 from processor.engine.assembly import build_engine
 from processor.engine.intake import accept_batch
@@ -39,12 +38,9 @@ T = TypeVar("T")
 
 def _config(unserved_port: int) -> Config:
     """The bank is a loopback address where nothing listens: any bank call would fail loudly."""
-    return parse_config(
-        {
-            "processor": {"public_url": "http://127.0.0.1:8600"},
-            "integrations": {"sandbox": integration_table(f"http://127.0.0.1:{unserved_port}")},
-        },
-        base_dir=Path("."),
+    return Config(
+        processor={"public_url": "http://127.0.0.1:8600"},
+        integrations={"sandbox": integration_table(f"http://127.0.0.1:{unserved_port}")},
     )
 
 

@@ -24,7 +24,7 @@ from bank_support import integration_table
 from engine_support import instant_sleep
 from test_engine_crashes import SETTINGS, Tripwire
 
-from processor.cli.config import parse_config
+from processor.cli.config import Config
 from processor.engine.assembly import build_engine
 from processor.store import Cipher, Store
 
@@ -58,9 +58,7 @@ async def main(args: dict[str, str]) -> int:
         retry={"max_attempts": 3, "base_delay": 0.01, "max_delay": 0.05, "max_elapsed": 5, "max_retry_after": 0},
         timeouts={"read": 2.0},
     )
-    config = parse_config(
-        {"processor": {"public_url": args["public_url"]}, "integrations": {"sandbox": table}}, source="child"
-    )
+    config = Config(processor={"public_url": args["public_url"]}, integrations={"sandbox": table})
     engine = build_engine(
         config,
         store,

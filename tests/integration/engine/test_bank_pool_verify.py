@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 
 import pytest
@@ -61,7 +60,7 @@ async def test_banks_are_checked_at_the_same_time_so_one_that_hangs_holds_up_no_
     server = await asyncio.start_server(gate.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     base = make_integration(f"http://127.0.0.1:{port}")
-    pool = BankPool({name: dataclasses.replace(base, name=name) for name in ("first", "second")})
+    pool = BankPool({name: base.model_copy(update={"name": name}) for name in ("first", "second")})
     try:
         with pytest.raises(IssuerMismatch):
             await pool.verify(wait=5)

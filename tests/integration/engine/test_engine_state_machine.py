@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -746,8 +746,8 @@ class EngineMachine(RuleBasedStateMachine):
         name, value = change
         config = self.world.config
         changes: dict[str, Any] = {name: value}
-        integration = replace(config.integration("sandbox"), **changes)
-        self.world.switch(replace(config, integrations={"sandbox": integration}))
+        integration = config.integration("sandbox").model_copy(update=changes)
+        self.world.switch(config.model_copy(update={"integrations": {"sandbox": integration}}))
 
     # -- the bank misbehaving -------------------------------------------------------------------------------------
 

@@ -141,7 +141,7 @@ async def test_a_dead_letter_replayed_after_the_fix_is_paid_once_and_recorded(
 ) -> None:
     async with engine_rig(store) as rig:
         sock, port = bound_socket()
-        app = admin_app(store, tokens=personal("ana"), replayer=DeadLetterReplayer(kafka.config()), clock=rig.clock)
+        app = admin_app(store, tokens=personal("ana"), replayer=DeadLetterReplayer(kafka), clock=rig.clock)
         base = f"http://127.0.0.1:{port}/admin"
         async with serve(Starlette(routes=[Mount("/admin", app=app)]), sock), httpx.AsyncClient(timeout=60) as http:
             intake.broken.set()
@@ -209,7 +209,7 @@ async def test_an_invalid_batch_replayed_is_dead_lettered_again_with_the_chain(
     assert first.reason.startswith("invalid: ") and first.replay_of is None
 
     sock, port = bound_socket()
-    app = admin_app(store, tokens=personal("bruno"), replayer=DeadLetterReplayer(kafka.config()))
+    app = admin_app(store, tokens=personal("bruno"), replayer=DeadLetterReplayer(kafka))
     base = f"http://127.0.0.1:{port}/admin"
     async with serve(Starlette(routes=[Mount("/admin", app=app)]), sock), httpx.AsyncClient(timeout=60) as http:
         body = {"reason": "integration configured now", "replayed_by": "bruno"}

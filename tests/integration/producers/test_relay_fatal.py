@@ -39,7 +39,7 @@ from processor_support import (
 )
 from store_fixtures import StoreTarget
 
-from processor.cli.config import parse_config
+from processor.cli.config import Config
 from processor.cli.service import Processor
 from processor.devtools.processes import eventually, listening_socket
 from processor.kafka.settings import KafkaSettings
@@ -227,12 +227,8 @@ def test_a_fatal_producer_error_is_survived_with_healthz_503_meanwhile_and_nothi
     unserved = listening_socket()  # a bank address nobody answers (no batch here reaches the bank)
     bank = f"http://127.0.0.1:{unserved.getsockname()[1]}"
     unserved.close()
-    config = parse_config(
-        {
-            "processor": {"public_url": "http://127.0.0.1:8600"},
-            "integrations": {"sandbox": integration_table(bank)},
-        },
-        base_dir=tmp_path,
+    config = Config(
+        processor={"public_url": "http://127.0.0.1:8600"}, integrations={"sandbox": integration_table(bank)}
     )
     kafka = KafkaSettings(bootstrap=kafka_bootstrap, group_id=unique_id("fatal-group"), topics=topics)
     factory = ProducerFactory(healthy=2)

@@ -37,7 +37,7 @@ def test_requests_are_decided_once_and_paid_accounts_move_forward(store: Store) 
     assert list(last) == ["E-1"] and last["E-1"].account_last4 == "2222"
 
 
-def test_paid_accounts_of_a_large_batch_are_written_in_chunks_and_a_repeated_reference_keeps_its_last(
+def test_paid_accounts_of_a_large_batch_are_all_written_and_a_repeated_reference_keeps_its_last(
     store: Store,
 ) -> None:
     rows = [(f"E-{i}", f"sha-{i}", f"{i % 10000:04d}") for i in range(1203)]

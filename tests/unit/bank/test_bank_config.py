@@ -7,19 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bank_support import integration_table, key_pair
+from bank_support import integration_table, key_pair, load
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from processor.cli.config import (
-    ConfigError,
-    RetrySettings,
-    Secret,
-    TimeoutSettings,
-    load_config,
-    parse_config,
-    redact_url,
-)
+from processor.bank.integration import RetrySettings, TimeoutSettings
+from processor.cli.config import ConfigError, load_config
+from processor.domain.settings import Secret, redact_url
 
 SECRET = "s3cret-value-for-tests"
 
@@ -58,7 +52,7 @@ assertion_signing = "local"
 
 
 def parse(table: dict[str, Any], environ: dict[str, str] | None = None, **top: Any) -> Any:
-    return parse_config({"integrations": {"sandbox": table}, **top}, base_dir=Path("."), environ=environ or {})
+    return load({"integrations": {"sandbox": table}, **top}, environ)
 
 
 def test_sandbox_init_layout_loads_with_defaults(tmp_path: Path) -> None:
@@ -71,7 +65,7 @@ def test_sandbox_init_layout_loads_with_defaults(tmp_path: Path) -> None:
     assert sb.issuer == "http://127.0.0.1:8700"
     assert sb.client_id == "client-1"
     assert sb.client_secret.reveal() == SECRET
-    assert sb.signing_key_path == tmp_path / "signing-key.pem"  # relative to the config file's folder
+    assert sb.signing_key_path == str(tmp_path / "signing-key.pem")  # relative to the config file's folder
     assert sb.signing_key_pem.reveal() == key_pair().private_pem
     assert sb.token_auth_method == "private_key_jwt"
     assert sb.grant_parameter == "grand_type"
@@ -164,10 +158,9 @@ def test_validation_names_the_key(table_changes: dict[str, Any], env: dict[str, 
 
 def test_missing_key_file_and_non_rsa_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"integrations\.sandbox\.signing_key_path: cannot read .*missing\.pem"):
-        parse_config(
+        load(
             {"integrations": {"sandbox": integration_table(signing_key=None, signing_key_path="missing.pem")}},
-            base_dir=tmp_path,
-            environ={},
+            folder=tmp_path,
         )
     ec_pem = (
         ec.generate_private_key(ec.SECP256R1())
@@ -180,7 +173,7 @@ def test_missing_key_file_and_non_rsa_key(tmp_path: Path) -> None:
 
 def test_top_level_problems(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="at least one"):
-        parse_config({"processor": {}}, environ={})
+        load({"processor": {}})
     with pytest.raises(ConfigError, match=r"processor\.store: must be a sqlite:/// or postgresql:// address"):
         parse(integration_table(), processor={"store": "mysql://u:pw@h/db"})
     with pytest.raises(ConfigError, match=r"processor\.stor: unknown key \(did you mean 'store'\?\)"):
@@ -203,7 +196,7 @@ def test_other_sections_are_kept_for_their_owners() -> None:
     config = parse(integration_table(), kafka={"bootstrap_servers": " k:9092 ", "group_id": "g"}, flows={"x": 1})
     assert config.kafka.bootstrap_servers == "k:9092"
     assert config.kafka.options == {"group_id": "g"}
-    assert config.sections == {"flows": {"x": 1}}
+    assert config.model_extra == {"flows": {"x": 1}}
 
 
 def test_repr_never_shows_secrets() -> None:
@@ -232,6 +225,6 @@ def test_what_sandbox_init_writes_loads_unchanged(tmp_path: Path) -> None:
     config = load_config(tmp_path / "dir" / "dispersion.toml", environ={})
     sb = config.integration("sandbox")
     assert sb.issuer == sb.resource_server == "http://127.0.0.1:8711"
-    assert sb.signing_key_path == (tmp_path / "dir" / "signing-key.pem").resolve()
+    assert Path(str(sb.signing_key_path)) == (tmp_path / "dir" / "signing-key.pem").resolve()
     assert sb.redirect_uri == "http://127.0.0.1:8600/callback"
     assert config.processor.store.startswith("sqlite:///")

@@ -30,10 +30,10 @@ def test_sandbox_init_writes_console_and_admin_with_secrets_shown_once(
     assert console.group(3) not in text and token.group(1) not in text  # only hashes are kept
 
     config = load_config(path, environ={})
-    auth = console_auth(config.sections.get("console"), source=str(path))
+    auth = console_auth(config.console, source=str(path))
     assert auth is not None and auth.check_password(console.group(2), console.group(3))
     assert not auth.check_password(console.group(2), "not the password")
-    personal = config.admin.tokens[console.group(2)]
+    personal = config.admin.by_name[console.group(2)]
     assert personal.sha256 == hashlib.sha256(token.group(1).encode()).hexdigest() and personal.role == "admin"
     assert auth.operators[console.group(2)].role == "admin"
     assert console_line(auth, config.public_url, str(path)) == (
@@ -43,7 +43,7 @@ def test_sandbox_init_writes_console_and_admin_with_secrets_shown_once(
     # Run again (--force): new secrets, the old ones no longer work.
     assert sandbox_init([str(tmp_path / "dev"), "--force"]) == 0
     again = load_config(path, environ={})
-    renewed = console_auth(again.sections.get("console"), source=str(path))
+    renewed = console_auth(again.console, source=str(path))
     assert renewed is not None and not renewed.check_password(console.group(2), console.group(3))
 
 

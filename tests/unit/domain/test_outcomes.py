@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
+from bank_support import integration_table, load
 
 from processor.cli.common import CliError
-from processor.cli.config import admin_settings, load_admin_client
+from processor.cli.config import load_admin_client
+from processor.cli.config_models import AdminTable
 from processor.cli.retry_failed import read_corrections
 from processor.domain.outcomes import exit_code, outcome_totals, retry_batch_id, split_reason
 from processor.domain.roles import Role
@@ -68,14 +71,18 @@ def test_a_bank_reason_code_is_split_from_its_text() -> None:
     assert split_reason(None) == (None, None)
 
 
+def admin_settings(table: dict[str, Any]) -> AdminTable:
+    return load({"integrations": {"sandbox": integration_table()}, "admin": table}).admin
+
+
 def test_the_admin_table_hashes_the_token_and_refuses_bad_keys() -> None:
     digest = "a" * 64
-    legacy = admin_settings({"token_sha256": digest.upper()}).tokens
+    legacy = admin_settings({"token_sha256": digest.upper()}).by_name
     assert list(legacy) == ["admin"] and legacy["admin"].sha256 == digest and legacy["admin"].role == Role.ADMIN
     from_env = admin_settings({"token": "x" * 20})
-    assert len(from_env.tokens["admin"].sha256) == 64
+    assert len(from_env.by_name["admin"].sha256) == 64
     assert "x" * 20 not in repr(from_env)
-    assert admin_settings(None).tokens == {}
+    assert admin_settings({}).by_name == {}
     personal = admin_settings(
         {
             "tokens": {
@@ -83,11 +90,11 @@ def test_the_admin_table_hashes_the_token_and_refuses_bad_keys() -> None:
                 "bob": {"token": "y" * 20, "role": "approver"},
             }
         }
-    ).tokens
+    ).by_name
     assert [(t.name, t.role) for t in personal.values()] == [("ana", Role.OPERATOR), ("bob", Role.APPROVER)]
     for bad, where in (
         ({"token_sha256": "abc"}, "admin.token_sha256"),
-        ({"token": "short"}, "admin.token_env"),
+        ({"token": "short"}, "admin.token: must be at least 16 characters"),
         ({"token": "x" * 20, "token_sha256": digest}, "not both"),
         ({"tokn": "x"}, "admin.tokn"),
         ({"url": "ftp://x"}, "admin.url"),

@@ -1,0 +1,104 @@
+"""The completion's store writes, before and after issue 22, side by side in one run against real PostgreSQL.
+
+A completed batch of M transfers appends M `dispersion.transfers` events to the outbox and records where each
+employee was paid (`paid_accounts`). Before: one `Outbox.append` per event (3 statements, 3 round trips each)
+and one upsert per employee. After: `Outbox.append_many` (3 round trips in all, the rows in one `executemany`)
+and `PaidAccounts.paid_many` (one `executemany`). Each variant writes `--batches` batches, one transaction per
+batch, interleaved over `--rounds`; printed: this process's CPU (the processor's side: psycopg, our code) and the
+wall time per batch. Runs in a fresh database created on the server and dropped at the end.
+
+    python benchmarks/store_writes.py [--pg-url URL] [--batches 50] [--transactions 100] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from month_end import DEFAULT_PG_URL, fresh_store
+
+from processor.store import NewEvent, Store, StoreTx
+from processor.store.crypto import generate_key, load_cipher
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+PAID_SQL = (
+    "INSERT INTO paid_accounts (origin_account, employee_reference, account_sha256, account_last4, batch_id,"
+    " paid_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (origin_account, employee_reference) DO UPDATE SET"
+    " account_sha256 = excluded.account_sha256, account_last4 = excluded.account_last4,"
+    " batch_id = excluded.batch_id, paid_at = excluded.paid_at WHERE paid_accounts.paid_at <= excluded.paid_at"
+)
+
+
+def events(batch: str, count: int) -> list[NewEvent]:
+    """Transfer-event-like payloads (about the size of the real ones)."""
+    return [
+        NewEvent(
+            {"event_id": f"{batch}-{i}", "batch_id": batch, "index": i, "outcome": "COMPLETED",
+             "amount": "1234.56", "currency": "MXN", "employee_reference": f"E-{i:06d}",
+             "destination": {"scheme": "clabe", "masked": "****5678"}, "occurred_at": "2026-11-30T12:00:00.000Z"},
+            {"ce_id": f"{batch}-{i}", "ce_type": "dispersion.transfer.completed", "content-type": "application/json"},
+            f"{batch}-{i}",
+        )
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def paid_rows(count: int) -> list[tuple[str, str, str]]:
+    """(reference, account digest, last 4) per transfer."""
+    return [(f"E-{i:06d}", f"{i:064x}", f"{i % 10000:04d}") for i in range(count)]
+
+
+def before(tx: StoreTx, batch: str, count: int) -> None:
+    """One statement group per event and per employee, as before issue 22."""
+    for event in events(batch, count):
+        tx.outbox.append("dispersion.transfers", batch, event.payload, now=NOW, headers=event.headers,
+                         event_id=event.event_id)  # fmt: skip
+    for reference, digest, last4 in paid_rows(count):
+        tx.raw.execute(PAID_SQL, ("O-1", reference, digest, last4, batch, NOW))
+
+
+def after(tx: StoreTx, batch: str, count: int) -> None:
+    """`append_many` and `paid_many`."""
+    tx.outbox.append_many("dispersion.transfers", batch, events(batch, count), now=NOW)
+    tx.paid_accounts.paid_many("O-1", paid_rows(count), batch_id=batch, now=NOW)
+
+
+def measure(store: Store, write: Callable[[StoreTx, str, int], None], batches: int, count: int) -> tuple[float, float]:
+    """(CPU s, wall s) per batch."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(batches):
+        batch = uuid.uuid4().hex[:12]
+        store.run(lambda tx, b=batch: write(tx, b, count))
+    return (time.process_time() - cpu) / batches, (time.perf_counter() - wall) / batches
+
+
+def main() -> int:
+    """Run both variants interleaved and print the figures."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--transactions", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    with fresh_store("postgresql", args.pg_url, Path(".")) as url:
+        store = Store.open(url, cipher=load_cipher({"DISPERSION_STORE_KEY": generate_key()}))
+        try:
+            measure(store, after, 3, args.transactions)  # warm: connections open, statements prepared
+            measure(store, before, 3, args.transactions)
+            print(f"{args.batches} completed batches of {args.transactions} transfers, one transaction each")
+            for _ in range(args.rounds):
+                for name, write in (("before (per row)", before), ("after (executemany)", after)):
+                    cpu, wall = measure(store, write, args.batches, args.transactions)
+                    print(f"{name:20s} CPU {cpu * 1000:6.1f} ms per batch, wall {wall * 1000:6.1f} ms per batch")
+        finally:
+            store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
