@@ -40,6 +40,7 @@ from processor.domain.time import iso_ms
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
+    from processor.cli.status_numbers import OriginalNumbers
     from processor.kafka.settings import KafkaSettings
     from processor.kafka.wire import WireCodec
 
@@ -65,8 +66,10 @@ def as_json(record: Mapping[str, Any]) -> str:
     return json.dumps(_plain(record), ensure_ascii=False, separators=(",", ":"))
 
 
-def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
-    """One event as a human line: time, key, status, then the fields that are set."""
+def as_text(record: Mapping[str, Any], *, details: bool = False, numbers: Mapping[int, int] | None = None) -> str:
+    """One event as a human line: time, key, status, then the fields that are set. With `details`, a line per
+    transfer, numbered as in the original batch when `numbers` (a retry batch's, position -> original number)
+    has them (`processor.cli.status_numbers`)."""
     key = record.get("batch_id") or record.get("mandate_id") or "?"
     occurred = record.get("occurred_at")
     when = iso_ms(occurred) if isinstance(occurred, datetime) else str(occurred)
@@ -106,10 +109,16 @@ def as_text(record: Mapping[str, Any], *, details: bool = False) -> str:
             counts[item["status"]] = counts.get(item["status"], 0) + 1
         lines[0] += "  results: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         if details:
+            numbers = numbers or {}
+            if record.get("retry_of") and len(numbers) < len(results):
+                lines.append(
+                    "    (numbered by position in this retry batch: its dispersion.transfers events were not found)"
+                )
             for item in results:
                 reference = item.get("employee_reference") or "-"
                 why = f"  {item['reason']}" if item.get("reason") else ""
-                lines.append(f"    #{item['index']} {reference} {item['amount']} {item['status']}{why}")
+                number = numbers.get(item["index"], item["index"]) if len(numbers) >= len(results) else item["index"]
+                lines.append(f"    #{number} {reference} {item['amount']} {item['status']}{why}")
     return "\n".join(map(printable, lines))  # a control character in a stored text cannot forge a line
 
 
@@ -200,10 +209,12 @@ def _follow(
     """Read the status topic (see `main`); librdkafka's own lines are collapsed by the caller."""
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
+    from processor.cli.status_numbers import OriginalNumbers
     from processor.kafka.clients import new_consumer, reader_config
 
     deadline = None if args.timeout is None or not args.until_terminal else time.monotonic() + args.timeout
     consumer = new_consumer(reader_config(settings, "status", **{"enable.partition.eof": True}))
+    originals = OriginalNumbers(settings)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_stop) if main_thread else None
     try:
@@ -217,7 +228,7 @@ def _follow(
             return 2
         start = OFFSET_END if args.new else OFFSET_BEGINNING
         consumer.assign([TopicPartition(topic, p, start) for p in info.partitions])
-        reading = _Reading(args, topic, codec, wanted, out, len(info.partitions))
+        reading = _Reading(args, topic, codec, wanted, out, len(info.partitions), originals)
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 print(f"dispersion status: {args.key} not final within {args.timeout:g} s", file=sys.stderr)
@@ -248,6 +259,7 @@ def _follow(
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
         consumer.close()
+        originals.close()
 
 
 @dataclass
@@ -260,6 +272,7 @@ class _Reading:
     wanted: bytes | None  # the key of `--batch`, or None for every key
     out: IO[str]
     partitions: int
+    originals: OriginalNumbers  # a retry batch's transfer numbers in its original batch
     at_end: set[int] = field(default_factory=set)
     caught_up: set[int] = field(default_factory=set)  # partitions read to their end once (the history is behind us)
     pending: tuple[int, int] | None = None  # (partition, exit code) of a final status seen in the history
@@ -294,7 +307,7 @@ class _Reading:
         if record["event_id"] in self.seen:
             return None
         self.seen.add(record["event_id"])
-        self.out.write((as_json(record) if self.args.json else as_text(record, details=self.args.details)) + "\n")
+        self.out.write(self._shown(record) + "\n")
         self.out.flush()
         if not self.args.until_terminal:
             return None
@@ -305,6 +318,16 @@ class _Reading:
             return code
         self.pending = None if code is None else (partition, code)
         return None
+
+    def _shown(self, record: Mapping[str, Any]) -> str:
+        """One event as printed: JSON, or text (a retry batch's details by its transfers' original numbers)."""
+        if self.args.json:
+            return as_json(record)
+        results = record.get("transaction_results")
+        numbers = None
+        if self.args.details and results and record.get("retry_of"):
+            numbers = self.originals.of(str(record["batch_id"]), len(results))
+        return as_text(record, details=self.args.details, numbers=numbers)
 
 
 def _final(record: Mapping[str, Any], *, vrp: bool) -> int | None:

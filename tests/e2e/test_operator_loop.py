@@ -257,7 +257,8 @@ def test_a_month_end_day(
     for key in (batch_id, retry_id):
         event = statuses.find(key, "COMPLETED")
         assert event is not None
-        total = f"total {key} GTQ: {event.record['transfers_completed'] + event.record['transfers_failed']} transfers"
+        count = event.record["transfers_completed"] + event.record["transfers_failed"]
+        total = f"total {key} GTQ: {count} transfer{'' if count == 1 else 's'}"
         total += f", {event.record['transfers_completed']} paid {event.record['amount_completed']}"
         total += f", {event.record['transfers_failed']} failed {event.record['amount_failed']}"
         assert total in report.err.splitlines()

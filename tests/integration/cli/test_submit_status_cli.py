@@ -32,11 +32,13 @@ from typing import Any
 import pytest
 from cli_support import EXPORT, NOMINA, ORIGIN, Run, workbook, write_config
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from kafka_fixtures import create_topic
 from registry_fixtures import register_subjects
 
 import schemas
 from processor.cli import status as statuscli
 from processor.cli import submit
+from processor.engine.transfer_events import transfer_payloads
 from processor.kafka.settings import KafkaSettings
 from processor.kafka.wire import WireCodec, WireSettings
 
@@ -667,3 +669,55 @@ def test_status_without_any_bootstrap_or_with_a_missing_topic_exits_2(
     absent = status_run(capsys, "--bootstrap", kafka_bootstrap, "--topic", missing, "--timeout", "10")
     assert absent.code == 2
     assert f"dispersion status: topic {missing} not found" in absent.err
+
+
+def test_status_details_of_a_retry_batch_number_its_transfers_as_in_the_original(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, kafka_topic: str, tmp_path: Path
+) -> None:
+    # NOV-7.retry-1 paid transfers #17 and #142 of NOV-7 (its positions 0 and 1); its dispersion.transfers events
+    # carry those numbers. NOV-8.retry-1 has no transfer events: its positions are printed, and said to be.
+    transfers_topic = f"test.{uuid.uuid4().hex[:12]}"
+    create_topic(kafka_bootstrap, transfers_topic)
+    paid = [
+        {"index": 0, "employee_reference": "E-0017", "amount": Decimal("10.00"), "status": "COMPLETED"},
+        {"index": 1, "employee_reference": "E-0142", "amount": Decimal("20.50"), "status": "COMPLETED"},
+    ]
+    retries = [
+        status_event(f"{b}.retry-1", "COMPLETED", 5, retry_of=b, transaction_results=paid) for b in ("NOV-7", "NOV-8")
+    ]
+    produce(kafka_bootstrap, kafka_topic, *retries)
+    document = {
+        "origin_account": {"account_number": "100200300", "currency": "GTQ"},
+        "transactions": [
+            {"employee_reference": r["employee_reference"], "amount": r["amount"], "destination_account": {}}
+            for r in paid
+        ],
+    }
+    events = transfer_payloads(
+        "NOV-7.retry-1",
+        document,
+        paid,
+        ended="COMPLETED",
+        reason=None,
+        occurred_at="2024-11-05T10:05:00.000Z",
+        retry_of="NOV-7",
+        original_indexes=(17, 142),
+    )
+    codec = WireCodec("dispersion.transfers")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for event in events:  # the outbox stores the instant as text; on the wire it is a timestamp
+        wired = {**event, "occurred_at": T0 + timedelta(minutes=5)}
+        producer.produce(transfers_topic, key=b"NOV-7.retry-1", value=codec.encode(wired, transfers_topic))
+    assert producer.flush(30) == 0
+    topics = {"dispersion.status": kafka_topic, "dispersion.transfers": transfers_topic}
+    config = write_config(tmp_path / "dispersion.toml", kafka_bootstrap, topics)
+
+    shown = status_run(capsys, "--config", str(config), "--batch", "NOV-7.retry-1", "--details")
+    assert shown.code == 0, shown.err
+    assert shown.out.splitlines()[1:] == ["    #17 E-0017 10.00 COMPLETED", "    #142 E-0142 20.50 COMPLETED"]
+    unknown = status_run(capsys, "--config", str(config), "--batch", "NOV-8.retry-1", "--details")
+    assert unknown.out.splitlines()[1:] == [
+        "    (numbered by position in this retry batch: its dispersion.transfers events were not found)",
+        "    #0 E-0017 10.00 COMPLETED",
+        "    #1 E-0142 20.50 COMPLETED",
+    ]
