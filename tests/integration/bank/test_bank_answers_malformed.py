@@ -6,15 +6,17 @@ discovery document is off (a member missing, a member of the wrong type).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 import pytest
-from bank_support import free_port, make_integration, uvicorn_thread
+from bank_support import make_integration, uvicorn_thread
 
 from processor.bank import errors
 from processor.bank.client import BankClient
+from processor.devtools.processes import port_of
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -36,9 +38,10 @@ def _bank(document: dict[str, Any]) -> Callable[[dict[str, Any], Any, Send], Awa
         ({"grant_types_supported": "client_credentials"}, "grant_types_supported: must be a list"),
     ],
 )
-async def test_a_discovery_document_out_of_shape_is_one_protocol_error(change: dict[str, Any], problem: str) -> None:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
+async def test_a_discovery_document_out_of_shape_is_one_protocol_error(
+    change: dict[str, Any], problem: str, held_socket: socket.socket
+) -> None:
+    base = f"http://127.0.0.1:{port_of(held_socket)}"
     document = {
         "issuer": base,
         "token_endpoint": f"{base}/token",
@@ -46,7 +49,7 @@ async def test_a_discovery_document_out_of_shape_is_one_protocol_error(change: d
         "pushed_authorization_request_endpoint": f"{base}/par",
         **change,
     }
-    with uvicorn_thread(_bank(document), port), pytest.raises(errors.ProtocolError) as raised:
+    with uvicorn_thread(_bank(document), held_socket), pytest.raises(errors.ProtocolError) as raised:
         await BankClient.start(make_integration(base))
     assert str(raised.value).startswith(f"E1 discovery: unexpected response: {problem} [interaction ")
     assert raised.value.status == 200
