@@ -123,6 +123,6 @@ def _say(verdict: dict[str, Any], batch_id: str) -> int:
         print(f"dispersion submit: conflict: {detail}", file=sys.stderr)
         return EXIT_CONFLICT
     print(f"dispersion submit: the processor refused batch {batch_id} as INVALID:", file=sys.stderr)
-    for problem in detail.split("; "):
+    for problem in detail.split("; "):  # the processor joins the problems so (no problem's text holds "; ")
         print(f"  {problem}", file=sys.stderr)
     return EXIT_INVALID

@@ -59,7 +59,7 @@ class Calendar:
         ahead = (execute_on - today).days
         if ahead > self.max_days_ahead:
             return (
-                f"execute_on {execute_on.isoformat()} is {ahead} days ahead; at most {self.max_days_ahead} days "
+                f"execute_on {execute_on.isoformat()} is {ahead} days ahead, more than {self.max_days_ahead} days "
                 "(the approval's token must still be renewable on the day)"
             )
         return None

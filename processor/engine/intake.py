@@ -246,7 +246,10 @@ def _hold(tx: StoreTx, prepared: PreparedBatch, guard: Guard | None, now: dateti
     found = tx.lifecycle.candidates(
         prepared.integration, sketch(prepared.keys), since=now - guard.window, exclude=prepared.batch_id
     )
-    candidates = [Candidate(*row) for row in found]
+    # Of equal matches, the batch the submission allowed (`--allow-duplicate-of`) counts, then the earliest received:
+    # a payroll copied twice before is allowed as a copy of the batch named, whichever copy the store lists first.
+    allowed = guard.allowed[0] if guard.allowed is not None else None
+    candidates = sorted((Candidate(*row) for row in found), key=lambda c: (c.batch_id != allowed, c.received_at))
     match = best_match(prepared.batch, prepared.keys, candidates, threshold=guard.threshold)
     if match is None:
         return None

@@ -128,7 +128,7 @@ def read_profiled(
     on_row: Callable[[int], None] | None = None,
 ) -> Export:
     """The batch in `path` read through `profile`, like `read_csv` reads our layout: ExportError listing every
-    problem when it cannot be built, else an Export whose remaining problems `submit.check` reports."""
+    problem when it cannot be built, else an Export whose remaining problems `checks.check` reports."""
     result = map_rows(path, profile, on_row=on_row)
     if explain is not None:
         explain(result.explanation)

@@ -30,9 +30,10 @@ published, before producing the rest. So a relay that dies publishes nothing twi
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -227,11 +228,15 @@ class Outbox:
         assert row is not None
         return _event(row, text)  # the payload is not read back from the database
 
-    def append_many(self, topic: str, key: str, events: Sequence[NewEvent], *, now: datetime) -> int:
+    def append_many(self, topic: str, key: str, events: Iterable[NewEvent], *, now: datetime, chunk: int = 1000) -> int:
         """Append events without a status for one (topic, key), in order, as `append` would one by one: the key's
-        row locked once, the sequence numbers taken together, the rows written by one `executemany` (a completed
-        batch of 100 transfers was 300 statements, each a round trip; now 3 round trips). How many appended."""
-        if not events:
+        row locked once, the sequence numbers taken together, the rows written by one `executemany` per `chunk`
+        events (a completed batch of 100 transfers was 300 statements, each a round trip; now 3 round trips).
+        `events` is read once, `chunk` at a time, so a 100,000-transfer batch's rows are not all built at once.
+        How many were appended."""
+        pending = iter(events)
+        head_event = next(pending, None)
+        if head_event is None:
             return 0
         observer = self.tx.observer
         now = utc_ms(now)
@@ -244,24 +249,34 @@ class Outbox:
         assert head is not None
         first = int(head["last_seq"]) + 1
         rows: list[tuple[Any, ...]] = []
-        for seq, event in enumerate(events, start=first):
+        count = 0
+        for event in itertools.chain((head_event,), pending):
             headers = event.headers
             if observer is not None:
                 with observer.event(topic=topic, key=key, status=None) as added:
                     headers = {**added, **(headers or {})} if added else headers
             text = None if headers is None else dump_json(dict(headers))
-            rows.append((event.event_id or str(uuid.uuid4()), topic, key, seq, dump_json(event.payload), text, now))
+            event_id = event.event_id or str(uuid.uuid4())
+            rows.append((event_id, topic, key, first + count, dump_json(event.payload), text, now))
+            count += 1
+            if len(rows) >= chunk:
+                self._insert_events(rows)
+        self._insert_events(rows)
         self.tx.execute(
             "UPDATE outbox_keys SET last_seq = ?, pending = pending + ?, pending_since = COALESCE(pending_since, ?)"
             " WHERE topic = ? AND event_key = ?",
-            (first + len(rows) - 1, len(rows), now, topic, key),
+            (first + count - 1, count, now, topic, key),
         )
+        return count
+
+    def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        """Insert status-less events (id, topic, key, seq, payload, headers, created) and empty `rows`."""
         self.tx.executemany(
             "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers, created_at)"
             " VALUES (?, ?, ?, ?, NULL, NULL, ?, ?, ?)",
             rows,
         )
-        return len(rows)
+        rows.clear()
 
     def append_status(
         self,

@@ -3,13 +3,18 @@
 
 - the same workbook saved twice (other bytes, no profile) is one batch: `submit` says "accepted", then "same batch";
 - a re-export under another batch id is held as a possible duplicate payroll (`submit` exits 6 naming the batch),
-  `dispersion confirm-duplicate` lets it go, and it is paid once;
+  `dispersion confirm-duplicate` lets it go, and it is paid once; one more submitted with `--allow-duplicate-of`
+  that batch is not held (the link leads to the bank at once) and is paid once without a confirmation;
 - the same batch id with other transfers: `submit` exits 5 and prints the difference;
 - `dispersion withdraw`: the link refuses ("withdrawn by ..."), the corrected batch under the same id is paid;
 - an EXPIRED batch submitted again is paid (`status --until-terminal` follows the new attempt to 0);
 - a batch dead-lettered for an integration not configured yet, replayed after it is configured (processor
   restarted): paid once, and the replay landed on the partition its original was read from, although the
-  original's producer used librdkafka's default partitioner (CRC32), not the Java client's.
+  original's producer used librdkafka's default partitioner (CRC32), not the Java client's;
+- refused by the processor for reasons the command cannot see (an integration the operator's configuration has and
+  the processor's has not, a payday further ahead than the processor allows): `submit` prints every problem and
+  exits 1; with the processor's admin API unreachable it exits 7 after `--wait`, and the batch it produced is
+  still decided when read.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 import tomllib
 import zlib
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -175,6 +181,17 @@ def test_submissions_mean_what_they_say(kafka_bootstrap: str, deployment_factory
     approve(approver, hold.record["authorization_url"], instance.url)
     assert wait_for(statuses, "NOV-B", "AUTHORIZED").record["duplicate_confirmed_by"]
     wait_for(statuses, "NOV-B", "COMPLETED")
+    # ... and once more on purpose, allowed up front: not held, no confirmation, paid once.
+    allowed = dispersion(
+        deployment, "submit", str(first), *ORIGIN, "--batch-id", "NOV-C", "--allow-duplicate-of", payroll_id, "--quiet"
+    )
+    assert allowed.code == 0 and "accepted by the processor: NOV-C, a new batch" in allowed.out, allowed.err
+    asking = wait_for(statuses, "NOV-C", "AUTHORIZATION_REQUIRED")
+    assert asking.record["duplicate_of"] == payroll_id
+    assert asking.record["duplicate_confirmed_by"] == "submit --allow-duplicate-of"
+    assert approver.approve(asking.record["authorization_url"], via=instance.url).status_code == 200  # no 409 first
+    assert wait_for(statuses, "NOV-C", "COMPLETED").record["transfers_completed"] == 3
+    assert [e.status for e in statuses.by_key("NOV-C")].count("AUTHORIZATION_REQUIRED") == 1
 
     # 3. The same batch id with other transfers: a conflict, with the difference.
     hours = export(directory / "horas-extra.csv", [("200100310", "1000.00"), ("200100311", "266.25")], "HEX")
@@ -231,6 +248,33 @@ def test_submissions_mean_what_they_say(kafka_bootstrap: str, deployment_factory
     approve(approver, link_of(statuses, key, 2), instance.url)
     wait_for(statuses, key, "COMPLETED", 2)
 
+    # 7. Refused by the processor for what the command cannot check: every problem printed, exit 1.
+    table = tomllib.loads(deployment.config_path.read_text())
+    nomina = {**table["integrations"]["sandbox"], "schedule_max_days": 60}
+    wider = deployment.config_path.with_name("operator-copy.toml")  # the operator's copy names one more integration
+    wider.write_text(deployment.config_path.read_text() + "\n" + toml_document({"integrations.nomina": nomina}))
+    day = (datetime.now(UTC) + timedelta(days=40)).date().isoformat()
+    options = ("--integration", "nomina", "--batch-id", "NOMINA-1", "--execute-on", day, "--quiet")
+    invalid = dispersion(deployment, "submit", str(late), "--config", str(wider), *ORIGIN[:4], *options)
+    assert invalid.code == 1, invalid.out + invalid.err
+    problems = invalid.err.splitlines()
+    assert problems[0] == "dispersion submit: the processor refused batch NOMINA-1 as INVALID:", invalid.err
+    assert problems[1] == "  integration 'nomina' is not configured (configured: payday, sandbox)", invalid.err
+    assert problems[2].startswith(f"  execute_on {day} is ") and problems[2].endswith(
+        "days ahead, more than 28 days (the approval's token must still be renewable on the day)"
+    ), invalid.err
+    assert len(problems) == 3 and wait_for(statuses, "NOMINA-1", "INVALID")
+    # The processor's admin API unreachable: no verdict within --wait, exit 7; the batch on Kafka is still decided.
+    unasked = export(directory / "anticipo.csv", [("200100340", "20.00")], "ANT")
+    options = ("--batch-id", "ANT-7", "--url", "http://127.0.0.1:9", "--wait", "1", "--quiet")
+    no_verdict = dispersion(deployment, "submit", str(unasked), *ORIGIN, *options)
+    assert no_verdict.code == 7, no_verdict.out + no_verdict.err
+    assert no_verdict.out.startswith("submitted batch ANT-7: 1 transactions, control sum 20.00 GTQ")
+    assert "the processor's verdict cannot be asked" in no_verdict.err
+    assert "Follow it: dispersion status --batch ANT-7" in no_verdict.err
+    wait_for(statuses, "ANT-7", "AUTHORIZATION_REQUIRED")
+
     counts = deployment.bank_counts()
-    assert counts["file_payment"] == 5  # payroll, NOV-B, HEX-B (attempt 2), BONO (attempt 2), the replayed one
+    # payroll, NOV-B, NOV-C, HEX-B (attempt 2), BONO (attempt 2), the replayed one
+    assert counts["file_payment"] == 6
     assert instance.terminate() == 0

@@ -29,7 +29,7 @@ def test_append_many_continues_the_keys_sequence_and_the_relay_drains_it(store: 
     with store.transaction() as tx:
         tx.outbox.append("t", "k", {"n": -1}, now=T0)
         added = [NewEvent({"n": n}, {"ce_id": f"e-{n}"}, f"e-{n}") for n in range(7)]
-        assert tx.outbox.append_many("t", "k", added, now=at(1)) == 7
+        assert tx.outbox.append_many("t", "k", iter(added), now=at(1), chunk=3) == 7  # three round trips
         tx.outbox.append("t", "k", {"n": 7}, now=at(2))
         assert tx.outbox.append_many("t", "k", [], now=at(2)) == 0
         events = tx.outbox.events("t", "k")

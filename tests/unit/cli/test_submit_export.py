@@ -491,7 +491,7 @@ def test_dry_run_with_execute_on(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert past.code == 1 and f"execute_on {_day(-2)} is in the past" in past.err
 
     far = dry_run(capsys, path, "--execute-on", _day(40))
-    assert far.code == 1 and "40 days ahead; at most 28 days" in far.err
+    assert far.code == 1 and "40 days ahead, more than 28 days" in far.err
 
     with pytest.raises(SystemExit) as usage:
         dry_run(capsys, path, "--execute-on", "2026-02-30")
