@@ -178,7 +178,7 @@ class VrpRig:
         its bank client's httpx transport (a `Recording`)."""
         config = self.config
         if tpp_name is not None:
-            integration = config.integration("sandbox").model_copy(update={"tpp_name": tpp_name})
+            integration = config.integrations["sandbox"].model_copy(update={"tpp_name": tpp_name})
             config = config.model_copy(update={"integrations": {"sandbox": integration}})
         return assemble(
             config, self.store, self.settings, self.clock, self.checkpoint_box, self.advance, transport=transport
@@ -250,7 +250,7 @@ class VrpRig:
 def flow_b_config(directory: Path) -> Config:
     """The configuration `sandbox init` wrote, with flow B's client authentication (Basic)."""
     config = load_config(directory / "dispersion.toml")
-    integration = config.integration("sandbox").model_copy(update={"token_auth_method": "client_secret_basic"})
+    integration = config.integrations["sandbox"].model_copy(update={"token_auth_method": "client_secret_basic"})
     return config.model_copy(update={"integrations": {"sandbox": integration}})
 
 

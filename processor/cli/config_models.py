@@ -305,14 +305,6 @@ class Config(Layered):
         """The callback API's public address (approval links, redirect URI paths)."""
         return self.processor.public_url
 
-    def integration(self, name: str) -> Integration:
-        """The named integration; a KeyError listing the configured ones otherwise."""
-        try:
-            return self.integrations[name]
-        except KeyError:
-            known = ", ".join(sorted(self.integrations)) or "none"
-            raise KeyError(f"integration {name!r} is not configured in {self.source} (configured: {known})") from None
-
 
 class KafkaOnly(Layered):
     """Only `[kafka]`, for commands that read a topic (the integrations' secrets need not be set)."""

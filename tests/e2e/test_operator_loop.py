@@ -47,7 +47,6 @@ from processor_support import (
 )
 
 from processor.api.console.auth import hash_password
-from processor.domain.text import counted
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -258,8 +257,8 @@ def test_a_month_end_day(
     for key in (batch_id, retry_id):
         event = statuses.find(key, "COMPLETED")
         assert event is not None
-        transfers = counted(event.record["transfers_completed"] + event.record["transfers_failed"], "transfer")
-        total = f"total {key} GTQ: {transfers}"
+        count = event.record["transfers_completed"] + event.record["transfers_failed"]
+        total = f"total {key} GTQ: {count} transfer{'' if count == 1 else 's'}"
         total += f", {event.record['transfers_completed']} paid {event.record['amount_completed']}"
         total += f", {event.record['transfers_failed']} failed {event.record['amount_failed']}"
         assert total in report.err.splitlines()

@@ -18,8 +18,8 @@ from processor.api.admin import admin_app
 from processor.api.admin_input import token_digest
 from processor.api.console.app import console_app
 from processor.domain.file_states import FlowState
-from processor.domain.roles import AdminToken, Role
-from processor.engine.intake import prepare_batch, store_batch
+from processor.domain.roles import AdminToken, Controls, Role
+from processor.engine.intake import accept_batch, prepare_batch, store_batch
 from processor.store import Store
 from schemas.topics import TRANSFERS_TOPIC
 
@@ -90,3 +90,16 @@ async def test_a_batch_named_like_a_retry_without_its_record_is_no_retry(store: 
             first = await http.get(f"/console/batches/{original}")
             links = re.findall(r'class="retry-link">([^<]+)<', first.text)
             assert links == [real_id], links
+
+
+async def test_a_retry_of_field_in_a_submitted_document_does_not_skip_the_changed_account_review(store: Store) -> None:
+    """Retries made by retry-failed are not compared with where employees were paid (they had their own review);
+    which batch is one is known from its retry record, not from a `retry_of` an ERP may write into its JSON."""
+    async with engine_rig(store) as rig:
+        original = await pay(rig)  # E-0001 was paid to ****0301
+        rig.clock.advance(30 * 86400)
+        document = batch(transfers=[("200100300", "1500.50"), ("666000666", "2000.00")])
+        document["retry_of"] = original
+        result = await accept_batch(store, document, now=rig.clock.now(), integrations={"sandbox"}, controls=Controls())
+        assert result.review == "PENDING"  # held for an approver's review like any other batch
+        assert rig.flow(str(document["batch_id"])).state == FlowState.RECEIVED

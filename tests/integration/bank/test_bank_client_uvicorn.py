@@ -242,7 +242,7 @@ async def test_flow_a_against_the_sandbox_process_with_a_lost_payment_answer(san
     """The configuration `sandbox init` wrote, loaded as is, drives flow A against the real process."""
     base = sandbox_process.base
     clock = ShiftedClock()
-    integration = load_config(sandbox_process.directory / "dispersion.toml").integration("sandbox")
+    integration = load_config(sandbox_process.directory / "dispersion.toml").integrations["sandbox"]
     assert integration.issuer == base and integration.token_auth_method == "private_key_jwt"
     bank = await BankClient.start(integration, sleep=Sleeps(), clock=clock)
     async with bank, httpx.AsyncClient() as browser:

@@ -746,7 +746,7 @@ class EngineMachine(RuleBasedStateMachine):
         name, value = change
         config = self.world.config
         changes: dict[str, Any] = {name: value}
-        integration = config.integration("sandbox").model_copy(update=changes)
+        integration = config.integrations["sandbox"].model_copy(update=changes)
         self.world.switch(config.model_copy(update={"integrations": {"sandbox": integration}}))
 
     # -- the bank misbehaving -------------------------------------------------------------------------------------

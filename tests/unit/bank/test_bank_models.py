@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,46 @@ def test_a_file_echo_is_read_without_its_transfers() -> None:
     assert consent.control_sum == Decimal("30.75") and consent.links_self == "http://bank/x"
     with pytest.raises(ValueError, match="NaN is not JSON"):
         loads_echo(b'{"Data": NaN}')
+
+
+def _set(where: tuple[str, ...], key: str, value: object) -> Any:
+    def change(body: dict[str, Any]) -> None:
+        for part in where:
+            body = body[part]
+        body[key] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda b: b.pop("Data"), "Data: missing"),
+        (_set((), "Data", []), "Data: must be an object"),
+        (_set(("Data", "Initiation"), "FileHash", 5), r"Data\.Initiation\.FileHash: must be a string"),
+        (_set(("Data", "Initiation"), "NumberOfTransactions", True), "NumberOfTransactions: must be an integer"),
+        (_set(("Data", "Initiation"), "ControlSum", "abc"), "ControlSum: 'abc' is not a decimal amount"),
+        (_set(("Data", "Initiation"), "ControlSum", "Infinity"), "ControlSum: must be finite"),
+        (_set(("Data",), "CreationDateTime", "2026-11-02T09:00:00"), "CreationDateTime: must carry a UTC offset"),
+    ],
+)
+def test_each_kind_of_mismatch_is_one_model_error_with_its_path(change: Any, message: str) -> None:
+    body = loads(CONSENT)
+    change(body)
+    with pytest.raises(ModelError, match=message):
+        FileConsent.parse(body, "iid")
+
+
+def test_report_lines_take_the_fast_path_or_the_model_with_the_same_result() -> None:
+    def line(index: str, amount: str) -> str:
+        return f'{{"Index": {index}, "DestinationAccount": "2", "Amount": {amount}, "Currency": "Q", "Status": "A"}}'
+
+    body = '{"Data": {"Transactions": [' + line("0", "10.25") + ", " + line('"1"', '"10.25"') + "]}}"
+    report = FilePaymentReport.parse("fp-1", "application/json", body.encode(), "iid")
+    # The second line (index and amount as strings) is not plain, so the pydantic model reads it.
+    assert [(x.index, x.amount) for x in report.lines] == [(0, Decimal("10.25")), (1, Decimal("10.25"))]
+    bad = '{"Data": {"Transactions": [' + line("0", "1") + ', {"Index": 1, "Amount": 1}]}}'
+    with pytest.raises(ModelError, match=r"Data\.Transactions\[1\]\.DestinationAccount: missing"):
+        FilePaymentReport.parse("fp-1", "application/json", bad.encode(), "iid")
+    with pytest.raises(ModelError, match=r"Data\.Transactions: must be a list"):
+        FilePaymentReport.parse("fp-1", "application/json", b'{"Data": {"Transactions": {}}}', "iid")

@@ -88,7 +88,7 @@ def test_environment_overrides_nested_keys_and_wins_over_the_file(tmp_path: Path
         "static_membership": False,
         "client": {"sasl.password": "kafka-pw"},
     }
-    sandbox = config.integration("sandbox")
+    sandbox = config.integrations["sandbox"]
     assert sandbox.client_secret.reveal() == ENV_SECRET
     assert sandbox.timeouts.read == 12.5
     assert sandbox.assertion_lifetime == 90
@@ -97,7 +97,7 @@ def test_environment_overrides_nested_keys_and_wins_over_the_file(tmp_path: Path
     assert config.public_url == "https://payroll.example.com"
     without = load_config(write(tmp_path), environ={})
     assert (without.kafka.bootstrap_servers, without.engine.concurrency) == ("file-broker:9092", 4)
-    assert without.integration("sandbox").client_secret.reveal() == SECRET
+    assert without.integrations["sandbox"].client_secret.reveal() == SECRET
 
 
 def test_environment_adds_keys_and_tables_the_file_lacks(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_environment_adds_keys_and_tables_the_file_lacks(tmp_path: Path) -> None
         "DISPERSION__FLOWS__LISTEN": "127.0.0.1:9000",  # a table no model describes: kept raw
     }
     config = load_config(write(tmp_path), environ=environ)
-    assert config.integration("sandbox").retry.max_attempts == 3
+    assert config.integrations["sandbox"].retry.max_attempts == 3
     assert config.kafka.options["topics"] == {"payroll.batches": "acme.payroll.batches"}
     assert config.exports == {"planilla": {"decimal_separator": ","}}
     assert config.model_extra == {"flows": {"listen": "127.0.0.1:9000"}}
@@ -118,18 +118,18 @@ def test_an_override_reaches_a_table_named_in_another_case(tmp_path: Path) -> No
     path = write(tmp_path, CONFIG.replace("[integrations.sandbox]", "[integrations.Sandbox]"))
     config = load_config(path, environ={"DISPERSION__INTEGRATIONS__SANDBOX__KID": "kid-env"})
     assert list(config.integrations) == ["Sandbox"]
-    assert config.integration("Sandbox").kid == "kid-env"
+    assert config.integrations["Sandbox"].kid == "kid-env"
 
 
 def test_env_keys_still_work_and_an_override_beats_them(tmp_path: Path) -> None:
     text = CONFIG.replace(f'client_secret = "{SECRET}"', 'client_secret_env = "BANK_SECRET"')
     path = write(tmp_path, text)
-    assert load_config(path, environ={"BANK_SECRET": "via-env-key"}).integration("sandbox").client_secret.reveal() == (
+    assert load_config(path, environ={"BANK_SECRET": "via-env-key"}).integrations["sandbox"].client_secret.reveal() == (
         "via-env-key"
     )
     # BANK_SECRET unset but the key overridden: the override wins, the missing variable is not an error
     overridden = load_config(path, environ={"DISPERSION__INTEGRATIONS__SANDBOX__CLIENT_SECRET": ENV_SECRET})
-    assert overridden.integration("sandbox").client_secret.reveal() == ENV_SECRET
+    assert overridden.integrations["sandbox"].client_secret.reveal() == ENV_SECRET
     assert "environment variable BANK_SECRET is not set or empty" in failure(path)
     # a K_env key now works for numbers too, and inside [kafka.client]
     numbers = (
@@ -381,9 +381,9 @@ def test_config_check_reports_ok_or_every_problem(tmp_path: Path, capsys: pytest
 
 
 def test_an_integrations_timezone_is_an_iana_name_and_defaults_to_utc(tmp_path: Path) -> None:
-    assert load_config(write(tmp_path), {}).integration("sandbox").timezone == "UTC"
+    assert load_config(write(tmp_path), {}).integrations["sandbox"].timezone == "UTC"
     zoned = load_config(write(tmp_path), {"DISPERSION__INTEGRATIONS__SANDBOX__TIMEZONE": "America/Guatemala"})
-    integration = zoned.integration("sandbox")
+    integration = zoned.integrations["sandbox"]
     assert integration.timezone == "America/Guatemala" and str(integration.calendar.zone) == "America/Guatemala"
     message = failure(write(tmp_path), {"DISPERSION__INTEGRATIONS__SANDBOX__TIMEZONE": "Mars/Olympus"})
     assert message.endswith(
