@@ -64,11 +64,11 @@ from month_end import (
     start_processor,
     start_sandbox,
     stop_all,
-    wait_for,
     write_config,
 )
 
 import schemas
+from processor.devtools.processes import eventually
 from processor.kafka.settings import KafkaSettings
 from schemas.topics import BATCHES_TOPIC
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                         children.append(sandbox)
                         processor = start_processor(bench, 0, config, directory)
                         children.append(processor)
-                        wait_for(lambda: group_members(settings) == 1, "a stable consumer group", 90)
+                        eventually(lambda: group_members(settings) == 1, what="a stable consumer group", timeout=90)
                         _measure(args, bench.api_url(0), settings, processor, sandbox)
                     finally:
                         stop_all(children)  # before the store is dropped

@@ -79,13 +79,13 @@ from month_end import (
     start_processor,
     start_sandbox,
     stop_all,
-    wait_for,
     write_config,
 )
 
 import schemas
 from processor.devtools.approver import BROWSER_HEADERS, ApprovalError, decide
 from processor.devtools.kafka_local import KafkaLocalError, LocalKafka
+from processor.devtools.processes import eventually
 from processor.domain.file_states import STATUS_RANKS
 from processor.kafka.clients import librdkafka_logger, new_consumer
 from processor.kafka.settings import KafkaSettings
@@ -411,7 +411,9 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
         fleet = Fleet(bench, config, directory, children)
         for index in range(args.instances):  # one at a time: the first one creates the store's tables
             fleet.start(index)
-        wait_for(lambda: group_members(settings) == args.instances, f"a stable group of {args.instances}", 90)
+        eventually(
+            lambda: group_members(settings) == args.instances, what=f"a stable group of {args.instances}", timeout=90
+        )
         keep = {"authorization_url", "file_payment_id"}
         watcher = stack.enter_context(StatusWatcher(settings, keep=lambda r: {k: r.get(k) for k in keep}))
         approvals = Approvals(fleet, watcher, args.approvers, args.per_batch_timeout)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -63,6 +62,7 @@ import psycopg
 from confluent_kafka import KafkaError, Message
 
 import schemas
+from processor.devtools import processes
 from processor.devtools.approver import ApprovalError, decision_post
 from processor.devtools.kafka_local import LocalKafka
 from processor.kafka.clients import librdkafka_logger, new_admin, new_consumer, new_producer, producer_config
@@ -78,13 +78,6 @@ CLI = [sys.executable, "-m", "processor.cli"]
 def say(message: str) -> None:
     """Progress on standard error (figures go to standard output)."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def load_averages() -> str:
@@ -114,24 +107,11 @@ def speed_reference() -> str:
 # --- processes ------------------------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the benchmark dies (Linux), so a killed run leaves nothing behind."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 @dataclass
-class Child:
-    """A process the benchmark started, with its log file."""
+class Child(processes.Child):
+    """A process the benchmark started (processor.devtools.processes), with what the benchmark reads of it."""
 
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
     peak_rss_sampled: int = 0  # kB, from periodic VmRSS samples
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     def status_kb(self, key: str) -> int | None:
         """A `kB` line of /proc/PID/status (VmHWM, VmRSS), None once the process is gone."""
@@ -151,45 +131,24 @@ class Child:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self, timeout: float = 40.0) -> int | None:
-        """SIGTERM to this pid, SIGKILL after `timeout`; the exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                say(f"{self.name} (pid {self.pid}) ignored SIGTERM for {timeout:.0f} s: SIGKILL")
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
 
 def stop_all(children: list[Child]) -> None:
     """Stop the children, last started first (processors before the sandbox), and forget them."""
     while children:
-        children.pop().stop()
+        children.pop().stop(timeout=40.0)
 
 
-def spawn(name: str, argv: list[str], directory: Path, env: dict[str, str] | None = None) -> Child:
-    """Start a child process, standard output and error to `directory/name.log`."""
-    log = directory / f"{name}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent, cwd=directory
-        )
-    return Child(name, process, log)
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float, child: Child | None = None) -> None:
-    """Poll `check` until true; fail with the child's log tail when it died or time ran out."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if child is not None and child.process.poll() is not None:
-            tail = child.log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"{child.name} exited ({child.process.returncode}) before {what}:\n{tail}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout:.0f} s")
-        time.sleep(0.05)
+def spawn(
+    name: str, argv: list[str], directory: Path, env: dict[str, str] | None = None, sock: socket.socket | None = None
+) -> Child:
+    """Start a child process, standard output and error to `directory/name.log`; with `sock`, it serves on that
+    listening socket (`--listen-fd`), which is closed here (the child holds it)."""
+    fds = () if sock is None else (sock.fileno(),)
+    extra = [] if sock is None else ["--listen-fd", str(sock.fileno())]
+    started = processes.spawn(name, [*argv, *extra], directory / f"{name}.log", env=env, cwd=directory, pass_fds=fds)
+    if sock is not None:
+        sock.close()
+    return Child(started.name, started.process, started.log_path)
 
 
 class RssSampler:
@@ -332,6 +291,12 @@ class Bench:
     profile: Path | None = None  # write each processor's cProfile stats here
     sandbox_max_body_mb: float | None = None  # None: the sandbox's own request size limit
     sandbox_args: tuple[str, ...] = ()  # more `dispersion sandbox` options (chaos.py: --admin, --db)
+    # The ports, held since they were chosen until a child serves on them (a restart binds its port again).
+    held: dict[int, socket.socket] = field(default_factory=dict)
+
+    def socket_for(self, port: int) -> socket.socket:
+        """The listening socket to hand to the child that serves on `port`."""
+        return self.held.pop(port, None) or processes.listening_socket(port=port)
 
     @property
     def sandbox_url(self) -> str:
@@ -353,8 +318,8 @@ def prepare(
 ) -> Bench:
     """`dispersion sandbox init` (keys, client, configuration) with the redirect URI on instance 0's port; the fault
     plan adds `latency_ms` to every call, then `rules` (docs/sandbox-faults.md), drawn from `seed`."""
-    sandbox_port = free_port()
-    api_ports = [free_port() for _ in range(instances)]
+    held = [processes.listening_socket() for _ in range(instances + 1)]
+    sandbox_port, *api_ports = [processes.port_of(sock) for sock in held]
     sandbox_dir = directory / "bank-client"
     redirect_uri = f"http://127.0.0.1:{api_ports[0]}/callback"
     subprocess.run(
@@ -370,7 +335,9 @@ def prepare(
         rules.append({"operation": "*", "fault": "latency", "latency_ms": latency_ms, "comment": "month-end bench"})
     rules = [*rules, *extra_rules]
     (sandbox_dir / "faults.json").write_text(json.dumps({"seed": seed, "rules": rules}))
-    return Bench(directory, bootstrap, api_ports, sandbox_port, integration, latency_ms, file_payment_delay)
+    bench = Bench(directory, bootstrap, api_ports, sandbox_port, integration, latency_ms, file_payment_delay)
+    bench.held = {processes.port_of(sock): sock for sock in held}
+    return bench
 
 
 def start_sandbox(bench: Bench, directory: Path) -> Child:
@@ -382,19 +349,14 @@ def start_sandbox(bench: Bench, directory: Path) -> Child:
     command += bench.sandbox_args
     child = spawn(
         "sandbox",
-        [*command, "--host", "127.0.0.1", "--port", str(bench.sandbox_port),
-         "--clients", str(sandbox_dir / "clients.json"), "--faults", str(sandbox_dir / "faults.json"),
+        [*command, "--clients", str(sandbox_dir / "clients.json"), "--faults", str(sandbox_dir / "faults.json"),
          "--file-payment-delay", str(bench.file_payment_delay), "--log-level", "warning"],
         directory,
+        sock=bench.socket_for(bench.sandbox_port),
     )  # fmt: skip
 
-    def answers() -> bool:
-        try:
-            return httpx.get(f"{bench.sandbox_url}/openapi.json", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(answers, "sandbox answer", 60, child)
+    url = f"{bench.sandbox_url}/openapi.json"
+    processes.eventually(lambda: processes.answers(url), what="sandbox answer", timeout=60, child=child)
     return child
 
 
@@ -409,12 +371,15 @@ def start_processor(bench: Bench, index: int, config: Path, directory: Path) -> 
         cli = [sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "processor.cli"]
     child = spawn(
         f"processor-{index + 1}",
-        [*cli, "processor", "--config", str(config), "--listen", f"127.0.0.1:{bench.api_ports[index]}",
-         "--instance", f"bench-{index + 1}", "--log-format", "json", "--log-level", "warning"],
+        [*cli, "processor", "--config", str(config), "--instance", f"bench-{index + 1}", "--log-format", "json",
+         "--log-level", "warning"],
         directory,
         env,
+        sock=bench.socket_for(bench.api_ports[index]),
     )  # fmt: skip
-    wait_for(lambda: "processor ready:" in child.log.read_text(errors="replace"), f"{child.name} ready", 120, child)
+    processes.eventually(
+        lambda: "processor ready:" in child.output(), what=f"{child.name} ready", timeout=120, child=child
+    )
     return child
 
 
@@ -788,7 +753,9 @@ def run(bench: Bench, instances: int, options: RunOptions) -> None:
             for index in range(instances):  # one at a time: the first one creates the store's tables
                 processors.append(start_processor(bench, index, config, directory))
                 children.append(processors[-1])
-            wait_for(lambda: group_members(settings) == instances, f"a stable group of {instances}", 90)
+            processes.eventually(
+                lambda: group_members(settings) == instances, what=f"a stable group of {instances}", timeout=90
+            )
             say(f"sandbox pid {sandbox.pid}, processors {[p.pid for p in processors]}; consumer group stable")
             activity = store_activity(store)
             _measure(bench, instances, options, settings, sandbox, processors)

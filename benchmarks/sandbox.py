@@ -31,7 +31,6 @@ import base64
 import hashlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -52,6 +51,8 @@ import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from processor.devtools import processes
+
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 CONSENTS_PATH = "/open-banking/v3.1/pisp/file-payment-consents"
 FILE_TYPE = "UK.OBIE.PaymentInitiation.4.0"
@@ -59,13 +60,6 @@ TARGET_CONSENTS_PER_SECOND = 500
 
 
 # --- the sandbox process ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -82,40 +76,22 @@ class Sandbox:
 
 @contextmanager
 def running_sandbox(directory: Path) -> Iterator[Sandbox]:
-    """`dispersion sandbox init` then `dispersion sandbox` on a free port; stopped (by its pid) on exit."""
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
+    """`dispersion sandbox init` then `dispersion sandbox` on a held port; stopped (by its pid) on exit."""
     cli = [sys.executable, "-m", "processor.cli", "sandbox"]
-    subprocess.run([*cli, "init", str(directory), "--sandbox-url", base_url], check=True, capture_output=True)
-    log = (directory / "sandbox.log").open("wb")
-    process = subprocess.Popen(
-        [*cli, "--host", "127.0.0.1", "--port", str(port), "--clients", str(directory / "clients.json")],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with processes.listening_socket() as sock:
+        port = processes.port_of(sock)
+        base_url = f"http://127.0.0.1:{port}"
+        subprocess.run([*cli, "init", str(directory), "--sandbox-url", base_url], check=True, capture_output=True)
+        argv = [*cli, "--clients", str(directory / "clients.json"), "--listen-fd", str(sock.fileno())]
+        child = processes.spawn("sandbox", argv, directory / "sandbox.log", pass_fds=(sock.fileno(),))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"sandbox exited: {(directory / 'sandbox.log').read_text()}")
-            try:
-                httpx.get(f"{base_url}/openapi.json", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("sandbox did not answer within 30 s") from None
-                time.sleep(0.1)
+        processes.eventually(
+            lambda: processes.answers(f"{base_url}/openapi.json"), what="sandbox answer", timeout=30, child=child
+        )
         client = json.loads((directory / "clients.json").read_text())["clients"][0]
-        yield Sandbox(base_url, "127.0.0.1", port, process, client, (directory / "signing-key.pem").read_bytes())
+        yield Sandbox(base_url, "127.0.0.1", port, child.process, client, (directory / "signing-key.pem").read_bytes())
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        log.close()
+        child.stop(timeout=10)
 
 
 def pin(pid: int, cpu: int) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -17,6 +18,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dispersion sandbox", description="Run the sandbox bank.")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8700)
+    p.add_argument(
+        "--listen-fd",
+        type=int,
+        metavar="FD",
+        help="serve on this inherited listening socket instead of HOST:PORT (a starter that holds the port)",
+    )
     p.add_argument("--clients", required=True, help="clients file (JSON, see DESIGN.md)")
     p.add_argument("--base-url", help="public base address (default http://HOST:PORT)")
     p.add_argument("--financial-id", default=d.financial_id, help="participant id expected in x-fapi-financial-id")
@@ -90,6 +97,11 @@ def serve(argv: list[str]) -> int:
     from sandbox.store import Store
 
     args = build_parser().parse_args(argv)
+    sock = None
+    if args.listen_fd is not None:
+        # The starter held the port (no other program could take it meanwhile); the base URL names its address.
+        sock = socket.socket(fileno=args.listen_fd)
+        args.host, args.port = sock.getsockname()[:2]
     try:
         clients = ClientRegistry.load(args.clients)
         faults = FaultPlan.from_json(json.loads(Path(args.faults).read_text())) if args.faults else FaultPlan()
@@ -99,7 +111,10 @@ def serve(argv: list[str]) -> int:
     config = config_from_args(args)
     bank = Bank(config=config, clients=clients, store=Store(config.db_path), faults=faults)
     print(f"sandbox bank serving issuer and resource server at {config.issuer}", flush=True)
-    uvicorn.run(create_app(bank), host=args.host, port=args.port, log_level=args.log_level)
+    if sock is None:
+        uvicorn.run(create_app(bank), host=args.host, port=args.port, log_level=args.log_level)
+    else:
+        uvicorn.Server(uvicorn.Config(create_app(bank), log_level=args.log_level)).run(sockets=[sock])
     return 0
 
 

@@ -11,6 +11,7 @@ import copy
 import functools
 import hashlib
 import json
+import socket
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from processor.bank.integration import Integration
 from processor.cli.config import load_config
 from processor.devtools.approver import decision_post
+from processor.devtools.processes import eventually, port_of
 
 BASE = "http://bank.test"
 REDIRECT_URI = "http://127.0.0.1:8600/callback"
@@ -309,31 +311,21 @@ class Sleeps:
 # -- real servers on loopback ----------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
-def uvicorn_thread(app: Any, port: int) -> Iterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1:`port` in a background thread; yields the base URL."""
+def uvicorn_thread(app: Any, sock: socket.socket) -> Iterator[str]:
+    """Serve `app` with uvicorn on a held listening socket (`listening_socket()`) in a background thread; yields the
+    base URL."""
     import threading
-    import time
 
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="off"))
-    thread = threading.Thread(target=server.run, name=f"sandbox-{port}", daemon=True)
+    port = port_of(sock)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"sandbox-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
+    eventually(lambda: server.started or not thread.is_alive(), what="uvicorn started", timeout=20, interval=0.02)
+    if not server.started:
+        raise RuntimeError("uvicorn did not start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -20,13 +20,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import uvicorn
 from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
 from manual_clock import ManualClock
 
 from processor.api.callback import callback_app
+from processor.cli.common import serving
 from processor.cli.config import Config
 from processor.devtools.approver import decision_post
+from processor.devtools.processes import listening_socket, port_of
 from processor.domain.file_states import FlowState
 from processor.engine.assembly import Engine, build_engine
 from processor.engine.context import Checkpoint, _no_checkpoint
@@ -61,32 +62,15 @@ async def instant_sleep(seconds: float) -> None:
 
 @asynccontextmanager
 async def serve(app: Any, sock: socket.socket) -> AsyncIterator[None]:
-    """Serve an ASGI app with uvicorn on an already bound socket, in this event loop."""
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        for _ in range(1000):
-            if server.started:
-                break
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        assert server.started, "server did not start"
+    """Serve an ASGI app with uvicorn on a held listening socket, in this event loop (as the commands serve)."""
+    async with serving(app, sock):
         yield
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, timeout=15)
 
 
 def bound_socket() -> tuple[socket.socket, int]:
-    """A loopback socket bound to a free port (kept open, so nobody else takes the port)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted connections inherit it: without it uvicorn's split writes of an answer wait out the client's
-    # delayed ACK (about 40 ms a call on loopback).
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", 0))
-    return sock, int(sock.getsockname()[1])
+    """A loopback listening socket held by the test (nobody else takes its port) and its port."""
+    sock = listening_socket()
+    return sock, port_of(sock)
 
 
 def batch(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -14,6 +15,7 @@ from kafka_fixtures import create_topic
 
 from consumers.batches import BatchHandler, BatchIntake
 from consumers.loop import AtLeastOnceConsumer
+from processor.devtools.processes import eventually
 from processor.kafka.clients import consumer_config, producer_config
 from processor.kafka.settings import KafkaSettings
 from processor.kafka.wire import WireSettings
@@ -157,3 +159,32 @@ def batch_consumer(
         sink,
         **options,
     )
+
+
+def poll_until(
+    consumer: AtLeastOnceConsumer,
+    done: Callable[[], bool],
+    what: str,
+    *,
+    timeout: float = 60.0,
+    poll: float | None = None,
+    values: Callable[[], object] | None = None,
+) -> None:
+    """Let `consumer` poll (and handle, and commit) until `done()`; `what` (and `values()`, when given) name what
+    was awaited when it times out."""
+
+    def step() -> bool:
+        if done():
+            return True
+        consumer.poll_once(poll)
+        return False
+
+    try:
+        eventually(step, what=what, timeout=timeout, interval=0)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last value {values()}" if values else str(exc)) from None
+
+
+def consume_until(consumer: AtLeastOnceConsumer, handled: int, timeout: float = 60.0) -> None:
+    """Let `consumer` poll until it handled `handled` messages."""
+    poll_until(consumer, lambda: consumer.handled >= handled, f"{handled} messages handled", timeout=timeout)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,11 +36,12 @@ import psycopg
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from sandbox_process import SandboxProcess, free_port, running_sandbox
+from sandbox_process import SandboxProcess, running_sandbox
 
 import schemas
 from processor.devtools.approver import decision_post
 from processor.devtools.demo import toml_document
+from processor.devtools.processes import Child, eventually, listening_socket, port_of, spawn
 from processor.kafka.settings import KafkaSettings
 from processor.kafka.topics import ensure_topics, project_topics
 from processor.store import generate_key
@@ -86,6 +88,8 @@ FAST_ENGINE: dict[str, float | int] = {
 
 
 # -- records ----------------------------------------------------------------------------------------------------
+
+CLI = [sys.executable, "-m", "processor.cli"]
 
 
 def payroll_batch(
@@ -331,13 +335,19 @@ class TopicLog:
         each: Callable[[list[Event]], None] | None = None,
     ) -> None:
         """Poll until `done(self)`; `each` sees every batch of new events (e.g. to approve)."""
-        deadline = time.monotonic() + timeout
-        while not done(self):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; {self.summary()}")
+
+        def step() -> bool:
+            if done(self):
+                return True
             new = self.poll(0.3)
             if each is not None:
                 each(new)
+            return False
+
+        try:
+            eventually(step, what=what, timeout=timeout, interval=0)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; {self.summary()}") from None
 
     def by_key(self, key: str) -> list[Event]:
         """The events of one key, in log order (one key lives in one partition)."""
@@ -469,40 +479,21 @@ class ApproveEach:
 
 
 @dataclass
-class ProcessorProcess:
+class ProcessorProcess(Child):
     """One `dispersion processor` subprocess."""
 
-    name: str
     port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.output()
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until the ready line is printed (fails when the process exits first)."""
-        deadline = time.monotonic() + timeout
-        while "processor ready:" not in self.log():
-            if self.process.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.log()[-4000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name} not ready after {timeout} s:\n{self.log()[-4000:]}")
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no commit, no release of anything."""
-        if self.alive:
-            self.process.kill()
-        self.process.wait(10)
+        eventually(lambda: "processor ready:" in self.log(), what=f"{self.name} ready", timeout=timeout, child=self)
 
     def terminate(self, timeout: float = 45.0) -> int:
         """SIGTERM and wait for the graceful exit; the exit status (SIGKILL after `timeout`)."""
@@ -546,6 +537,7 @@ class Deployment:
     group_id: str
     store_url: str
     store_key: str
+    sockets: list[socket.socket | None]  # each instance's port, held until the instance is started on it
     ports: list[int]
     processors: dict[int, ProcessorProcess] = field(default_factory=dict)
     readers: list[TopicLog] = field(default_factory=list)
@@ -570,30 +562,26 @@ class Deployment:
             "DISPERSION_STORE_KEY": self.store_key,
         }
         env.pop("DISPERSION_STORE_ALLOW_DEV_KEY", None)
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "processor.cli",
-                    "processor",
-                    "--config",
-                    str(self.config_path),
-                    "--bootstrap",
-                    bootstrap or self.bootstrap,
-                    "--listen",
-                    f"127.0.0.1:{self.ports[index]}",
-                    "--instance",
-                    name,
-                    "--grace",
-                    "10",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.directory,
-            )
-        instance = ProcessorProcess(name, self.ports[index], process, log_path)
+        # The first start serves on the socket held since the port was chosen; a restart binds the port again.
+        sock = self.sockets[index] or listening_socket(port=self.ports[index])
+        self.sockets[index] = None
+        with sock:  # the child holds it from here: a stopped instance's port refuses connections
+            argv = [
+                *CLI,
+                "processor",
+                "--config",
+                str(self.config_path),
+                "--bootstrap",
+                bootstrap or self.bootstrap,
+                "--listen-fd",
+                str(sock.fileno()),
+                "--instance",
+                name,
+                "--grace",
+                "10",
+            ]
+            child = spawn(name, argv, log_path, env=env, cwd=self.directory, pass_fds=(sock.fileno(),))
+        instance = ProcessorProcess(child.name, child.process, child.log_path, self.ports[index])
         self.processors[index] = instance
         if wait:
             instance.wait_ready()
@@ -664,7 +652,8 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
         ) -> Deployment:
             directory = tmp_path / f"deployment-{len(made)}"
             directory.mkdir()
-            ports = [free_port() for _ in range(instances)]
+            sockets = [stack.enter_context(listening_socket()) for _ in range(instances)]
+            ports = [port_of(sock) for sock in sockets]
             redirect_uri = f"http://127.0.0.1:{ports[0]}{CALLBACK_PATH}"
             sandbox = stack.enter_context(
                 running_sandbox(
@@ -698,6 +687,7 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
                 group_id=group_id,
                 store_url=e2e_database,
                 store_key=generate_key(),
+                sockets=list(sockets),
                 ports=ports,
             )
             made.append(deployment)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from kafka_fixtures import REQUIRE_KAFKA_ENV
 
-from processor.devtools.jvm_service import die_with_parent
+from processor.devtools.processes import die_with_parent
 from processor.kafka.settings import KafkaSettings
 from processor.kafka.topics import SubjectResult, ensure_subjects
 from processor.kafka.wire import Registry, WireSettings

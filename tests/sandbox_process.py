@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from processor.devtools.processes import Child, answers, eventually, listening_socket, port_of, spawn
+
+SANDBOX = [sys.executable, "-m", "processor.cli", "sandbox"]
 
 
 def openapi_example(path: str) -> Any:
@@ -37,21 +38,12 @@ def vrp_consent_example() -> Any:
     return openapi_example("/open-banking/v3.1/pisp/domestic-vrp-consents")
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
-class SandboxProcess:
-    """A running sandbox and the files `dispersion sandbox init` wrote for it."""
+class SandboxProcess(Child):
+    """A running `dispersion sandbox` process and the files `dispersion sandbox init` wrote for it."""
 
     base_url: str
     directory: Path
-    process: subprocess.Popen[bytes]
-    log_path: Path
 
     @property
     def client(self) -> dict[str, Any]:
@@ -71,7 +63,7 @@ class SandboxProcess:
 
     def log(self) -> str:
         """What the process printed so far."""
-        return self.log_path.read_text(errors="replace")
+        return self.output()
 
 
 def init_sandbox_dir(directory: Path, *extra: str) -> None:
@@ -86,52 +78,33 @@ def init_sandbox_dir(directory: Path, *extra: str) -> None:
 
 @contextmanager
 def running_sandbox(
-    directory: Path, *args: str, port: int | None = None, init_args: tuple[str, ...] = ()
+    directory: Path, *args: str, sock: socket.socket | None = None, init_args: tuple[str, ...] = ()
 ) -> Iterator[SandboxProcess]:
-    """Start `dispersion sandbox` (after `sandbox init` when the directory has no clients file); stop it after."""
-    port = port or free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    if not (directory / "clients.json").exists():
-        init_sandbox_dir(directory, "--sandbox-url", base_url, *init_args)
-    log_path = directory / f"sandbox-{port}.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "processor.cli",
-                "sandbox",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--clients",
-                str(directory / "clients.json"),
-                *args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    sandbox = SandboxProcess(base_url, directory, proc, log_path)
+    """Start `dispersion sandbox` (after `sandbox init` when the directory has no clients file) on `sock` (a
+    listening socket held since its port was chosen: `listening_socket()`, e.g. to restart on the same port;
+    a fresh one by default); stop it by pid after."""
+    with contextlib.ExitStack() as own:
+        if sock is None:
+            sock = own.enter_context(listening_socket())
+        port = port_of(sock)
+        base_url = f"http://127.0.0.1:{port}"
+        if not (directory / "clients.json").exists():
+            init_sandbox_dir(directory, "--sandbox-url", base_url, *init_args)
+        argv = [*SANDBOX, "--clients", str(directory / "clients.json"), "--listen-fd", str(sock.fileno()), *args]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        child = spawn("sandbox", argv, directory / f"sandbox-{port}.log", env=env, pass_fds=(sock.fileno(),))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"sandbox exited with {proc.returncode}:\n{sandbox.log()}")
-            try:
-                httpx.get(f"{base_url}/openapi.json", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sandbox did not answer:\n{sandbox.log()}") from None
-                time.sleep(0.1)
-        yield sandbox
+        eventually(lambda: answers(f"{base_url}/openapi.json"), what="sandbox answer", timeout=30, child=child)
+        yield SandboxProcess(child.name, child.process, child.log_path, base_url, directory)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        child.stop(timeout=10)
+
+
+@contextmanager
+def sandbox_calling_back(directory: Path, *args: str) -> Iterator[tuple[SandboxProcess, socket.socket]]:
+    """A sandbox whose registered redirect URI is on a port held here: a command serves the callback API there on
+    the held socket (`--listen-fd`)."""
+    with listening_socket() as callback:
+        redirect = f"http://127.0.0.1:{port_of(callback)}/callback"
+        with running_sandbox(directory, *args, init_args=("--redirect-uri", redirect)) as sandbox:
+            yield sandbox, callback

@@ -58,6 +58,12 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def inherited(fd: int) -> socket.socket:
+    """The listening socket a starter passed as file descriptor `fd` (`--listen-fd`: it held the port, so no other
+    program could take it between choosing and serving); `OSError` when `fd` is no open socket."""
+    return socket.socket(fileno=fd)
+
+
 class QuietServer(uvicorn.Server):
     """uvicorn without its own signal handling: the command's handler stops every part, in order."""
 
@@ -105,12 +111,22 @@ async def open_engine(config_path: Path | None, *, verify: bool = True) -> Async
         store.close()
 
 
+LISTEN_FD_HELP = "serve the callback API on this inherited listening socket instead (a starter that holds the port)"
+
+
 @contextlib.asynccontextmanager
-async def callback_api(engine: Engine, config: Config, listen: str | None, *, serve: bool) -> AsyncIterator[None]:
+async def callback_api(
+    engine: Engine, config: Config, listen: str | None, *, serve: bool, listen_fd: int | None = None
+) -> AsyncIterator[None]:
     """Serve the callback API (approval links and the redirect) while waiting, unless told not to or the
-    address is taken (then another process presumably serves it on the same store)."""
+    address is taken (then another process presumably serves it on the same store); on the inherited socket
+    `listen_fd` when given."""
     if not serve:
         yield
+        return
+    if listen_fd is not None:
+        async with serving(callback_app(engine), inherited(listen_fd)):
+            yield
         return
     try:
         host, port = listen_address(listen or config.public_url)

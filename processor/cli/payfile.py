@@ -36,6 +36,7 @@ from typing import Any
 
 from processor.cli.common import (
     ENDED,
+    LISTEN_FD_HELP,
     USAGE,
     WAITING,
     CliError,
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--listen", help="HOST:PORT to serve the callback API on while waiting (default: from [processor] public_url)"
     )
+    parser.add_argument("--listen-fd", type=int, metavar="FD", help=LISTEN_FD_HELP)
     parser.add_argument(
         "--no-serve",
         action="store_true",
@@ -247,7 +249,10 @@ async def pay_file(args: argparse.Namespace) -> int:
             note = "" if same else " (the file differs from the stored batch; the stored batch counts)"
             print(f"batch {batch_id} already exists: {flow.state}{note}")
         if not flow.terminal:
-            flow = await follow(engine, config, flow, wait=args.wait, listen=args.listen, serve=not args.no_serve)
+            serve = not args.no_serve
+            flow = await follow(
+                engine, config, flow, wait=args.wait, listen=args.listen, serve=serve, listen_fd=args.listen_fd
+            )
         return await report(store, engine, flow)
 
 
@@ -264,7 +269,14 @@ def _amount(value: Decimal | str | None) -> str:
 
 
 async def follow(
-    engine: Engine, config: Config, flow: Flow, *, wait: float | None, listen: str | None, serve: bool
+    engine: Engine,
+    config: Config,
+    flow: Flow,
+    *,
+    wait: float | None,
+    listen: str | None,
+    serve: bool,
+    listen_fd: int | None = None,
 ) -> Flow:
     """Run the flow with a single-flow worker, serving the callback API, until it ends or `wait` runs out;
     prints each step as it happens. Returns the flow as last read."""
@@ -276,7 +288,7 @@ async def follow(
     deadline = None if wait is None else loop.time() + wait
     seen: str | None = None
     try:
-        async with callback_api(engine, config, listen, serve=serve):
+        async with callback_api(engine, config, listen, serve=serve, listen_fd=listen_fd):
             while True:
                 flow = await store.arun(lambda tx: tx.flows.require(batch_id), write=False)
                 if flow.state != seen:

@@ -1,6 +1,6 @@
 """`dispersion processor`: one processor instance, a member of the deployment's consumer group.
 
-    dispersion processor --config dispersion.toml [--bootstrap HOST:PORT] [--listen HOST:PORT]
+    dispersion processor --config dispersion.toml [--bootstrap HOST:PORT] [--listen HOST:PORT | --listen-fd FD]
                          [--role all|api] [--instance NAME] [--log-format json|console]
 
 With `--role all` (the default) the instance runs, over the configured store:
@@ -66,7 +66,7 @@ from processor.api.console.app import console_app, console_off
 from processor.api.console.auth import ConsoleAuth, console_auth
 from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
-from processor.cli.common import QuietServer, bind, listen_address
+from processor.cli.common import QuietServer, bind, inherited, listen_address
 from processor.cli.config import Config, default_config_path, load_config
 from processor.cli.logs import configure_logging
 from processor.cli.telemetry import Telemetry, start_telemetry
@@ -94,6 +94,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="configuration file (default: $DISPERSION_CONFIG or ./dispersion.toml)")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: [kafka] or $KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--listen", help="HOST:PORT of the HTTP server (default: the host and port of public_url)")
+    p.add_argument(
+        "--listen-fd",
+        type=int,
+        metavar="FD",
+        help="serve on this inherited listening socket instead of binding one (a starter that holds the port)",
+    )
     p.add_argument("--role", choices=ROLES, default="all", help="all (default) or api (HTTP only)")
     p.add_argument(
         "--instance",
@@ -386,7 +392,10 @@ def main(argv: list[str]) -> int:
             kafka = settings_from(
                 config.kafka.options, bootstrap=args.bootstrap, configured=config.kafka.bootstrap_servers
             )
-        sock = bind(*listen_address(args.listen or config.processor.public_url))
+        if args.listen_fd is not None:
+            sock = inherited(args.listen_fd)
+        else:
+            sock = bind(*listen_address(args.listen or config.processor.public_url))
         store = Store.open(config.processor.store, cipher=load_cipher(), pool_size=8)
     except (ConfigError, KafkaSetupError, StoreError) as exc:
         print(f"dispersion processor: {exc}", file=sys.stderr)

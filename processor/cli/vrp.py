@@ -33,6 +33,7 @@ from typing import Any, TextIO
 from processor.cli.common import (
     DONE,
     ENDED,
+    LISTEN_FD_HELP,
     USAGE,
     WAITING,
     CliError,
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen",
         help="HOST:PORT to serve the callback API on while waiting (default: from [processor] public_url)",
     )
+    mandate.add_argument("--listen-fd", type=int, metavar="FD", help=LISTEN_FD_HELP)
     mandate.add_argument(
         "--no-serve",
         action="store_true",
@@ -162,7 +164,7 @@ async def mandate_command(args: argparse.Namespace) -> int:
             print(f"mandate {mandate.mandate_id} already exists: {mandate.state}{note}")
         if args.no_wait or _settled(mandate):
             return _report_mandate(vrp, mandate)
-        async with callback_api(engine, config, args.listen, serve=not args.no_serve):
+        async with callback_api(engine, config, args.listen, serve=not args.no_serve, listen_fd=args.listen_fd):
             mandate = await _wait_for_mandate(vrp, mandate.mandate_id, args.wait)
         return _report_mandate(vrp, mandate)
 

@@ -54,7 +54,7 @@ from types import FrameType
 from typing import Any, Final
 
 from processor.devtools.demo_services import DemoError, Progress, Services
-from processor.devtools.jvm_service import free_port
+from processor.devtools.processes import ChildExitedError, listening_socket, port_of
 
 DEFAULT_DIR: Final = "demo-run"
 DEFAULT_TIMEOUT: Final = 180.0
@@ -433,13 +433,13 @@ class Demo(Progress):
         services = self.services
         bootstrap = services.start_kafka()
         registry_url = services.start_registry()
-        api_port, sandbox_port = free_port(), free_port()
-        while sandbox_port == api_port:
-            sandbox_port = free_port()
-        config = self.write_config(bootstrap, api_port, sandbox_port, registry_url)
-        sandbox, sandbox_url = services.start_sandbox(sandbox_port)
-        self.create_topics(config)
-        processor = services.start_processor(config, bootstrap, api_port)
+        # Held from now on and handed to the children (--listen-fd): no other program can take a port meanwhile.
+        with listening_socket() as api_sock, listening_socket() as sandbox_sock:
+            api_port = port_of(api_sock)
+            config = self.write_config(bootstrap, api_port, port_of(sandbox_sock), registry_url)
+            sandbox, sandbox_url = services.start_sandbox(sandbox_sock)
+            self.create_topics(config)
+            processor = services.start_processor(config, bootstrap, api_sock)
         services.wait_http(sandbox, f"{sandbox_url}/.well-known/openid-configuration")
         self.say(f"sandbox bank: {sandbox_url} (pid {sandbox.pid}, log {self.rel(sandbox.log_path)})")
         ready = services.wait_ready(processor)
@@ -509,7 +509,7 @@ def main(argv: list[str]) -> int:
     try:
         try:
             return demo.run()
-        except DemoError as exc:
+        except (DemoError, ChildExitedError) as exc:
             demo.say(f"FAILED: {exc}")
             print(f"dispersion demo: {str(exc).splitlines()[0]}", file=sys.stderr)
             return EXIT_FAILED

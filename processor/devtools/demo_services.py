@@ -8,85 +8,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
+import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import httpx
+from processor.devtools.processes import Child, answers, eventually, port_of, spawn
 
-from processor.devtools.jvm_service import die_with_parent
+T = TypeVar("T")
 
 SANDBOX_DELAYS = ("--file-payment-delay", "1", "--vrp-delay", "1")
 
 
 class DemoError(Exception):
     """A step of the demo failed; the message says which and what to look at."""
-
-
-def _log_tail(path: Path, lines: int = 25) -> str:
-    if not path.is_file():
-        return "(no output)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-@dataclass
-class Child:
-    """A child process of the demo, with its output in a log file."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        """Its process id."""
-        return self.process.pid
-
-    @property
-    def alive(self) -> bool:
-        """Still running."""
-        return self.process.poll() is None
-
-    def check(self) -> None:
-        """Raise `DemoError` (with the tail of its log) when it exited."""
-        if not self.alive:
-            raise DemoError(
-                f"the {self.name} exited with status {self.process.returncode}; last lines of {self.log_path}:\n"
-                + _log_tail(self.log_path)
-            )
-
-    def stop(self, timeout: float) -> int:
-        """SIGTERM, wait up to `timeout`, then SIGKILL; the exit status."""
-        if self.alive:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-        return self.process.wait(10)
-
-
-def spawn(name: str, args: list[str], log_path: Path, env: Mapping[str, str], cwd: Path) -> Child:
-    """Start `python -m processor.cli ARGS` in its own session (Ctrl-C reaches only the demo, which stops it)."""
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "processor.cli", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=die_with_parent(),  # SIGTERM if the demo itself is killed
-        )
-    return Child(name, process, log_path)
 
 
 @dataclass
@@ -207,37 +145,40 @@ class Services:
         env["DISPERSION_STORE_ALLOW_DEV_KEY"] = "1"  # a development key for the store's secrets: demo only
         return env
 
-    def start_sandbox(self, port: int) -> tuple[Child, str]:
-        """The sandbox bank as a child process (not yet waited for)."""
-        clients = self.progress.directory / "sandbox-bank" / "clients.json"
-        args = ["sandbox", "--host", "127.0.0.1", "--port", str(port), "--clients", str(clients), *SANDBOX_DELAYS]
+    def _spawn(self, name: str, args: list[str], log: str, sock: socket.socket) -> Child:
+        """`python -m processor.cli ARGS --listen-fd FD` serving on `sock` (held since the port was chosen), in
+        its own session (Ctrl-C reaches only the demo, which stops it)."""
         child = spawn(
-            "sandbox bank", args, self.progress.logs / "sandbox.log", self.child_env(), self.progress.directory
+            name,
+            [sys.executable, "-m", "processor.cli", *args, "--listen-fd", str(sock.fileno())],
+            self.progress.logs / log,
+            env=self.child_env(),
+            cwd=self.progress.directory,
+            pass_fds=(sock.fileno(),),
+            new_session=True,
+            append=True,
         )
         self.children.append(child)
-        return child, f"http://127.0.0.1:{port}"
+        return child
+
+    def start_sandbox(self, sock: socket.socket) -> tuple[Child, str]:
+        """The sandbox bank as a child process serving on `sock` (not yet waited for)."""
+        clients = self.progress.directory / "sandbox-bank" / "clients.json"
+        args = ["sandbox", "--clients", str(clients), *SANDBOX_DELAYS]
+        return self._spawn("sandbox bank", args, "sandbox.log", sock), f"http://127.0.0.1:{port_of(sock)}"
 
     def wait_http(self, child: Child, url: str) -> None:
         """Until `url` answers (any status below 500)."""
-        with httpx.Client(timeout=2.0) as http:
-            while True:
-                child.check()
-                self.progress.remaining(f"waiting for the {child.name} at {url}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if http.get(url).status_code < 500:
-                        return
-                time.sleep(0.2)
+        self.wait(lambda: answers(url), f"waiting for the {child.name} at {url}", child)
 
-    def start_processor(self, config: Path, bootstrap: str, port: int) -> Child:
-        """One `dispersion processor` (role all) as a child process (not yet waited for)."""
+    def start_processor(self, config: Path, bootstrap: str, sock: socket.socket) -> Child:
+        """One `dispersion processor` (role all) as a child process serving on `sock` (not yet waited for)."""
         args = [
             "processor",
             "--config",
             str(config),
             "--bootstrap",
             bootstrap,
-            "--listen",
-            f"127.0.0.1:{port}",
             "--instance",
             "demo-1",
             "--log-format",
@@ -245,24 +186,28 @@ class Services:
             "--grace",
             "5",
         ]
-        child = spawn(
-            "processor", args, self.progress.logs / "processor.log", self.child_env(), self.progress.directory
-        )
-        self.children.append(child)
-        return child
+        return self._spawn("processor", args, "processor.log", sock)
 
     def wait_ready(self, child: Child) -> str:
         """Until the processor prints its ready line; that line."""
-        while True:
-            child.check()
-            for line in child.log_path.read_text(errors="replace").splitlines():
-                if line.startswith("processor ready:"):
-                    return line
-            self.progress.remaining("waiting for the processor to start")
-            time.sleep(0.2)
+
+        def ready_line() -> str | None:
+            lines = child.output().splitlines()
+            return next((line for line in lines if line.startswith("processor ready:")), None)
+
+        return self.wait(ready_line, "waiting for the processor to start", child)
+
+    def wait(self, check: Callable[[], T | None], what: str, child: Child) -> T:
+        """`check()` once it is true, within the run's time; `ChildExitedError` when `child` exits first,
+        `DemoError` when the run's time is up."""
+        try:
+            return eventually(check, what=what, timeout=self.progress.remaining(what), interval=0.2, child=child)
+        except TimeoutError:
+            self.progress.remaining(what)  # the run's time is up: DemoError saying so
+            raise
 
     def check_children(self) -> None:
-        """Raise `DemoError` when a child exited."""
+        """Raise `ChildExitedError` when a child exited."""
         for child in self.children:
             child.check()
 

@@ -12,7 +12,6 @@ Only processes started here are ever signalled, and only by their pid.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import logging
 import os
@@ -20,7 +19,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self, TypedDict, TypeVar
+
+from processor.devtools.processes import die_with_parent
 
 _log = logging.getLogger(__name__)
 
@@ -139,26 +139,6 @@ def find_java(explicit: str | None, what: str, error: type[JvmServiceError] = Jv
     if not found:
         raise error(f"a Java runtime (17 or later) is needed to run {what}; install openjdk-17-jre")
     return found
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the child receive SIGTERM if the process that started it dies (Linux only).
-
-    Without it a test session killed with SIGKILL would leave a JVM running in its own session.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-    term = int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, term, 0, 0, 0)
-
-    return preexec
 
 
 def terminate(process: subprocess.Popen[bytes], timeout: float, name: str) -> int | None:

@@ -25,6 +25,8 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 from processor_support import KafkaProducer, payroll_batch
 
+from processor.devtools.processes import eventually
+
 pytestmark = [pytest.mark.browser, pytest.mark.kafka]
 
 CHROMIUM_FLAGS = [
@@ -75,14 +77,16 @@ class DemoRun:
         return "".join(self.lines)
 
     def wait_for(self, pattern: re.Pattern[str], timeout: float = 120) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def seen() -> re.Match[str] | None:
             found = pattern.search(self.output)
-            if found:
-                return found
-            assert self.process.poll() is None, f"the demo ended early:\n{self.output}"
-            time.sleep(0.2)
-        raise AssertionError(f"{pattern.pattern} not seen:\n{self.output}")
+            assert found or self.process.poll() is None, f"the demo ended early:\n{self.output}"
+            return found
+
+        try:
+            return eventually(seen, what=pattern.pattern, timeout=timeout, interval=0.2)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}:\n{self.output}") from None
 
     def stop(self) -> int:
         if self.process.poll() is None:

@@ -20,7 +20,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -47,6 +46,7 @@ from processor_support import (
 )
 
 from processor.api.console.auth import hash_password
+from processor.devtools.processes import eventually
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -93,10 +93,11 @@ def export(path: Path, rows: list[tuple[str, str]]) -> Path:
 def consumed(deployment: Deployment, count: int, timeout: float = 60) -> None:
     """Until the processor committed `count` input messages."""
     topic = deployment.topics[BATCHES_TOPIC]
-    deadline = time.monotonic() + timeout
-    while sum(committed(deployment.bootstrap, deployment.group_id, topic).values()) < count:
-        assert time.monotonic() < deadline, f"fewer than {count} messages consumed"
-        time.sleep(0.3)
+
+    def done() -> bool:
+        return sum(committed(deployment.bootstrap, deployment.group_id, topic).values()) >= count
+
+    eventually(done, what=f"{count} messages consumed", timeout=timeout, interval=0.3)
 
 
 def test_the_same_export_submitted_twice_is_one_batch_without_dead_letter(

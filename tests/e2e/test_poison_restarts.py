@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,8 @@ from processor_support import (
     payroll_batch,
     unique_id,
 )
+
+from processor.devtools.processes import eventually
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(400)]
 
@@ -77,14 +78,22 @@ def test_a_message_that_kills_the_process_goes_to_the_dlq_after_poison_attempts_
     letters = TopicLog(kafka_bootstrap, deployment.topics[DLQ_TOPIC], DLQ_TOPIC)
     try:
         processor = deployment.start(0, name=instance)  # the next restart: the real processor
-        deadline = time.monotonic() + 90
-        while (
-            not letters.events
-            or count_rows(deployment.store_url, f"SELECT COUNT(*) FROM flows WHERE batch_id = '{after}'") == 0
-        ):
-            assert processor.alive, processor.log()[-4000:]
-            assert time.monotonic() < deadline, f"no dead letter or {after} not consumed:\n{processor.log()[-4000:]}"
+
+        def lettered_and_consumed() -> bool:
+            if letters.events and count_rows(
+                deployment.store_url, f"SELECT COUNT(*) FROM flows WHERE batch_id = '{after}'"
+            ):
+                return True
             letters.poll(0.5)
+            return False
+
+        eventually(
+            lettered_and_consumed,
+            what=f"a dead letter and {after} consumed",
+            timeout=90,
+            interval=0,
+            child=processor,
+        )
         letters.poll(1.0)
     finally:
         letters.close()
@@ -101,7 +110,5 @@ def test_a_message_that_kills_the_process_goes_to_the_dlq_after_poison_attempts_
         f" AND reason LIKE 'not handled after {POISON_ATTEMPTS} attempts%'",
     )
     assert reasons == 1  # listed for the operator too
-    deadline = time.monotonic() + 30
-    while count_rows(deployment.store_url, attempts_sql) != 0:  # cleared once its offset was committed
-        assert time.monotonic() < deadline, "the attempt count of the dead-lettered message was never cleared"
-        time.sleep(0.2)
+    cleared = lambda: count_rows(deployment.store_url, attempts_sql) == 0  # noqa: E731 (once its offset was committed)
+    eventually(cleared, what="the dead-lettered message's attempt count cleared", timeout=30, interval=0.2)

@@ -4,6 +4,7 @@ on the output topics (decoded), what the bank holds (its admin counts) and what 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -30,6 +31,7 @@ from processor_support import (
 )
 
 from processor.devtools.kafka_local import LocalKafka
+from processor.devtools.processes import eventually
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -228,10 +230,8 @@ def test_the_same_batch_event_twice_pays_once_with_one_event_sequence(
     statuses.wait_until(has(batch_id, "COMPLETED"), timeout=60, what="COMPLETED", each=approve)
     producer.send_raw(BATCHES_TOPIC, batch_id.encode(), value)  # a replay long after the payment
     topic = deployment.topics[BATCHES_TOPIC]
-    deadline = time.monotonic() + 30
-    while sum(committed(deployment.bootstrap, deployment.group_id, topic).values()) < 3:
-        assert time.monotonic() < deadline, "the replay was not consumed"
-        time.sleep(0.3)
+    consumed = lambda: sum(committed(deployment.bootstrap, deployment.group_id, topic).values()) >= 3  # noqa: E731
+    eventually(consumed, what="the replay consumed", timeout=30, interval=0.3)
     statuses.poll(2.0)
 
     assert approve.answers == {batch_id: 200}
@@ -271,10 +271,8 @@ def test_a_broker_restart_mid_run_loses_nothing_and_duplicates_nothing(
     assert approver.approve(links[first], via=instance.url).status_code == 200
     producer.send(BATCHES_TOPIC, third, payroll_batch(third), flush=False)
     done_sql = f"SELECT COUNT(*) FROM flows WHERE batch_id = '{first}' AND state = 'COMPLETED'"
-    deadline = time.monotonic() + 60
-    while count_rows(deployment.store_url, done_sql) != 1:
-        assert time.monotonic() < deadline, "the first batch was not paid while the broker was down"
-        time.sleep(0.3)
+    paid = lambda: count_rows(deployment.store_url, done_sql) == 1  # noqa: E731
+    eventually(paid, what="the first batch paid while the broker was down", timeout=60, interval=0.3)
     pending = count_rows(deployment.store_url, "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")
     assert pending >= 3  # AUTHORIZED, INITIATED, COMPLETED of the first batch, not yet published
     assert instance.alive
@@ -356,14 +354,20 @@ def test_an_approval_whose_code_exchange_was_lost_can_still_be_completed(
     assert first.status_code != 200  # the exchange was lost; the page tells the approver to open the link again
 
     # The approver does what the page says, until the batch is authorised (or 20 s pass).
-    deadline = time.monotonic() + 20
     answers: list[int] = []
-    while statuses.find(batch_id, "AUTHORIZED") is None and time.monotonic() < deadline:
+
+    def authorised() -> bool:
+        if statuses.find(batch_id, "AUTHORIZED") is not None:
+            return True
         opened = approver.http.get(link)
         answers.append(opened.status_code)
         if opened.status_code == 302:
             approver.approve(link, via=instance.url)
         statuses.poll(2.0)
+        return False
+
+    with contextlib.suppress(TimeoutError):
+        eventually(authorised, what="AUTHORIZED", timeout=20, interval=0)
     assert statuses.find(batch_id, "AUTHORIZED") is not None, f"approval link answers: {sorted(set(answers))}"
     statuses.wait_until(has(batch_id, "COMPLETED"), timeout=60, what="COMPLETED")
     counts = deployment.bank_counts()

@@ -30,6 +30,8 @@ from processor_support import (
     unique_id,
 )
 
+from processor.devtools.processes import eventually
+
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(420)]
 
 FILE_FLOW = ["AUTHORIZATION_REQUIRED", "AUTHORIZED", "INITIATED", "COMPLETED"]
@@ -73,13 +75,12 @@ class Approvers:
         consents and payments and polling when it dies."""
         with self.lock:
             self.retired.add(name)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def idle() -> bool:
             with self.lock:
-                if self.delivering[name] == 0:
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"redirects to {name} still being answered after {timeout} s")
+                return self.delivering[name] == 0
+
+        eventually(idle, what=f"redirects to {name} all answered", timeout=timeout)
 
     def _next(self) -> ProcessorProcess:
         alive = [p for p in self.deployment.alive() if p.name not in self.retired]

@@ -37,6 +37,8 @@ from processor_support import (
     unique_id,
 )
 
+from processor.devtools.processes import eventually
+
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(300)]
 
 FILE_FLOW = ["AUTHORIZATION_REQUIRED", "AUTHORIZED", "INITIATED", "COMPLETED"]
@@ -280,11 +282,15 @@ def test_a_sigterm_under_load_hands_every_batch_over_and_pays_each_exactly_once(
         left_behind = leased_by(deployment, victim)
 
         # 3. The survivor owns every partition and consumes what is produced from now on.
-        deadline = time.monotonic() + 30
-        while owned_partitions(survivor, batches_topic) != set(range(PARTITIONS)):
-            assert time.monotonic() < deadline, f"survivor owns {sorted(owned_partitions(survivor, batches_topic))}"
+
+        def owns_all() -> bool:
+            if owned_partitions(survivor, batches_topic) == set(range(PARTITIONS)):
+                return True
             statuses.poll(0.3)
             each([])
+            return False
+
+        eventually(owns_all, what=f"the survivor owning all {PARTITIONS} partitions", timeout=30, interval=0)
         third = produce(THIRD_WAVE, "T3-")
 
         def all_completed(log: TopicLog) -> bool:

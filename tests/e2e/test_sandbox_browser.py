@@ -12,7 +12,7 @@ import httpx
 import pytest
 from plain_client import RS, PlainClient, file_hash, file_payload, to_json, with_references
 from playwright.sync_api import sync_playwright
-from sandbox_process import free_port, running_sandbox
+from sandbox_process import running_sandbox
 
 pytestmark = pytest.mark.browser
 
@@ -44,8 +44,8 @@ class _Redirects(BaseHTTPRequestHandler):
 
 
 def test_approver_approves_in_a_real_browser(tmp_path: Path, chromium_path: str) -> None:
-    port = free_port()
-    server = HTTPServer(("127.0.0.1", port), _Redirects)
+    server = HTTPServer(("127.0.0.1", 0), _Redirects)
+    port = server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     redirect_uri = f"http://127.0.0.1:{port}/callback"
     try:

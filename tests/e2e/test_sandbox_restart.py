@@ -5,12 +5,13 @@ Without `--db` the state lives in memory and a restart forgets it (the default).
 
 from __future__ import annotations
 
+import socket
 from decimal import Decimal
 from pathlib import Path
 
 import httpx
 from plain_client import ASSERTION_TYPE, RS, PlainClient, file_hash, file_payload, to_json, with_references
-from sandbox_process import SandboxProcess, free_port, running_sandbox
+from sandbox_process import SandboxProcess, running_sandbox
 
 
 def plain_client(sandbox: SandboxProcess, http: httpx.Client) -> PlainClient:
@@ -26,8 +27,7 @@ def plain_client(sandbox: SandboxProcess, http: httpx.Client) -> PlainClient:
     )
 
 
-def test_state_survives_a_restart_with_db(tmp_path: Path) -> None:
-    port = free_port()
+def test_state_survives_a_restart_with_db(tmp_path: Path, held_socket: socket.socket) -> None:
     db = tmp_path / "bank.sqlite"
     payload = file_payload("1234567890", [("5551110001", "10.00"), ("5551110002", "20.50")])
     initiation = {
@@ -39,7 +39,7 @@ def test_state_survives_a_restart_with_db(tmp_path: Path) -> None:
         "ControlSum": Decimal("30.50"),
     }
     options = ("--db", str(db), "--file-payment-delay", "0")
-    with running_sandbox(tmp_path, *options, port=port) as sandbox, httpx.Client(timeout=10) as http:
+    with running_sandbox(tmp_path, *options, sock=held_socket) as sandbox, httpx.Client(timeout=10) as http:
         bank = plain_client(sandbox, http)
         disc = bank.discovery()
         cc = bank.client_credentials(disc["token_endpoint"], basic=True)
@@ -60,7 +60,7 @@ def test_state_survives_a_restart_with_db(tmp_path: Path) -> None:
         tokens = bank.exchange(disc["token_endpoint"], redirect["code"], redirect["_verifier"], basic=False)
     assert db.exists()
 
-    with running_sandbox(tmp_path, *options, port=port) as sandbox, httpx.Client(timeout=10) as http:
+    with running_sandbox(tmp_path, *options, sock=held_socket) as sandbox, httpx.Client(timeout=10) as http:
         bank = plain_client(sandbox, http)
         # Tokens issued by the first process still work; the consent is where the first process left it.
         r = http.get(f"{bank.base}{RS}/file-payment-consents/{consent_id}", headers=bank.headers(cc, fapi=True))
@@ -82,7 +82,7 @@ def test_state_survives_a_restart_with_db(tmp_path: Path) -> None:
         assert r.status_code == 201, r.text
         payment_id = r.json()["Data"]["FilePaymentId"]
 
-    with running_sandbox(tmp_path, *options, port=port) as sandbox, httpx.Client(timeout=10) as http:
+    with running_sandbox(tmp_path, *options, sock=held_socket) as sandbox, httpx.Client(timeout=10) as http:
         bank = plain_client(sandbox, http)
         r = http.get(f"{bank.base}{RS}/file-payments/{payment_id}", headers=bank.headers(cc))
         assert r.status_code == 200 and r.json()["Data"]["Status"] == "InitiationCompleted", r.text
@@ -90,7 +90,7 @@ def test_state_survives_a_restart_with_db(tmp_path: Path) -> None:
         assert r.json()["Data"]["Status"] == "Consumed"
 
     # The default (memory): the same sandbox restarted without --db has forgotten the token and the consent.
-    with running_sandbox(tmp_path, port=port) as sandbox, httpx.Client(timeout=10) as http:
+    with running_sandbox(tmp_path, sock=held_socket) as sandbox, httpx.Client(timeout=10) as http:
         bank = plain_client(sandbox, http)
         r = http.get(f"{bank.base}{RS}/file-payments/{payment_id}", headers=bank.headers(cc))
         assert r.status_code == 401 and r.json()["Code"] == "UK.OBIE.Header.Invalid"
@@ -99,18 +99,17 @@ def test_state_survives_a_restart_with_db(tmp_path: Path) -> None:
         assert r.status_code == 400 and r.json()["Code"] == "UK.OBIE.Resource.NotFound"
 
 
-def test_a_used_assertion_stays_used_across_a_restart_with_db(tmp_path: Path) -> None:
-    port = free_port()
+def test_a_used_assertion_stays_used_across_a_restart_with_db(tmp_path: Path, held_socket: socket.socket) -> None:
     options = ("--db", str(tmp_path / "bank.sqlite"))
     form = {"grand_type": "client_credentials", "scope": "payments openid", "client_assertion_type": ASSERTION_TYPE}
-    with running_sandbox(tmp_path, *options, port=port) as sandbox, httpx.Client(timeout=10) as http:
+    with running_sandbox(tmp_path, *options, sock=held_socket) as sandbox, httpx.Client(timeout=10) as http:
         bank = plain_client(sandbox, http)
         token_endpoint = bank.discovery()["token_endpoint"]
         assertion = bank.assertion()
         first = http.post(token_endpoint, data={**form, "client_assertion": assertion})
         assert first.status_code == 200, first.text
 
-    with running_sandbox(tmp_path, *options, port=port) as sandbox, httpx.Client(timeout=10) as http:
+    with running_sandbox(tmp_path, *options, sock=held_socket) as sandbox, httpx.Client(timeout=10) as http:
         # The same assertion (same jti, still within its exp) is refused by the restarted bank.
         replay = http.post(token_endpoint, data={**form, "client_assertion": assertion})
         assert replay.status_code == 400

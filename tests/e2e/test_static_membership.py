@@ -9,7 +9,6 @@ name: the broker fences the older one, which stops with a clear message (exit 1)
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +25,8 @@ from processor_support import (
     payroll_batch,
     unique_id,
 )
+
+from processor.devtools.processes import eventually
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(240)]
 
@@ -60,14 +61,17 @@ def _at(entry: dict[str, Any]) -> datetime:
 
 def _consumed(instance: ProcessorProcess, batch_id: str, timeout: float) -> dict[str, Any]:
     """The instance's `batch_consumed` log line for `batch_id` (waits for it)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for entry in log_events(instance):
-            if entry.get("event") == "batch_consumed" and entry.get("batch_id") == batch_id:
-                return entry
-        assert instance.alive, instance.log()[-3000:]
-        assert time.monotonic() < deadline, f"{batch_id} not consumed in {timeout} s:\n{instance.log()[-3000:]}"
-        time.sleep(0.1)
+
+    def entry() -> dict[str, Any] | None:
+        for logged in log_events(instance):
+            if logged.get("event") == "batch_consumed" and logged.get("batch_id") == batch_id:
+                return logged
+        return None
+
+    found: dict[str, Any] = eventually(
+        entry, what=f"{batch_id} consumed", timeout=timeout, interval=0.1, child=instance
+    )
+    return found
 
 
 def _kill_and_restart(deployment: Deployment) -> tuple[Restart, ProcessorProcess]:

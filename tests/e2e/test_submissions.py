@@ -23,7 +23,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
 import tomllib
 import zlib
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from processor_support import (
 
 import schemas
 from processor.devtools.demo import toml_document
+from processor.devtools.processes import eventually
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.timeout(420)]
 
@@ -126,10 +126,11 @@ def link_of(log: TopicLog, key: str, attempt: int = 1) -> str:
 def approve(approver: Approver, link: str, via: str, timeout: float = 60) -> None:
     """Open the approval link until it leads to the bank (a batch just confirmed may not have its consent yet),
     approve, and deliver the bank's redirect."""
-    deadline = time.monotonic() + timeout
-    while approver.http.get(rebase(link, via)).status_code == 409:
-        assert time.monotonic() < deadline, "the approval link never led to the bank"
-        time.sleep(0.3)
+
+    def leads() -> bool:
+        return approver.http.get(rebase(link, via)).status_code != 409
+
+    eventually(leads, what="the approval link leading to the bank", timeout=timeout, interval=0.3)
     assert approver.approve(link, via=via).status_code == 200
 
 

@@ -6,10 +6,6 @@ Two set-ups: the sandbox app in a uvicorn thread (manual clock and fault plan re
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,17 +21,18 @@ from bank_support import (
     decide,
     file_initiation,
     file_payload,
-    free_port,
     make_integration,
     sandbox_rig,
     uvicorn_thread,
     with_references,
 )
+from sandbox_process import running_sandbox
 
 from processor.bank import errors
 from processor.bank.auth import new_pkce, new_state
 from processor.bank.client import BankClient, new_idempotency_key
 from processor.cli.config import load_config
+from processor.devtools.processes import listening_socket, port_of
 
 PAYMENTS = "/open-banking/v3.1/pisp/file-payments"
 CONSENTS = "/open-banking/v3.1/pisp/file-payment-consents"
@@ -49,11 +46,11 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    sandbox = sandbox_rig(base)
-    with uvicorn_thread(sandbox.app, port):
-        yield Served(sandbox, base)
+    with listening_socket() as sock:
+        base = f"http://127.0.0.1:{port_of(sock)}"
+        sandbox = sandbox_rig(base)
+        with uvicorn_thread(sandbox.app, sock):
+            yield Served(sandbox, base)
 
 
 @pytest.fixture
@@ -146,8 +143,8 @@ async def test_read_timeout_on_every_attempt_is_a_timeout_error(
     assert caught.value.ambiguous and caught.value.attempts == 2
 
 
-async def test_nobody_listening_is_a_connect_error() -> None:
-    port = free_port()
+async def test_nobody_listening_is_a_connect_error(unserved_port: int) -> None:
+    port = unserved_port
     sleeps = Sleeps()
     integration = make_integration(f"http://127.0.0.1:{port}", retry={"max_attempts": 3})
     with pytest.raises(errors.ConnectError) as caught:
@@ -168,57 +165,10 @@ class SandboxProcess:
 
 @pytest.fixture(scope="module")
 def sandbox_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    """`dispersion sandbox init DIR` then `dispersion sandbox --admin` on a free loopback port."""
+    """`dispersion sandbox init DIR` then `dispersion sandbox --admin` on a held loopback port."""
     directory = tmp_path_factory.mktemp("sandbox")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    subprocess.run(
-        [sys.executable, "-m", "processor.cli", "sandbox", "init", str(directory), "--sandbox-url", base],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    log = (directory / "sandbox.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "processor.cli",
-            "sandbox",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--clients",
-            str(directory / "clients.json"),
-            "--admin",
-            "--file-payment-delay",
-            "0",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(Path(directory / "sandbox.log").read_text())
-            try:
-                httpx.get(f"{base}/openapi.json", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("sandbox did not start") from None
-                time.sleep(0.1)
-        yield SandboxProcess(base, directory)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    with running_sandbox(directory, "--admin", "--file-payment-delay", "0") as sandbox:
+        yield SandboxProcess(sandbox.base_url, directory)
 
 
 class ShiftedClock:

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sandbox_process import free_port
-
 from processor.cli.kafka_noise import distinct, where_kafka_is
 
 
@@ -19,8 +17,8 @@ def _status(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
 
 
-def test_an_unreachable_broker_is_one_line_with_its_address_and_source(tmp_path: Path) -> None:
-    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+def test_an_unreachable_broker_is_one_line_with_its_address_and_source(tmp_path: Path, unserved_port: int) -> None:
+    address = f"127.0.0.1:{unserved_port}"  # nothing listens there
     answer = _status("--bootstrap", address, "--timeout", "4")
     assert answer.returncode == 8, answer.stderr
     lines = answer.stderr.splitlines()
@@ -50,10 +48,10 @@ def test_librdkafka_lines_that_differ_only_in_thread_and_timing_are_one() -> Non
     assert distinct(first) == distinct(again) == f"FAIL {tail} (in state CONNECT)"
 
 
-def test_submit_to_an_unreachable_broker_says_where_it_tried(tmp_path: Path) -> None:
+def test_submit_to_an_unreachable_broker_says_where_it_tried(tmp_path: Path, unserved_port: int) -> None:
     export = tmp_path / "ok.csv"
     export.write_text("employee_reference,account_number,amount,email,concept\nE-1,200100300,10.00,a@example.com,Pay\n")
-    address = f"127.0.0.1:{free_port()}"
+    address = f"127.0.0.1:{unserved_port}"
     command = [sys.executable, "-m", "processor.cli", "submit", str(export), "--origin-account", "3001234567"]
     command += ["--origin-currency", "GTQ", "--integration", "sandbox", "--bootstrap", address, "--timeout", "3"]
     answer = subprocess.run([*command, "--quiet"], capture_output=True, text=True, timeout=120)

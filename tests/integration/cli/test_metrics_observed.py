@@ -15,15 +15,13 @@ instance is scraped and parsed (prometheus_client's own parser) and its samples 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 from confluent_kafka import Message
 from engine_support import Rig, engine_rig, pay
-from kafka_layer_support import committed, new_topic, produce, settings_for
+from kafka_layer_support import committed, new_topic, poll_until, produce, settings_for
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
@@ -177,27 +175,27 @@ def test_consumer_lag_reports_the_messages_behind(kafka_bootstrap: str) -> None:
     consumer = AtLeastOnceConsumer(config, [topic], handler, NoDeadLetters(), max_backoff=0.1)
     try:
         assert lag(topic) is None  # a new topic: no sample until statistics arrived
-        poll_until(consumer, lambda: lag(topic) == 4, "a lag of 4 (1 of 5 committed)", values=lambda: lag(topic))
+        poll_until(
+            consumer,
+            lambda: lag(topic) == 4,
+            "a lag of 4 (1 of 5 committed)",
+            values=lambda: lag(topic),
+            timeout=30,
+            poll=0.1,
+        )
         assert consumer.handled == 1
         assert committed(kafka_bootstrap, settings.group_id, topic, partitions=1) == {0: 1}
 
         store_up["up"] = True
-        poll_until(consumer, lambda: consumer.handled == 5 and lag(topic) == 0, "a lag of 0", values=lambda: lag(topic))
+        poll_until(
+            consumer,
+            lambda: consumer.handled == 5 and lag(topic) == 0,
+            "a lag of 0",
+            values=lambda: lag(topic),
+            timeout=30,
+            poll=0.1,
+        )
     finally:
         consumer.close()
     assert committed(kafka_bootstrap, settings.group_id, topic, partitions=1) == {0: 5}
     assert lag(topic) is None  # leaving the group revoked the partition: no stale series stays behind
-
-
-def poll_until(
-    consumer: AtLeastOnceConsumer,
-    done: Callable[[], bool],
-    what: str,
-    *,
-    values: Callable[[], object],
-    timeout: float = 30.0,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}; last value {values()}"
-        consumer.poll_once(0.1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import pytest
 from engine_support import batch
 from file_flow_support import browser_decide, write_batch
 from pain001_support import Block, Tx, oracle_pain001, sap_pain001
-from sandbox_process import SandboxProcess, free_port, running_sandbox
+from sandbox_process import SandboxProcess, sandbox_calling_back
 from store_fixtures import postgres_dsn_or_skip
 
 from processor.store import generate_key
@@ -30,16 +31,20 @@ from processor.store.db import connect
 IBAN = "GT82TRAJ01020000001210029690"
 
 
+# The callback API's listening socket, held by the module and handed to every command (`--listen-fd`).
+CALLBACK: list[socket.socket] = []
+
+
 @pytest.fixture(scope="module")
 def cli_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    """A sandbox whose registered redirect URI points at a free port, where the command serves the callback
-    API; file payments complete at once (the per-transaction outcome comes from the accounts' last digits)."""
+    """A sandbox whose registered redirect URI points at a port this module holds, where the command serves the
+    callback API; file payments complete at once (the per-transaction outcome comes from the accounts' last
+    digits)."""
     directory = tmp_path_factory.mktemp("payfile-cli")
-    redirect = f"http://127.0.0.1:{free_port()}/callback"
-    with running_sandbox(
-        directory, "--admin", "--file-payment-delay", "0", init_args=("--redirect-uri", redirect)
-    ) as sandbox:
+    with sandbox_calling_back(directory, "--admin", "--file-payment-delay", "0") as (sandbox, callback):
+        CALLBACK[:] = [callback]
         yield sandbox
+        CALLBACK.clear()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -82,9 +87,12 @@ async def start(*args: str, env: dict[str, str]) -> asyncio.subprocess.Process:
         "processor.cli",
         "pay-file",
         *args,
+        "--listen-fd",
+        str(CALLBACK[0].fileno()),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
+        pass_fds=(CALLBACK[0].fileno(),),
     )
 
 
@@ -219,7 +227,7 @@ async def start_processor(config: str, env: dict[str, str]) -> asyncio.subproces
     """`dispersion processor --role api` (HTTP only: no Kafka needed) on a free port."""
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "processor.cli", "processor", "--config", config, "--role", "api",
-        "--listen", f"127.0.0.1:{free_port()}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        "--listen", "127.0.0.1:0", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
 
 

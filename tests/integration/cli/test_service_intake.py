@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,16 +36,11 @@ from schemas.topics import VRP_STATUS_TOPIC
 T = TypeVar("T")
 
 
-def _unserved_base() -> str:
-    """A loopback address where nothing listens: any bank call would fail loudly."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
-def _config() -> Config:
+def _config(unserved_port: int) -> Config:
+    """The bank is a loopback address where nothing listens: any bank call would fail loudly."""
     return Config(
-        processor={"public_url": "http://127.0.0.1:8600"}, integrations={"sandbox": integration_table(_unserved_base())}
+        processor={"public_url": "http://127.0.0.1:8600"},
+        integrations={"sandbox": integration_table(f"http://127.0.0.1:{unserved_port}")},
     )
 
 
@@ -90,8 +84,8 @@ def _statuses(store: Store, mandate_id: str) -> list[str]:
     return [e.payload["status"] for e in events]
 
 
-async def test_vrp_requests_are_stored_without_a_bank_call(store: Store) -> None:
-    engine = build_engine(_config(), store)
+async def test_vrp_requests_are_stored_without_a_bank_call(store: Store, unserved_port: int) -> None:
+    engine = build_engine(_config(unserved_port), store)
     vrp = attach_vrp(engine)
     woken: list[int] = []
     intake = VrpIntake(vrp, wake=lambda: woken.append(1))
@@ -135,8 +129,8 @@ async def test_vrp_requests_are_stored_without_a_bank_call(store: Store) -> None
         await engine.aclose()
 
 
-async def test_vrp_handlers_decode_avro_and_dead_letter_what_they_cannot_read(store: Store) -> None:
-    engine = build_engine(_config(), store)
+async def test_vrp_handlers_decode_avro_and_dead_letter_what_they_cannot_read(store: Store, unserved_port: int) -> None:
+    engine = build_engine(_config(unserved_port), store)
     intake = VrpIntake(attach_vrp(engine))
     settings = KafkaSettings(bootstrap="unused:9092", topics={"vrp.mandates": "t.mandates"})
     handlers = vrp_handlers(settings, intake)
@@ -166,8 +160,8 @@ def _sample(metrics: str, name: str, **labels: str) -> float | None:
     return None
 
 
-async def test_health_and_metrics_report_the_store(store: Store) -> None:
-    config = _config()
+async def test_health_and_metrics_report_the_store(store: Store, unserved_port: int) -> None:
+    config = _config(unserved_port)
     processor = Processor(config, None, store, role="api", instance="t-1")
     document: dict[str, Any] = {
         "batch_id": "B-metrics",

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,10 +22,10 @@ from typing import Any
 
 import httpx
 import pytest
-from bank_support import free_port, integration_table
+from bank_support import integration_table
 from confluent_kafka import Message
 from engine_support import Rig, batch, engine_rig
-from kafka_layer_support import batch_consumer, new_topic, produce, read_topic, settings_for
+from kafka_layer_support import batch_consumer, consume_until, new_topic, produce, read_topic, settings_for
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -259,10 +258,7 @@ def _handle_and_close(handler: BatchHandler, intake: EngineIntake, message: Mess
 def _consume_one(consumer: AtLeastOnceConsumer, intake: EngineIntake) -> None:
     """Poll until one message was handled, as the processor's consumer thread does."""
     try:
-        deadline = time.monotonic() + 60
-        while consumer.handled < 1:
-            assert time.monotonic() < deadline, "the batch was not consumed"
-            consumer.poll_once()
+        consume_until(consumer, 1)
     finally:
         consumer.close()
         intake.close()
@@ -275,12 +271,12 @@ def _status_of(value: bytes | None) -> str:
 
 @pytest.mark.parametrize("how", ["config", "environment"])
 def test_the_processor_exports_its_spans_over_otlp_when_configured(
-    how: str, collector: Collector, tmp_path: Path
+    how: str, collector: Collector, tmp_path: Path, unserved_port: int
 ) -> None:
     endpoint = collector.endpoint
     tables: dict[str, dict[str, Any]] = {
         "processor": {"store": f"sqlite:///{tmp_path / 'db.sqlite'}", "public_url": "http://127.0.0.1:8600"},
-        "integrations.sandbox": integration_table(_unserved(), retry={"max_attempts": 1}),
+        "integrations.sandbox": integration_table(f"http://127.0.0.1:{unserved_port}", retry={"max_attempts": 1}),
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["DISPERSION_STORE_ALLOW_DEV_KEY"] = "1"
@@ -290,18 +286,18 @@ def test_the_processor_exports_its_spans_over_otlp_when_configured(
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     config = tmp_path / "dispersion.toml"
     write_config(config, tables)
-    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "processor.cli", "processor", "--config", str(config), "--role", "api",
-         "--listen", f"127.0.0.1:{port}", "--instance", "traced-7"],
+         "--listen", "127.0.0.1:0", "--instance", "traced-7"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
     )  # fmt: skip
     try:
         assert process.stdout is not None
         ready = process.stdout.readline().decode()
         assert ready.startswith("processor ready: "), ready or "no ready line (the error is on standard error)"
+        api = ready.split()[2].removeprefix("api=")  # the port the system chose (--listen HOST:0)
         # The approver opens a link of no flow: refused, and a trace of its own.
-        answer = httpx.get(f"http://127.0.0.1:{port}/approve/file/batch-unknown?t=no-such-token", timeout=10)
+        answer = httpx.get(f"{api}/approve/file/batch-unknown?t=no-such-token", timeout=10)
         assert answer.status_code == 404
     finally:
         process.send_signal(signal.SIGTERM)
@@ -313,11 +309,6 @@ def test_the_processor_exports_its_spans_over_otlp_when_configured(
     for span in spans:
         assert span.resource["service.name"] == "dispersion"
         assert span.resource["service.instance.id"] == "traced-7"
-
-
-def _unserved() -> str:
-    """A loopback address where nothing listens (the api role starts even when its bank is down)."""
-    return f"http://127.0.0.1:{free_port()}"
 
 
 async def test_a_vrp_mandate_and_its_payments_continue_the_traces_their_requests_came_with(

@@ -12,13 +12,21 @@ producer and the committed offsets are real.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kafka_layer_support import batch_record, committed, new_topic, produce, read_topic, settings_for, unique
+from kafka_layer_support import (
+    batch_record,
+    committed,
+    new_topic,
+    poll_until,
+    produce,
+    read_topic,
+    settings_for,
+    unique,
+)
 
 import schemas
 from consumers.batches import BatchHandler, IntakeOutcome, MessageRef
@@ -119,13 +127,6 @@ def end_offset(bootstrap: str, topic: str) -> int:
     return int(high)
 
 
-def poll_until(consumer: AtLeastOnceConsumer, done: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        consumer.poll_once(0.2)
-
-
 def message(batch_id: str, headers: list[tuple[str, str | bytes | None]] | None = None) -> Any:
     return (batch_id.encode(), schemas.encode(BATCHES_TOPIC, batch_record(batch_id)), headers)
 
@@ -139,7 +140,13 @@ def test_a_store_outage_is_retried_in_place_without_commit_or_dead_letter(
     consumer = loop_consumer(settings, intake, sink, poison_attempts=2)
     try:
         # (stop early if the loop moved past the failing message: that is the bug this test is about)
-        poll_until(consumer, lambda: intake.count("ERP-FLAKY") == 4 or consumer.handled > 1, "four failed attempts")
+        poll_until(
+            consumer,
+            lambda: intake.count("ERP-FLAKY") == 4 or consumer.handled > 1,
+            "four failed attempts",
+            timeout=30,
+            poll=0.2,
+        )
         assert intake.count("ERP-FLAKY") == 4
         # Still failing: the first message is done and committed, the failing one is not, nothing behind it
         # was taken (order is kept) and nothing was dead-lettered.
@@ -150,7 +157,7 @@ def test_a_store_outage_is_retried_in_place_without_commit_or_dead_letter(
         assert sink.published == []
 
         # The store is back: the next attempt accepts it, then the loop goes on.
-        poll_until(consumer, lambda: consumer.handled == 3, "the three messages handled")
+        poll_until(consumer, lambda: consumer.handled == 3, "the three messages handled", timeout=30, poll=0.2)
     finally:
         consumer.close()
 
@@ -170,14 +177,26 @@ def test_a_message_that_keeps_failing_is_dead_lettered_after_poison_attempts(
     produce(settings.bootstrap, batches, [poison, message("ERP-NEXT")])
     consumer = loop_consumer(settings, intake, sink, poison_attempts=3)
     try:
-        poll_until(consumer, lambda: intake.count("ERP-BUG") == 2 or consumer.handled > 0, "two failed attempts")
+        poll_until(
+            consumer,
+            lambda: intake.count("ERP-BUG") == 2 or consumer.handled > 0,
+            "two failed attempts",
+            timeout=30,
+            poll=0.2,
+        )
         # Below poison_attempts: retried in place, not dead-lettered, offset not moved, nothing behind it taken.
         assert sink.published == []
         assert consumer.handled == 0
         assert intake.calls == ["ERP-BUG", "ERP-BUG"]
         assert committed(settings.bootstrap, settings.group_id, batches, partitions=1) == {}
 
-        poll_until(consumer, lambda: consumer.handled == 2, "the poison message dead-lettered and the next accepted")
+        poll_until(
+            consumer,
+            lambda: consumer.handled == 2,
+            "the poison message dead-lettered and the next accepted",
+            timeout=30,
+            poll=0.2,
+        )
     finally:
         consumer.close()
 

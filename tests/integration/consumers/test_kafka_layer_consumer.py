@@ -16,12 +16,20 @@ from typing import Any
 
 import pytest
 from kafka_fixtures import create_topic
-from kafka_layer_support import batch_consumer, batch_record, committed, new_topic, produce, read_topic, settings_for
+from kafka_layer_support import (
+    batch_consumer,
+    batch_record,
+    committed,
+    consume_until,
+    new_topic,
+    produce,
+    read_topic,
+    settings_for,
+)
 from registry_fixtures import register_subjects
 from store_fixtures import StoreTarget
 
 from consumers.batches import EngineIntake, IntakeOutcome, MessageRef
-from consumers.loop import AtLeastOnceConsumer
 from processor.kafka.clients import producer_config
 from processor.kafka.settings import KafkaSettings
 from processor.kafka.wire import WireCodec, WireSettings
@@ -71,13 +79,6 @@ def intake(store: Store) -> Iterator[RecordingIntake]:
     recording = RecordingIntake(store)
     yield recording
     recording.engine.close()
-
-
-def consume_until(consumer: AtLeastOnceConsumer, handled: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while consumer.handled < handled:
-        assert time.monotonic() < deadline, f"handled {consumer.handled} of {handled} messages"
-        consumer.poll_once()
 
 
 def test_a_batch_delivered_twice_is_accepted_once(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -13,37 +14,45 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sandbox_process import SandboxProcess, free_port, running_sandbox
+from sandbox_process import SandboxProcess, sandbox_calling_back
 
 from processor.devtools.approver import decision_post
 from processor.store import generate_key
 
+# The callback API's listening socket, held by the module and handed to `vrp mandate` (`--listen-fd`).
+CALLBACK: list[socket.socket] = []
 CREDITOR = {"identification": "08080021325698", "name": "Savings pot"}
 
 
 @pytest.fixture(scope="module")
 def cli_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    """A sandbox whose registered redirect URI points at a free port, where the CLI serves the callback API."""
+    """A sandbox whose registered redirect URI points at a port this module holds, where `vrp mandate` serves the
+    callback API (`--listen-fd`)."""
     directory = tmp_path_factory.mktemp("vrp-cli")
-    redirect = f"http://127.0.0.1:{free_port()}/callback"
-    with running_sandbox(directory, "--admin", "--vrp-delay", "0", init_args=("--redirect-uri", redirect)) as sandbox:
+    with sandbox_calling_back(directory, "--admin", "--vrp-delay", "0") as (sandbox, callback):
+        CALLBACK[:] = [callback]
         config = directory / "dispersion.toml"
-        text = config.read_text().replace(
+        basic = config.read_text().replace(
             'token_auth_method = "private_key_jwt"', 'token_auth_method = "client_secret_basic"'
         )
-        config.write_text(text)
+        config.write_text(basic)
         yield sandbox
+        CALLBACK.clear()
 
 
 async def dispersion(*args: str, env: dict[str, str]) -> asyncio.subprocess.Process:
+    fd = CALLBACK[0].fileno()
+    serves = args[:2] == ("vrp", "mandate")  # the command that serves the callback API while it waits
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "processor.cli",
         *args,
+        *(("--listen-fd", str(fd)) if serves else ()),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
+        pass_fds=(fd,) if serves else (),
     )
 
 

@@ -5,9 +5,9 @@ subject is registered with BACKWARD compatibility, which the registry then enfor
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
-import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 
 import schemas
 from processor.cli.topics import main
+from processor.devtools.processes import eventually
 from processor.kafka.settings import MAX_MESSAGE_BYTES, KafkaSettings
 from processor.kafka.topics import HOUR_MS, ensure_topics, project_topics
 from processor.kafka.wire import registry_text
@@ -70,12 +71,13 @@ def test_retention_is_aligned_and_a_partition_count_only_reported(kafka_bootstra
     assert batches.changed_config == ("retention.ms",)
     assert any("has 2 partitions, 3 wanted" in w for w in batches.warnings), batches.warnings
     assert by_name[names[STATUS_TOPIC]].changed_config == ()  # its retention did not change
-    deadline = time.monotonic() + 10  # the broker applies an altered config a moment after it acknowledged it
-    while True:
-        partitions, config = _described(kafka_bootstrap, [names["payroll.batches"]])[names["payroll.batches"]]
-        if config["retention.ms"] == str(HOUR_MS) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    described = lambda: _described(kafka_bootstrap, [names["payroll.batches"]])[names["payroll.batches"]]  # noqa: E731
+    # The broker applies an altered config a moment after it acknowledged it.
+    with contextlib.suppress(TimeoutError):
+        eventually(
+            lambda: described()[1]["retention.ms"] == str(HOUR_MS), what="the new retention", timeout=10, interval=0.2
+        )
+    partitions, config = described()
     assert (partitions, config["retention.ms"]) == (2, str(HOUR_MS))
 
 

@@ -21,17 +21,23 @@ import fastavro
 import httpx
 import pytest
 from cli_support import EXPORT, ORIGIN, write_config
-from kafka_layer_support import batch_consumer, batch_record, new_topic, produce, read_topic, settings_for
+from kafka_layer_support import (
+    batch_consumer,
+    batch_record,
+    consume_until,
+    new_topic,
+    produce,
+    read_topic,
+    settings_for,
+)
 from registry_fixtures import register_subjects
 
 import schemas
 from consumers.batches import EngineIntake
-from consumers.loop import AtLeastOnceConsumer
 from processor.cli import status as statuscli
 from processor.cli import submit
 from processor.cli.config import settings_from_config
 from processor.cli.topics import main as topics_main
-from processor.devtools.jvm_service import free_port
 from processor.kafka.clients import producer_config
 from processor.kafka.wire import Registry, WireCodec, WireSettings
 from processor.store import Store
@@ -41,13 +47,6 @@ from schemas import CONFLUENT, SINGLE_OBJECT
 from schemas.topics import ALL_TOPICS, BATCHES_TOPIC, DLQ_TOPIC, STATUS_TOPIC
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
-
-
-def consume_until(consumer: AtLeastOnceConsumer, handled: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while consumer.handled < handled:
-        assert time.monotonic() < deadline, f"handled {consumer.handled} of {handled} messages"
-        consumer.poll_once()
 
 
 def test_submit_consume_dead_letter_relay_and_status_in_each_wire_format(
@@ -179,7 +178,7 @@ def test_without_a_registry_a_confluent_record_is_a_clear_dead_letter(
 
 
 def test_a_registry_that_cannot_serve_is_waited_for_never_dead_lettered(
-    kafka_bootstrap: str, schema_registry_url: str, sqlite_store: Store
+    kafka_bootstrap: str, schema_registry_url: str, sqlite_store: Store, unserved_port: int
 ) -> None:
     topics = {BATCHES_TOPIC: new_topic(kafka_bootstrap, "batches", 1), DLQ_TOPIC: new_topic(kafka_bootstrap, "dlq")}
     good = WireSettings(CONFLUENT, Registry(schema_registry_url))
@@ -188,7 +187,7 @@ def test_a_registry_that_cannot_serve_is_waited_for_never_dead_lettered(
     produce(kafka_bootstrap, topics[BATCHES_TOPIC], [(b"CF-DOWN-1", value, None)])
 
     # A port nothing listens on: the registry is "down" for this consumer.
-    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"))
+    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{unserved_port}/apis/ccompat/v7"))
     stuck_settings = settings_for(kafka_bootstrap, topics, down)
     intake = EngineIntake(sqlite_store)
     # Dead letters that would go out (single-object: no registry needed) and no second chance for a failing
@@ -255,6 +254,7 @@ def test_producers_wait_for_a_registry_that_cannot_serve(
     sqlite_store: Store,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    unserved_port: int,
 ) -> None:
     """The relay keeps the events in the outbox (and keeps running), a dead letter is not acknowledged (so the
     consumer retries the message), `submit` produces nothing and says why; all go on once the registry answers."""
@@ -264,7 +264,7 @@ def test_producers_wait_for_a_registry_that_cannot_serve(
         STATUS_TOPIC: new_topic(kafka_bootstrap, "status", 1),
     }
     good = WireSettings(CONFLUENT, Registry(schema_registry_url))
-    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"))
+    down = WireSettings(CONFLUENT, Registry(f"http://127.0.0.1:{unserved_port}/apis/ccompat/v7"))
     register_subjects(settings_for(kafka_bootstrap, topics, good))
 
     with sqlite_store.transaction() as tx:

@@ -14,7 +14,6 @@ the broker, the consumer group, the dead-letter producer, the store and the admi
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -31,6 +30,7 @@ from consumers.batches import BatchHandler, EngineIntake, IntakeOutcome, Message
 from consumers.loop import AtLeastOnceConsumer
 from processor.api.admin import admin_app
 from processor.api.admin_input import token_digest
+from processor.devtools.processes import eventually
 from processor.domain.file_states import FlowState
 from processor.domain.roles import AdminToken, Role
 from processor.kafka.clients import consumer_config, producer_config
@@ -122,13 +122,7 @@ def loop(kafka: KafkaSettings, store: Store, intake: DefectiveIntake) -> Iterato
 
 
 def wait_for(condition: Any, what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+    return eventually(condition, what=what, timeout=timeout, interval=0.2)
 
 
 def avro_batch(**options: Any) -> dict[str, Any]:

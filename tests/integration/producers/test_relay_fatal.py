@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from store_fixtures import StoreTarget
 
 from processor.cli.config import Config
 from processor.cli.service import Processor
+from processor.devtools.processes import eventually, listening_socket
 from processor.kafka.settings import KafkaSettings
 from processor.store import Cipher, Store
 from producers.dlq import DeadLetterError, DeadLetterPublisher
@@ -163,13 +163,6 @@ def test_the_dead_letter_publisher_replaces_a_producer_broken_by_a_fatal_error(k
     assert [letter.key for letter in letters] == [b"ERP-GARBAGE"]
 
 
-def _free_socket() -> socket.socket:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    return sock
-
-
 class RunningProcessor:
     """`Processor.run` on its own event loop in a thread (as `dispersion processor` runs it)."""
 
@@ -203,13 +196,18 @@ def _health(url: str) -> tuple[int, dict[str, Any]]:
 
 
 def _wait_health(url: str, status: int, what: str, timeout: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        code, body = _health(url)
-        if code == status:
-            return body
-        assert time.monotonic() < deadline, f"/healthz never answered {status} ({what}); last {code} {body}"
-        time.sleep(0.1)
+    last: list[tuple[int, dict[str, Any]]] = []
+
+    def answered() -> dict[str, Any] | None:
+        last[:] = [_health(url)]
+        code, body = last[0]
+        return body if code == status else None
+
+    try:
+        body = eventually(answered, what=f"/healthz answering {status} ({what})", timeout=timeout, interval=0.1)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last {last}") from None
+    return body
 
 
 @pytest.fixture
@@ -226,7 +224,7 @@ def test_a_fatal_producer_error_is_survived_with_healthz_503_meanwhile_and_nothi
 ) -> None:
     topics = topic_names("fatal")
     create_project_topics(kafka_bootstrap, topics, partitions=3)
-    unserved = _free_socket()  # a bank address nobody answers (no batch here reaches the bank)
+    unserved = listening_socket()  # a bank address nobody answers (no batch here reaches the bank)
     bank = f"http://127.0.0.1:{unserved.getsockname()[1]}"
     unserved.close()
     config = Config(
@@ -235,7 +233,7 @@ def test_a_fatal_producer_error_is_survived_with_healthz_503_meanwhile_and_nothi
     kafka = KafkaSettings(bootstrap=kafka_bootstrap, group_id=unique_id("fatal-group"), topics=topics)
     factory = ProducerFactory(healthy=2)
     processor = Processor(config, kafka, store, instance=unique_id("fatal"), grace=5, producer_factory=factory)
-    running = RunningProcessor(processor, _free_socket())
+    running = RunningProcessor(processor, listening_socket())
     statuses = TopicLog(kafka_bootstrap, topics[STATUS_TOPIC], STATUS_TOPIC)
     producer = KafkaProducer(kafka_bootstrap, topics)
     batch_ids = [unique_id(f"ERP-FATAL-{i}") for i in range(6)]
@@ -258,10 +256,8 @@ def test_a_fatal_producer_error_is_survived_with_healthz_503_meanwhile_and_nothi
         assert "reason" not in body and relay.problem is None
         assert len(factory.made) == 2
 
-        deadline = time.monotonic() + 60
-        while {e.key for e in statuses.events if e.status == "INVALID"} != set(batch_ids):
-            assert time.monotonic() < deadline, f"INVALID not published for every batch: {statuses.summary()}"
-            statuses.poll(0.5)
+        invalid = lambda log: {e.key for e in log.events if e.status == "INVALID"} == set(batch_ids)  # noqa: E731
+        statuses.wait_until(invalid, timeout=60, what="INVALID published for every batch")
     finally:
         factory.release.set()
         exit_status = running.stop()

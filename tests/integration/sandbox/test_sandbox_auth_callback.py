@@ -10,7 +10,6 @@ import asyncio
 import base64
 import hashlib
 import secrets
-import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -21,7 +20,6 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import jwt
 import pytest
-import uvicorn
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from manual_clock import ManualClock
@@ -31,6 +29,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from processor.cli.common import serving
+from processor.devtools.processes import listening_socket, port_of
 from sandbox.app import create_app
 from sandbox.clients import Client, ClientRegistry
 from sandbox.clock import iso_ms
@@ -44,24 +44,10 @@ REDIRECT_URI = "http://127.0.0.1:1/redirect-landing"  # never followed: the test
 
 @asynccontextmanager
 async def serve(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve an ASGI app on a free loopback port; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        for _ in range(500):
-            if server.started:
-                break
-            await asyncio.sleep(0.01)
-        assert server.started, "server did not start"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    """Serve an ASGI app on a held loopback port; yields its base URL."""
+    with listening_socket() as sock:
+        async with serving(app, sock):
+            yield f"http://127.0.0.1:{port_of(sock)}"
 
 
 @dataclass
@@ -287,11 +273,8 @@ async def test_callback_answering_200_without_success_is_refused() -> None:
         assert record["outcome"] == "refused" and record["http_status"] == 200
 
 
-async def test_unreachable_callback_is_recorded_as_failed() -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    dead_port = sock.getsockname()[1]
-    sock.close()  # nothing listens there now
+async def test_unreachable_callback_is_recorded_as_failed(unserved_port: int) -> None:
+    dead_port = unserved_port  # nothing listens there
     async with sandbox_with(f"http://127.0.0.1:{dead_port}/bank-redirects") as sb:
         consent_id = sb.consent(FILE_KIND, FILE_DATA)
         location, _ = await authorise(sb, consent_id, "approve")

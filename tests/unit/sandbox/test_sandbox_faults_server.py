@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,7 +19,6 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-import uvicorn
 from manual_clock import ManualClock
 from sandbox_process import file_consent_example, running_sandbox
 from starlette.requests import Request
@@ -28,6 +26,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import sandbox.faults
+from processor.cli.common import serving
+from processor.devtools.processes import listening_socket, port_of
 from sandbox.app import _wrapped_routes, create_app
 from sandbox.clients import ClientRegistry
 from sandbox.config import SandboxConfig
@@ -74,25 +74,12 @@ async def serve(admin: bool = True, plan: FaultPlan | None = None) -> AsyncItera
     app = create_app(bank)
     # The tiny route goes through the same wrapping (fault plan + error rendering) as every named route.
     app.router.routes.extend(_wrapped_routes(bank, [tiny_route(bank)]))
-    # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP, and
-    # without it every keep-alive request waits ~40 ms for Nagle + delayed ACK.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="critical"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        for _ in range(500):
-            if server.started:
-                break
-            await asyncio.sleep(0.01)
-        assert server.started, "uvicorn did not start"
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+    with listening_socket() as sock:
+        async with (
+            serving(app, sock),
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port_of(sock)}", timeout=10) as http,
+        ):
             yield Running(bank, http)
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
 
 
 @pytest.fixture
