@@ -178,13 +178,13 @@ async def healthz(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
 
-def _failed(request: Request, exc: Exception, *, link: bool) -> Response:
+def _failed(request: Request, exc: Exception, *, link: bool, event: str) -> Response:
     """The callback API's one exception handler: input we cannot read is a 400 saying what is wrong; anything
     else failed on our side, a 503 saying to try again shortly (logged with its trace). A page on the approval
     link and for a browser on the redirect, else JSON."""
     bad = isinstance(exc, BadInputError)
     if not bad:
-        log.exception("callback request failed", path=request.url.path)
+        log.exception(event, path=request.url.path)
     if link:
         if bad:
             return _page("Invalid link", str(exc), 400)
@@ -205,14 +205,15 @@ def _failed(request: Request, exc: Exception, *, link: bool) -> Response:
     return response
 
 
-def _answered(handler: Endpoint, *, link: bool = False) -> Endpoint:
-    """`handler`, its failures answered by `_failed` (never a 500)."""
+def _answered(handler: Endpoint, event: str, *, link: bool = False) -> Endpoint:
+    """`handler`, its failures answered by `_failed` (never a 500) and logged as `event`: each route keeps its own
+    log line so an on-call engineer can tell a broken approval link from a failed redirect."""
 
     async def run(request: Request) -> Response:
         try:
             return await handler(request)
         except Exception as exc:
-            return _failed(request, exc, link=link)
+            return _failed(request, exc, link=link, event=event)
 
     return run
 
@@ -229,11 +230,11 @@ def create_app(
         raise ValueError("at least one redirect path is needed")
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
-        Route("/approve/{kind}/{flow_id:path}", _answered(approve, link=True), methods=["GET"]),
+        Route("/approve/{kind}/{flow_id:path}", _answered(approve, "approval link failed", link=True), methods=["GET"]),
     ]
     for path in sorted(paths):
-        routes.append(Route(path, _answered(redirect_get), methods=["GET"]))
-        routes.append(Route(path, _answered(redirect_post), methods=["POST"]))
+        routes.append(Route(path, _answered(redirect_get, "redirect handling failed"), methods=["GET"]))
+        routes.append(Route(path, _answered(redirect_post, "redirect delivery failed"), methods=["POST"]))
     app = Starlette(routes=routes)
     app.state.callback = CallbackState(authorizer, paths, health)
     return app
