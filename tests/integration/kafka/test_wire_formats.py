@@ -39,6 +39,7 @@ from processor.cli import submit
 from processor.cli.config import settings_from_config
 from processor.cli.topics import main as topics_main
 from processor.kafka.clients import producer_config
+from processor.kafka.settings import KafkaSettings
 from processor.kafka.wire import Registry, WireCodec, WireSettings
 from processor.store import Store
 from producers.dlq import DeadLetterPublisher
@@ -85,13 +86,7 @@ def test_submit_consume_dead_letter_relay_and_status_in_each_wire_format(
     )
     produce(kafka_bootstrap, physical[BATCHES_TOPIC], [(f"WF-BAD-{run}".encode(), invalid, None)])
 
-    intake = EngineIntake(sqlite_store)
-    consumer = batch_consumer(settings, intake)
-    try:
-        consume_until(consumer, 2)
-    finally:
-        consumer.close()
-        intake.close()
+    _consume_two(settings, sqlite_store)
     with sqlite_store.transaction(write=False) as tx:
         assert tx.flows.require(f"WF-OK-{run}").state == "RECEIVED"
         assert tx.flows.require(f"WF-BAD-{run}").state == "INVALID"
@@ -136,13 +131,7 @@ def test_a_record_in_the_other_wire_format_is_still_consumed(
     assert schemas.wire_format_of(confluent) == CONFLUENT
     produce(kafka_bootstrap, topic, [(b"MIX-SO-1", single, None), (b"MIX-CF-1", confluent, None)])
 
-    intake = EngineIntake(sqlite_store)
-    consumer = batch_consumer(settings, intake)
-    try:
-        consume_until(consumer, 2)
-    finally:
-        consumer.close()
-        intake.close()
+    _consume_two(settings, sqlite_store)
     with sqlite_store.transaction(write=False) as tx:
         assert tx.flows.require("MIX-SO-1").state == "RECEIVED"
         assert tx.flows.require("MIX-CF-1").state == "RECEIVED"
@@ -317,3 +306,14 @@ def test_producers_wait_for_a_registry_that_cannot_serve(
     assert "schema registry unreachable" in err and "nothing was produced" in err
     assert "Traceback" not in err
     assert len(read_topic(kafka_bootstrap, topics[BATCHES_TOPIC], expect=1)) == 1  # only the junk from above
+
+
+def _consume_two(settings: KafkaSettings, store: Store) -> None:
+    """Run the batch consumer of the processor over `store` until it has handled two records."""
+    intake = EngineIntake(store)
+    consumer = batch_consumer(settings, intake)
+    try:
+        consume_until(consumer, 2)
+    finally:
+        consumer.close()
+        intake.close()
