@@ -86,7 +86,7 @@ def test_submit_consume_dead_letter_relay_and_status_in_each_wire_format(
     )
     produce(kafka_bootstrap, physical[BATCHES_TOPIC], [(f"WF-BAD-{run}".encode(), invalid, None)])
 
-    _consume_two(settings, sqlite_store)
+    _consume(settings, sqlite_store, 2)
     with sqlite_store.transaction(write=False) as tx:
         assert tx.flows.require(f"WF-OK-{run}").state == "RECEIVED"
         assert tx.flows.require(f"WF-BAD-{run}").state == "INVALID"
@@ -131,7 +131,7 @@ def test_a_record_in_the_other_wire_format_is_still_consumed(
     assert schemas.wire_format_of(confluent) == CONFLUENT
     produce(kafka_bootstrap, topic, [(b"MIX-SO-1", single, None), (b"MIX-CF-1", confluent, None)])
 
-    _consume_two(settings, sqlite_store)
+    _consume(settings, sqlite_store, 2)
     with sqlite_store.transaction(write=False) as tx:
         assert tx.flows.require("MIX-SO-1").state == "RECEIVED"
         assert tx.flows.require("MIX-CF-1").state == "RECEIVED"
@@ -149,13 +149,7 @@ def test_without_a_registry_a_confluent_record_is_a_clear_dead_letter(
     produce(kafka_bootstrap, topics[BATCHES_TOPIC], [(b"CF-NOREG-1", value, None)])
 
     settings = settings_for(kafka_bootstrap, topics)  # single-object, no registry
-    intake = EngineIntake(sqlite_store)
-    consumer = batch_consumer(settings, intake)
-    try:
-        consume_until(consumer, 1)
-    finally:
-        consumer.close()
-        intake.close()
+    _consume(settings, sqlite_store, 1)
     (letter,) = read_topic(kafka_bootstrap, topics[DLQ_TOPIC], expect=1)
     dead = schemas.decode(DLQ_TOPIC, letter.value or b"")
     assert dead["original_value"] == value
@@ -308,12 +302,12 @@ def test_producers_wait_for_a_registry_that_cannot_serve(
     assert len(read_topic(kafka_bootstrap, topics[BATCHES_TOPIC], expect=1)) == 1  # only the junk from above
 
 
-def _consume_two(settings: KafkaSettings, store: Store) -> None:
-    """Run the batch consumer of the processor over `store` until it has handled two records."""
+def _consume(settings: KafkaSettings, store: Store, count: int) -> None:
+    """Run the batch consumer of the processor over `store` until it has handled `count` records."""
     intake = EngineIntake(store)
     consumer = batch_consumer(settings, intake)
     try:
-        consume_until(consumer, 2)
+        consume_until(consumer, count)
     finally:
         consumer.close()
         intake.close()
