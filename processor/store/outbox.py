@@ -41,7 +41,7 @@ from typing import Any
 
 from processor.domain.file_states import STATUS_RANKS
 from processor.domain.time import utc_ms
-from processor.store.db import StoreError, Tx, in_clause, to_datetime
+from processor.store.db import Row, StoreError, Tx, in_clause, to_datetime
 from processor.store.values import dump_json, load_json
 
 
@@ -183,14 +183,7 @@ class Outbox:
         event_id: str | None,
     ) -> OutboxEvent:
         now = utc_ms(now)
-        # Lock (or create) the key's row first: it orders concurrent appends and guards the status check.
-        head = self.tx.fetchone(
-            "INSERT INTO outbox_keys (topic, event_key) VALUES (?, ?)"
-            " ON CONFLICT (topic, event_key) DO UPDATE SET last_seq = outbox_keys.last_seq"
-            " RETURNING last_seq, last_status, last_status_rank",
-            (topic, key),
-        )
-        assert head is not None
+        head = self._lock_key(topic, key)
         seq = int(head["last_seq"]) + 1
         last_rank = head["last_status_rank"]
         if status is not None:
@@ -204,11 +197,7 @@ class Outbox:
                 (seq, now, status, rank, topic, key),
             )
         else:
-            self.tx.execute(
-                "UPDATE outbox_keys SET last_seq = ?, pending = pending + 1, pending_since = COALESCE(pending_since, ?)"
-                " WHERE topic = ? AND event_key = ?",
-                (seq, now, topic, key),
-            )
+            self._count_pending(topic, key, seq, 1, now)
         text = dump_json(payload)
         row = self.tx.fetchone(
             "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers, created_at)"  # noqa: S608
@@ -240,13 +229,7 @@ class Outbox:
             return 0
         observer = self.tx.observer
         now = utc_ms(now)
-        head = self.tx.fetchone(
-            "INSERT INTO outbox_keys (topic, event_key) VALUES (?, ?)"
-            " ON CONFLICT (topic, event_key) DO UPDATE SET last_seq = outbox_keys.last_seq"
-            " RETURNING last_seq",
-            (topic, key),
-        )
-        assert head is not None
+        head = self._lock_key(topic, key)
         first = int(head["last_seq"]) + 1
         rows: list[tuple[Any, ...]] = []
         count = 0
@@ -262,12 +245,28 @@ class Outbox:
             if len(rows) >= chunk:
                 self._insert_events(rows)
         self._insert_events(rows)
+        self._count_pending(topic, key, first + count - 1, count, now)
+        return count
+
+    def _lock_key(self, topic: str, key: str) -> Row:
+        """Lock (or create) the key's row before appending: it orders concurrent appends and guards the status
+        check. The row's last sequence number and last status."""
+        head = self.tx.fetchone(
+            "INSERT INTO outbox_keys (topic, event_key) VALUES (?, ?)"
+            " ON CONFLICT (topic, event_key) DO UPDATE SET last_seq = outbox_keys.last_seq"
+            " RETURNING last_seq, last_status, last_status_rank",
+            (topic, key),
+        )
+        assert head is not None
+        return head
+
+    def _count_pending(self, topic: str, key: str, last_seq: int, count: int, now: datetime) -> None:
+        """Record `count` status-less events appended to the key, the last numbered `last_seq`."""
         self.tx.execute(
             "UPDATE outbox_keys SET last_seq = ?, pending = pending + ?, pending_since = COALESCE(pending_since, ?)"
             " WHERE topic = ? AND event_key = ?",
-            (first + count - 1, count, now, topic, key),
+            (last_seq, count, now, topic, key),
         )
-        return count
 
     def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         """Insert status-less events (id, topic, key, seq, payload, headers, created) and empty `rows`."""
