@@ -36,14 +36,13 @@ from processor.cli.config_models import (
     AdminClientOnly,
     Config,
     KafkaOnly,
-    KafkaTable,
     KeyPath,
     Layered,
     Load,
     ProcessorTable,
 )
 from processor.domain.settings import ConfigError, EnvText
-from processor.kafka.settings import KafkaSettings, settings_from
+from processor.kafka.settings import KafkaSettings, KafkaTable, settings_from
 
 __all__ = [
     "Config",
@@ -96,10 +95,7 @@ def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> K
     """Kafka client settings from a configuration file: `path` (`--config`), else `$DISPERSION_CONFIG`, else
     `./dispersion.toml` when present, else none (`--bootstrap` / the environment alone)."""
     path = optional_config_path(path)
-    if path is None:
-        return settings_from(bootstrap=bootstrap)
-    kafka = load_kafka_settings(path)
-    return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
+    return settings_from(None if path is None else load_kafka_settings(path), bootstrap=bootstrap)
 
 
 def load_admin_client(path: str | Path, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:

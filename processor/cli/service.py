@@ -389,9 +389,7 @@ def main(argv: list[str]) -> int:
         validate_tables(config)
         kafka = None
         if args.role == "all":
-            kafka = settings_from(
-                config.kafka.options, bootstrap=args.bootstrap, configured=config.kafka.bootstrap_servers
-            )
+            kafka = settings_from(config.kafka, bootstrap=args.bootstrap)
         if args.listen_fd is not None:
             sock = inherited(args.listen_fd)
         else:
