@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from processor.api.console.auth import ConsoleTable
 from processor.bank.integration import Integration
-from processor.domain.roles import NAME_PATTERN, AdminToken, Controls, Role
+from processor.domain.roles import AdminToken, Controls, PersonName, Role
 from processor.domain.settings import EnvText, HttpUrl, NonEmpty, Secret, Table, problem, redact_url
 from processor.engine.settings import EngineSettings
 from processor.kafka.settings import KafkaTable
@@ -97,15 +98,12 @@ class AdminTable(Table):
     token_sha256: Digest | None = None
     token: Token | None = None
     url: HttpUrl | None = None
-    tokens: dict[str, AdminTokenTable] = {}
+    tokens: dict[PersonName, AdminTokenTable] = {}
 
     @model_validator(mode="after")
     def _names(self) -> AdminTable:
         if self.token_sha256 is not None and self.token is not None:
             raise problem("give token_sha256 or token_env, not both")
-        for name in self.tokens:
-            if not NAME_PATTERN.match(name):
-                raise problem(f"tokens.{name}: a name is 1-64 letters, digits or ._@-")
         if LEGACY_TOKEN_NAME in self.tokens and (self.token_sha256 or self.token):
             raise problem(f"tokens.{LEGACY_TOKEN_NAME}: the name is taken by [admin] token_sha256/token_env")
         digests = [token.sha256 for token in self.by_name.values()]
@@ -247,8 +245,7 @@ class Config(Layered):
     """ERP export profiles for `dispersion submit --profile NAME` (docs/submit.md); checked by their owner."""
     admin: AdminTable = AdminTable()
     controls: Controls = Controls()
-    console: dict[str, Any] = {}
-    """Operators and sessions of the console (docs/console.md; checked by processor.api.console.auth)."""
+    console: ConsoleTable = ConsoleTable()
 
     @field_validator("integrations", mode="before")
     @classmethod

@@ -135,9 +135,7 @@ def test_env_keys_still_work_and_an_override_beats_them(tmp_path: Path) -> None:
     )
     config = load_config(write(tmp_path, numbers), environ={"WORKERS": "6", "PW": "kafka-pw"})
     assert config.engine.concurrency == 6
-    assert load_kafka_settings(tmp_path / "dispersion.toml", environ={"PW": "x"}).client == {
-        "sasl.password": "x"
-    }
+    assert load_kafka_settings(tmp_path / "dispersion.toml", environ={"PW": "x"}).client == {"sasl.password": "x"}
 
 
 def test_the_file_keeps_its_toml_types_while_environment_text_is_converted(tmp_path: Path) -> None:
@@ -441,6 +439,10 @@ KINDS = [  # (what is wrong, the file's change: (old, new), environment, the mes
     ("override no table", ("", ""), {"DISPERSION__KAFKA": "x"}, "environment DISPERSION__KAFKA: kafka: must be a tab"),
     ("too short", ("", "[admin]\ntoken = 'short'\n"), {}, "admin.token: must be at least 16 characters"),
     ("not an option", ("", "[controls]\nchanged_accounts = 'maybe'\n"), {}, "'hold', 'flag', 'off', got 'maybe'"),
+    ("open bound", ("", "[console]\nsession_hours = 0\n"), {}, "23: console.session_hours: must be more than 0 and"),
+    ("bad name", ("", f"[admin.tokens.'a b']\ntoken_sha256 = '{'0' * 64}'\nrole = 'viewer'\n"), {}, 'a b": a name is'),
+    ("not a hash", ("", "[console.operators.ana]\npassword = 'plain'\n"), {}, "22: console.operators.ana: not of the"),
+    ("registry", ('"from-file"', '"g"\nschema_registry_username = "u"'), {}, "5: kafka: schema_registry_username/pas"),
 ]
 
 
