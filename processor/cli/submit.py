@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from processor.cli.submit_iso import is_pain001, submit_pain001
 from processor.cli.submit_output import EXIT_INVALID, EXIT_KAFKA, EXIT_USAGE, Progress, report
@@ -47,6 +47,9 @@ from processor.exports.mapping import Explanation
 from processor.exports.profile import ExportProfile, ProfileError
 from processor.exports.profiled import explain_lines, profile_named
 from processor.exports.reading import read_export
+
+if TYPE_CHECKING:
+    from processor.kafka.settings import KafkaTable
 
 __all__ = ["EXIT_INVALID", "EXIT_KAFKA", "EXIT_USAGE", "main", "parser"]
 
@@ -66,8 +69,7 @@ class SubmitContext:
     integrations: Collection[str] | None = None
     calendars: Mapping[str, Calendar] = field(default_factory=dict)
     config_path: str | None = None
-    kafka_options: Mapping[str, Any] = field(default_factory=dict)
-    configured_bootstrap: str | None = None
+    kafka: KafkaTable | None = None  # the configuration's [kafka] table
     exports: object = None  # the configuration's raw [exports] table
 
 
@@ -144,8 +146,7 @@ def _context(args: argparse.Namespace) -> SubmitContext:
         integrations=frozenset(config.integrations),
         calendars={name: integration.calendar for name, integration in config.integrations.items()},
         config_path=path,
-        kafka_options=config.kafka.options,
-        configured_bootstrap=config.kafka.bootstrap_servers,
+        kafka=config.kafka,
         exports=config.exports,
     )
 
@@ -275,9 +276,7 @@ def _produce(
     from schemas.topics import BATCHES_TOPIC
 
     try:
-        settings = settings_from(
-            context.kafka_options, bootstrap=args.bootstrap, configured=context.configured_bootstrap
-        )
+        settings = settings_from(context.kafka, bootstrap=args.bootstrap)
     except KafkaSetupError as exc:
         print(f"dispersion submit: {exc}", file=sys.stderr)
         return EXIT_USAGE
