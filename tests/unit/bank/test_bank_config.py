@@ -189,7 +189,7 @@ def test_top_level_problems(tmp_path: Path) -> None:
 def test_other_sections_are_kept_for_their_owners() -> None:
     config = parse(integration_table(), kafka={"bootstrap_servers": " k:9092 ", "group_id": "g"}, flows={"x": 1})
     assert config.kafka.bootstrap_servers == "k:9092"
-    assert config.kafka.options == {"group_id": "g"}
+    assert config.kafka.group_id == "g"
     assert config.model_extra == {"flows": {"x": 1}}
 
 
