@@ -251,9 +251,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        """Close the pool's connections."""
-        if self._session is not None:
-            await self._session.close()
+        """Close the pool's connections; a later request opens a new pool (as httpx's own transport does)."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
 
 def bank_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:

@@ -200,6 +200,11 @@ async def test_a_big_response_body_arrives_whole_and_streams(client: httpx.Async
             chunks = [chunk async for chunk in response.aiter_raw()]
         assert b"".join(chunks) == body and len(chunks) > 1
         assert server.connections == 1  # both read to the end: the connection was reused
+        async with client.stream("GET", server.url) as response:
+            async for _ in response.aiter_raw():
+                break  # the rest of this body is still on the way: the connection cannot serve another request
+        assert (await client.get(server.url)).content == body
+        assert server.connections == 2
 
 
 async def test_requests_beyond_the_pool_wait_and_reuse_its_connections(client: httpx.AsyncClient) -> None:
@@ -357,3 +362,13 @@ async def test_tls_trusts_what_httpx_trusts(tmp_path: Path, monkeypatch: pytest.
         async with httpx.AsyncClient(transport=bank_transport(LIMITS)) as http:
             assert (await http.post(server.url, content=b"{}")).text == "ok"
     assert server.bodies == [b"{}"]
+
+
+async def test_a_closed_transport_opens_a_new_pool_on_its_next_request() -> None:
+    transport = bank_transport(LIMITS)
+    assert transport is not None
+    async with Server(keep_alive) as server:
+        for _ in range(2):  # an engine restarted on the same transport (closing the client closes the transport)
+            async with httpx.AsyncClient(transport=transport) as http:
+                assert (await http.get(server.url)).text == "ok"
+    assert server.connections == 2
