@@ -26,7 +26,7 @@ from enum import EnumMeta
 from pathlib import Path
 from typing import Any, TypeVar, Union, cast, get_args, get_origin
 
-from annotated_types import Ge, Le
+from annotated_types import Ge, Gt, Le
 from pydantic import BaseModel, ValidationError
 
 from processor.cli.config_models import (
@@ -36,14 +36,13 @@ from processor.cli.config_models import (
     AdminClientOnly,
     Config,
     KafkaOnly,
-    KafkaTable,
     KeyPath,
     Layered,
     Load,
     ProcessorTable,
 )
 from processor.domain.settings import ConfigError, EnvText
-from processor.kafka.settings import KafkaSettings, settings_from
+from processor.kafka.settings import KafkaSettings, KafkaTable, settings_from
 
 __all__ = [
     "Config",
@@ -62,7 +61,7 @@ ADMIN_TOKEN_ENV = "DISPERSION_ADMIN_TOKEN"
 ENV_SUFFIX = "_env"
 # `K_env` keys are resolved at every depth of these tables; in the others (`[exports]`, `[console]`, ...) only at
 # the top: their nested names are their owners'.
-_RESOLVED_DEEP = ("processor", "kafka", "integrations", "engine", "admin", "telemetry")
+_RESOLVED_DEEP = ("processor", "kafka", "integrations", "engine", "admin", "telemetry", "console")
 M = TypeVar("M", bound=Layered)
 
 
@@ -96,10 +95,7 @@ def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> K
     """Kafka client settings from a configuration file: `path` (`--config`), else `$DISPERSION_CONFIG`, else
     `./dispersion.toml` when present, else none (`--bootstrap` / the environment alone)."""
     path = optional_config_path(path)
-    if path is None:
-        return settings_from(bootstrap=bootstrap)
-    kafka = load_kafka_settings(path)
-    return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
+    return settings_from(None if path is None else load_kafka_settings(path), bootstrap=bootstrap)
 
 
 def load_admin_client(path: str | Path, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
@@ -146,7 +142,7 @@ def _read(model: type[M], file: Path, environ: Mapping[str, str], *, lenient: bo
         settings = model(**resolved)
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
-            path = tuple(str(part) for part in error["loc"])
+            path = tuple(str(part) for part in error["loc"] if part != "[key]")  # a bad name: the name's path
             if not _failed(resolved, path):
                 problems.append((path, _message(model, path, error)))
     finally:
@@ -262,11 +258,13 @@ def _message(model: type[BaseModel], path: KeyPath, error: Any) -> str:
         target = _walk(model, path)[1]
         options = [member.value for member in cast(Any, target)] if isinstance(target, EnumMeta) else get_args(target)
         return f"must be one of {', '.join(repr(option) for option in options)}, got {given!r}"
-    if kind in ("greater_than_equal", "less_than_equal"):
+    if kind in ("greater_than", "greater_than_equal", "less_than_equal"):
         metadata = getattr(_walk(model, path)[0], "metadata", [])
-        low = next((m.ge for m in metadata if isinstance(m, Ge)), ctx.get("ge"))
-        high = next((m.le for m in metadata if isinstance(m, Le)), ctx.get("le"))
-        return f"must be between {low:g} and {high:g}, got {given!r}"
+        high = next(m.le for m in metadata if isinstance(m, Le))
+        low = next(m for m in metadata if isinstance(m, Ge | Gt))
+        if isinstance(low, Gt):
+            return f"must be more than {low.gt:g} and at most {high:g}, got {given!r}"
+        return f"must be between {low.ge:g} and {high:g}, got {given!r}"
     return str(error["msg"])
 
 

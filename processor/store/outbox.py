@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -324,9 +324,12 @@ class Outbox:
 
     # -- relay ------------------------------------------------------------------------------------------------
 
-    def claim(self, *, owner: str, now: datetime, limit: int, lease_seconds: float) -> list[OutboxEvent]:
+    def claim(
+        self, *, owner: str, now: datetime, limit: int, lease_seconds: float, known: Container[int] = ()
+    ) -> list[OutboxEvent]:
         """Lease keys with unpublished events (keys this owner already holds included) and return up to `limit`
-        of their unpublished events, grouped by key, each key's events in sequence order."""
+        of their unpublished events, grouped by key, each key's events in sequence order. Events whose id is in
+        `known` (the relay's, still in flight) count towards `limit` but are left out: not built again."""
         if limit <= 0:
             return []
         now = utc_ms(now)
@@ -359,7 +362,7 @@ class Outbox:
             " ORDER BY k.pending_since, o.topic, o.event_key, o.seq LIMIT ?",
             (owner, now, limit),
         )
-        return [_event(r) for r in rows]
+        return [_event(r) for r in rows if r["id"] not in known]
 
     def handovers(self, *, owner: str, now: datetime) -> list[Handover]:
         """Keys this owner holds whose unpublished events another relay (or this one, before a delivery failure)
