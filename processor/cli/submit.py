@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import csv
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -43,7 +42,7 @@ from processor.domain.schedule import Calendar
 from processor.domain.settings import ConfigError
 from processor.exports.checks import batch_summary, check
 from processor.exports.errors import ExportLimitError
-from processor.exports.layout import SOURCE, BatchFields, ExportError, Problem, file_defaults
+from processor.exports.layout import SOURCE, BatchFields, ExportError, file_defaults
 from processor.exports.mapping import Explanation
 from processor.exports.profile import ExportProfile, ProfileError
 from processor.exports.profiled import explain_lines, profile_named
@@ -238,9 +237,6 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     except ExportError as exc:
         report(exc.problems, progress)
-        return EXIT_INVALID
-    except (UnicodeDecodeError, csv.Error) as exc:
-        report([Problem(None, "file", f"cannot be read as {args.encoding or 'utf-8-sig'} CSV: {exc}")], progress)
         return EXIT_INVALID
     batch = export.batch
     count = len(batch.transactions)
