@@ -233,10 +233,16 @@ def a_conflict_then_withdraw_and_correct(s: Session) -> None:
     assert wait_for(statuses, "HEX-B", "COMPLETED", 2).record["control_sum"] == Decimal("1366.25")
 
 
-def an_expired_batch_submitted_again(s: Session) -> None:
-    """5. An EXPIRED batch submitted again is paid."""
+def a_batch_nobody_approves(s: Session) -> None:
+    """Submitted first and left alone, so that it expires (authorization_deadline) while steps 1-4 run: step 5."""
     s.late = late = export(s.directory / "bono.csv", [("200100320", "50.00")], "BONO")
     assert s.run("submit", str(late), *ORIGIN, "--batch-id", "BONO", "--quiet").code == 0
+
+
+def an_expired_batch_submitted_again(s: Session) -> None:
+    """5. An EXPIRED batch (submitted at the start and never approved) submitted again is paid."""
+    late = s.late
+    assert late is not None
     wait_for(s.statuses, "BONO", "EXPIRED", timeout=60)
     resubmitted = s.run("submit", str(late), *ORIGIN, "--batch-id", "BONO", "--quiet")
     assert resubmitted.code == 0 and "as attempt 2" in resubmitted.out, resubmitted.out + resubmitted.err
@@ -302,10 +308,13 @@ def test_submissions_mean_what_they_say(kafka_bootstrap: str, deployment_factory
     deployment = deployment_factory(
         kafka_bootstrap,
         partitions=PARTITIONS,
-        engine={"duplicate_window_days": 35, "authorization_deadline": 15, "consent_watch_interval": 1},
+        # Every batch expires 30 s after it asks for approval: steps 1-4 approve theirs well before (under load too),
+        # and BONO, submitted first and never approved, has expired by step 5.
+        engine={"duplicate_window_days": 35, "authorization_deadline": 30, "consent_watch_interval": 1},
         tables={"admin": {"token_sha256": hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()}},
     )
     session = Session(deployment, deployment.start(0), deployment.topic_log(STATUS_TOPIC), deployment.approver())
+    a_batch_nobody_approves(session)
     same_workbook_twice_is_one_batch(session)
     a_reexport_is_held_then_paid_once(session)
     a_conflict_then_withdraw_and_correct(session)
