@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from month_end import (
     DROPPED_RETRIES,
     Child,
     RssSampler,
+    Seen,
     StatusWatcher,
     _interrupt,
     approve,
@@ -138,6 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+@dataclass
+class _Ended:
+    """What a measured run leaves for its report."""
+
+    message_bytes: int
+    marks: list[tuple[str, float, float, float]]  # phase ended, wall time, processor and sandbox CPU s
+    opened: float
+    delivered: float
+    answered: float
+    peak_kb: int | None
+    bank_calls: dict[str, tuple[int, float]]
+    sandbox_peak_kb: int | None
+    load_end: str
+
+
 def _measure(args: argparse.Namespace, api: str, settings: KafkaSettings, processor: Child, sandbox: Child) -> None:
     count: int = args.transactions
     batch_id = f"big-{int(time.time())}"
@@ -178,12 +195,19 @@ def _measure(args: argparse.Namespace, api: str, settings: KafkaSettings, proces
         watcher.wait(lambda c: c["COMPLETED"] + c["FAILED"] >= 1, args.timeout, "COMPLETED")
         mark("complete")
         sampler.sample()
-        peak = processor.status_kb("VmHWM")
-        bank_calls = bank_call_means(api)
-        sandbox_peak = sandbox.status_kb("VmHWM")
-        load_end = load_averages()
+        ended = _Ended(
+            message_bytes=len(value), marks=marks, opened=opened, delivered=delivered, answered=answered,
+            peak_kb=processor.status_kb("VmHWM"), bank_calls=bank_call_means(api),
+            sandbox_peak_kb=sandbox.status_kb("VmHWM"), load_end=load_averages(),
+        )  # fmt: skip
+    _report(args, ended, watcher.seen.get(batch_id, {}), sampler, watcher)
 
-    seen = watcher.seen.get(batch_id, {})
+
+def _report(
+    args: argparse.Namespace, ended: _Ended, seen: dict[str, Seen], sampler: RssSampler, watcher: StatusWatcher
+) -> None:
+    count: int = args.transactions
+    marks, delivered = ended.marks, ended.delivered
     at = {phase: wall for phase, wall, _, _ in marks}
     cpu = {phase: used for phase, _, used, _ in marks}
     bank_cpu = {phase: used for phase, _, _, used in marks}
@@ -192,12 +216,12 @@ def _measure(args: argparse.Namespace, api: str, settings: KafkaSettings, proces
         f"=== big batch: {count:,} transactions, store {args.store}, bank latency +{args.latency_ms:g} ms/call, "
         f"file payment delay {args.file_payment_delay:g} s ==="
     )
-    print(f"load average (1/5/15 min) at the end: {load_end}")
+    print(f"load average (1/5/15 min) at the end: {ended.load_end}")
     if args.sandbox_max_body_mb:
         print(f"sandbox request body limit set to {args.sandbox_max_body_mb:g} MiB (64 MiB as shipped)")
     if args.status_max_message_mb:
         print(f"status topic max.message.bytes set to {args.status_max_message_mb:g} MiB (64 MiB as created)")
-    print(f"Avro message: {len(value) / 1e6:.1f} MB")
+    print(f"Avro message: {ended.message_bytes / 1e6:.1f} MB")
 
     ends = {"to-auth": "produce", "initiate": "to-auth", "complete": "initiate"}
 
@@ -213,8 +237,8 @@ def _measure(args: argparse.Namespace, api: str, settings: KafkaSettings, proces
     if "AUTHORIZATION_REQUIRED" in seen:
         to_auth = seen["AUTHORIZATION_REQUIRED"].consumed_at - at["produce"]
         line("to-auth", to_auth, cpu["to-auth"] - cpu["produce"], "acknowledged -> AUTHORIZATION_REQUIRED consumed")
-    line("approve", delivered - opened, None, "link opened -> redirect delivered (PAR, consent page)")
-    line("callback", answered - delivered, None, "redirect delivered -> callback 200 (code exchange)")
+    line("approve", delivered - ended.opened, None, "link opened -> redirect delivered (PAR, consent page)")
+    line("callback", ended.answered - delivered, None, "redirect delivered -> callback 200 (code exchange)")
     if "INITIATED" in seen:
         initiated = seen["INITIATED"]
         late = initiated.occurred_at - delivered
@@ -232,8 +256,9 @@ def _measure(args: argparse.Namespace, api: str, settings: KafkaSettings, proces
     if "COMPLETED" in seen:
         print(f"total (encode start -> COMPLETED consumed): {seen['COMPLETED'].consumed_at - first:.2f} s")
     print(f"CPU seconds in all: processor {marks[-1][2] - marks[0][2]:.1f}, sandbox {marks[-1][3] - marks[0][3]:.1f}")
-    shown = ", ".join(f"{op} {n}x {mean * 1000:.0f} ms" for op, (n, mean) in sorted(bank_calls.items()))
+    shown = ", ".join(f"{op} {n}x {mean * 1000:.0f} ms" for op, (n, mean) in sorted(ended.bank_calls.items()))
     print(f"bank calls (count, mean, from /metrics): {shown}")
+    peak, sandbox_peak = ended.peak_kb, ended.sandbox_peak_kb
     verdict = "met" if peak is not None and peak * 1024 < TARGET_MB * 1_000_000 else "NOT met"
     print(f"processor peak RSS (VmHWM): {mb(peak)}  (target < {TARGET_MB} MB: {verdict}); sandbox {mb(sandbox_peak)}")
     for phase, peaks in sampler.peak_by_phase.items():

@@ -427,24 +427,9 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
         for index in fleet.alive():
             fleet.processors[index].stop()
         time.sleep(2.0)  # late status events, if any, arrive now
-        log = read_statuses(settings)  # the whole topic, read anew: the judgement does not rest on the live reader
-        orders = {b: [str(r["status"]) for r in log.get(b, [])] for b in batch_ids}
-        payment_of = {b: next((str(r.get("file_payment_id")) for r in log.get(b, []) if r["status"] == "COMPLETED"),
-                              None) for b in batch_ids}  # fmt: skip
-        with psycopg.connect(store) as conn:
-            flows = Counter({str(k): int(n) for k, n in conn.execute("SELECT state, COUNT(*) FROM flows GROUP BY 1")})
-            row = conn.execute("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL").fetchone()
-            unpublished = int(row[0]) if row else -1
-        with watcher.changed:
-            ended = {
-                b: max(seen.consumed_at for status, seen in watcher.seen[b].items() if status in TERMINAL)
-                - started_wall
-                for b in batch_ids
-                if any(status in TERMINAL for status in watcher.seen.get(b, {}))
-            }
-        counts = httpx.get(f"{bench.sandbox_url}/__sandbox/counts", timeout=10).json()
-        fired = httpx.get(f"{bench.sandbox_url}/__sandbox/faults", timeout=10).json()
+        after = _aftermath(settings, store, watcher, batch_ids, started_wall, bench.sandbox_url)
         held, unmatched = bank_holdings(bank_db, references)
+    log, orders, payment_of, ended = after.log, after.orders, after.payment_of, after.ended
     wrong = {b: misreports(orders[b], payment_of[b], held[b], control[b]) for b in batch_ids}
     wrong = {b: w for b, w in wrong.items() if w}
     extra_consents = sum(max(0, len(h.consents) - 1) for h in held.values())
@@ -469,15 +454,64 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
     print(f"processors exited by themselves: {len(fleet.exits)} ({'; '.join(fleet.exits) or 'none'})")
     errors = log_errors(directory)
     print(f"processor log errors:        {sum(errors.values())} {dict(errors.most_common(5))}")
-    print(f"bank: {', '.join(f'{k} {v}' for k, v in counts.items() if v)}; consents of no batch {unmatched}")
-    print(f"store: flows {dict(sorted(flows.items()))}; outbox events not published {unpublished}")
+    print(f"bank: {', '.join(f'{k} {v}' for k, v in after.counts.items() if v)}; consents of no batch {unmatched}")
+    print(f"store: flows {dict(sorted(after.flows.items()))}; outbox events not published {after.unpublished}")
     print(f"status topic: {sum(len(v) for v in log.values())} events (redeliveries of an event id: {log.resent})")
+    print(f"bank faults fired:           {', '.join(f'{k} {v}' for k, v in after.faults.items())}")
+    print(f"approvals:                   {dict(approvals.outcomes())}; retries {dict(approvals.retries)}")
+    print(f"load average:                {load_averages()}")
+    _print_problems(wrong, held, orders, plan)
+    sys.stdout.flush()
+    return 0 if not wrong and extra_consents + extra_payments == 0 else 1
+
+
+@dataclass
+class Aftermath:
+    """What a chaos run left behind, read once the processors are stopped."""
+
+    log: StatusLog  # the whole status topic, read anew: the judgement does not rest on the live reader
+    orders: dict[str, list[str]]  # the statuses of each batch in log order
+    payment_of: dict[str, str | None]  # the file payment id its COMPLETED named
+    flows: Counter[str]  # the store's flows by state
+    unpublished: int  # outbox events not published (-1: not counted)
+    ended: dict[str, float]  # seconds from the first produce to each terminal batch's last terminal status
+    counts: dict[str, Any]  # the sandbox bank's counts of calls and resources
+    faults: Counter[str]  # the bank faults that fired, by kind
+
+
+def _aftermath(
+    settings: KafkaSettings,
+    store: str,
+    watcher: StatusWatcher,
+    batch_ids: Sequence[str],
+    started_wall: float,
+    sandbox_url: str,
+) -> Aftermath:
+    log = read_statuses(settings)
+    orders = {b: [str(r["status"]) for r in log.get(b, [])] for b in batch_ids}
+    payment_of = {b: next((str(r.get("file_payment_id")) for r in log.get(b, []) if r["status"] == "COMPLETED"),
+                          None) for b in batch_ids}  # fmt: skip
+    with psycopg.connect(store) as conn:
+        flows = Counter({str(k): int(n) for k, n in conn.execute("SELECT state, COUNT(*) FROM flows GROUP BY 1")})
+        row = conn.execute("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL").fetchone()
+        unpublished = int(row[0]) if row else -1
+    with watcher.changed:
+        ended = {
+            b: max(seen.consumed_at for status, seen in watcher.seen[b].items() if status in TERMINAL) - started_wall
+            for b in batch_ids
+            if any(status in TERMINAL for status in watcher.seen.get(b, {}))
+        }
+    counts = httpx.get(f"{sandbox_url}/__sandbox/counts", timeout=10).json()
+    fired = httpx.get(f"{sandbox_url}/__sandbox/faults", timeout=10).json()
     faults = Counter[str]()
     for rule in fired.get("rules", []):
         faults[f"{rule.get('fault')} {rule.get('status', '')}".strip()] += int(rule.get("fired", 0))
-    print(f"bank faults fired:           {', '.join(f'{k} {v}' for k, v in faults.items())}")
-    print(f"approvals:                   {dict(approvals.outcomes())}; retries {dict(approvals.retries)}")
-    print(f"load average:                {load_averages()}")
+    return Aftermath(log, orders, payment_of, flows, unpublished, ended, counts, faults)
+
+
+def _print_problems(
+    wrong: dict[str, list[str]], held: dict[str, Holdings], orders: dict[str, list[str]], plan: Plan
+) -> None:
     for batch_id, problems in sorted(wrong.items()):
         print(f"MISREPORTED {batch_id}: {'; '.join(problems)}; statuses {orders[batch_id]}")
     for batch_id, h in sorted(held.items()):
@@ -486,8 +520,6 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
     for batch_id in (b for b, o in orders.items() if not any(s in TERMINAL for s in o)):
         print(f"NOT TERMINAL {batch_id}: statuses {orders[batch_id]}, decision {plan.decisions[batch_id]}, "
               f"bank consents {held[batch_id].consents}, payments {held[batch_id].payments}")  # fmt: skip
-    sys.stdout.flush()
-    return 0 if not wrong and extra_consents + extra_payments == 0 else 1
 
 
 def _drive(

@@ -32,7 +32,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from processor.api.console.app import console_app
-from processor.api.console.auth import console_auth, hash_password
+from processor.api.console.auth import ConsoleTable, console_auth, hash_password
 from processor.domain.file_states import BatchStatus, FlowState
 from processor.domain.time import iso_ms
 from processor.engine.file_events import status_payload
@@ -144,7 +144,7 @@ def batch_pages(sample: str, now: datetime) -> dict[str, str]:
 
 async def measure(url: str, store: Store, pages: dict[str, str], repeat: int) -> list[tuple[str, list[float]]]:
     """Serve the console on loopback, sign in, and time each of `pages` `repeat` times (after one warm-up)."""
-    auth = console_auth({"operators": {"bench": hash_password(PASSWORD)}, "session_key": "b" * 40})
+    auth = console_auth(ConsoleTable(operators={"bench": hash_password(PASSWORD)}, session_key="b" * 40))
     assert auth is not None
     app = Starlette(routes=[Mount("/console", app=console_app(store, auth, public_url=url))])
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")

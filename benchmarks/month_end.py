@@ -764,6 +764,27 @@ def run(bench: Bench, instances: int, options: RunOptions) -> None:
         delete_topics(settings)
 
 
+@dataclass
+class Figures:
+    """What one measured month-end leaves for its report (wall-clock times and seconds)."""
+
+    encode_seconds: float
+    first_produce: float
+    produce_seconds: float
+    submitted_in_time: bool
+    authorization_required: int
+    submit_seconds: float
+    approvals: list[Approval]
+    approvals_started: float
+    approvals_done: float
+    all_completed: float
+    loads: tuple[str, str, str]  # load averages before, after the submit, at the end
+    peaks: dict[str, int | None]  # VmHWM in kB by child name
+    metrics: list[dict[str, tuple[int, float]]]  # bank call means by instance
+    cpu: dict[str, list[float]]  # CPU seconds by child name: at the start, after the submit, at the end
+    reference_before: float
+
+
 def _measure(
     bench: Bench, instances: int, options: RunOptions, settings: KafkaSettings, sandbox: Child, processors: list[Child]
 ) -> None:
@@ -821,6 +842,24 @@ def _measure(
         peaks = {c.name: c.status_kb("VmHWM") for c in everyone}
         metrics = [bank_call_means(api) for api in apis]
 
+    figures = Figures(
+        encode_seconds, first_produce, produce_seconds, ok, authorization_required, submit_seconds, approvals,
+        approvals_started, approvals_done, all_completed, (load_before, load_after_submit, load_end), peaks, metrics,
+        cpu, reference_before,
+    )  # fmt: skip
+    _report(bench, instances, options, figures, watcher, sandbox, processors)
+
+
+def _report(
+    bench: Bench,
+    instances: int,
+    options: RunOptions,
+    figures: Figures,
+    watcher: StatusWatcher,
+    sandbox: Child,
+    processors: list[Child],
+) -> None:
+    n, f, approvals, everyone = options.batches, figures, figures.approvals, [*processors, sandbox]
     by_consumption = [watcher.seen[a.batch_id]["INITIATED"].consumed_at - a.delivered_at
                       for a in approvals if "INITIATED" in watcher.seen.get(a.batch_id, {})]  # fmt: skip
     by_occurred = [watcher.seen[a.batch_id]["INITIATED"].occurred_at - a.delivered_at
@@ -831,12 +870,16 @@ def _measure(
     print()
     print(f"=== month-end: {instances} instance(s), {n} batches x {options.transactions} transactions, "
           f"store {options.store}, bank latency +{bench.latency_ms:g} ms/call ===")  # fmt: skip
+    load_before, load_after_submit, load_end = f.loads
     print(f"load average (1/5/15 min): before {load_before}; after submit {load_after_submit}; end {load_end}")
-    print(f"encode {n} batches (client side, untimed below):   {encode_seconds:8.2f} s")
-    print(f"produce all (first produce -> all acked):          {produce_seconds:8.2f} s")
+    print(f"encode {n} batches (client side, untimed below):   {f.encode_seconds:8.2f} s")
+    print(f"produce all (first produce -> all acked):          {f.produce_seconds:8.2f} s")
+    authorization_required, submit_seconds = f.authorization_required, f.submit_seconds
+    approvals_started, approvals_done = f.approvals_started, f.approvals_done
+    timed_out = "" if f.submitted_in_time else ", TIMED OUT"
     rate = authorization_required / submit_seconds if submit_seconds else 0.0
     print(f"submit -> N-th AUTHORIZATION_REQUIRED consumed:    {submit_seconds:8.2f} s  "
-          f"{rate:7.1f} batches/s  ({authorization_required}/{n}{'' if ok else ', TIMED OUT'})")  # fmt: skip
+          f"{rate:7.1f} batches/s  ({authorization_required}/{n}{timed_out})")  # fmt: skip
     others = {k: v for k, v in watcher.counts.items() if k in ("INVALID", "FAILED") and v}
     if others:
         print(f"  other outcomes: {others}")
@@ -858,20 +901,20 @@ def _measure(
             f"  p99 {percentile(by_occurred, 99) * 1000:7.0f} ms"
         )
     print(
-        f"approvals start -> last COMPLETED consumed:        {all_completed - approvals_started:8.2f} s  "
+        f"approvals start -> last COMPLETED consumed:        {f.all_completed - approvals_started:8.2f} s  "
         f"(COMPLETED {watcher.counts['COMPLETED']}, FAILED {watcher.counts['FAILED']})"
     )
-    print(f"first produce -> last COMPLETED consumed:          {all_completed - first_produce:8.2f} s")
+    print(f"first produce -> last COMPLETED consumed:          {f.all_completed - f.first_produce:8.2f} s")
     for c in everyone:
-        marks = cpu[c.name]
-        print(f"{c.name:12} pid {c.pid:>7}: peak RSS (VmHWM) {mb(peaks[c.name])}, sampled max VmRSS "
+        marks = f.cpu[c.name]
+        print(f"{c.name:12} pid {c.pid:>7}: peak RSS (VmHWM) {mb(f.peaks[c.name])}, sampled max VmRSS "
               f"{mb(c.peak_rss_sampled)}; CPU s submit {marks[1] - marks[0]:6.1f}, approve+complete "
               f"{marks[2] - marks[1]:6.1f}")  # fmt: skip
-    for index, means in enumerate(metrics):
+    for index, means in enumerate(f.metrics):
         shown = ", ".join(f"{op} {count}x {mean * 1000:.0f} ms" for op, (count, mean) in sorted(means.items()))
         print(f"bank calls, instance {index + 1} (count, mean): {shown}")
-    reference = (reference_before + speed_reference_seconds()) / 2
-    print_normalised(n, cpu, [p.name for p in processors], sandbox.name, reference, metrics, bench.latency_ms)
+    reference = (f.reference_before + speed_reference_seconds()) / 2
+    print_normalised(n, f.cpu, [p.name for p in processors], sandbox.name, reference, f.metrics, bench.latency_ms)
     if watcher.duplicates or watcher.errors:
         print(f"status consumer: {watcher.duplicates} duplicate events, errors {watcher.errors[:3]}")
     if DROPPED_RETRIES:

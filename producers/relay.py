@@ -320,7 +320,13 @@ class OutboxRelay:
         try:
             claimed, handed = self.store.run(
                 lambda tx: (
-                    tx.outbox.claim(owner=self.owner, now=now, limit=self.batch_size, lease_seconds=self.lease_seconds),
+                    tx.outbox.claim(
+                        owner=self.owner,
+                        now=now,
+                        limit=self.batch_size,
+                        lease_seconds=self.lease_seconds,
+                        known=self._in_flight,  # produced already: not built again
+                    ),
                     tx.outbox.handovers(owner=self.owner, now=now),
                 )
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from processor.api.console.auth import ConsoleAuth, console_auth, hash_password
+from processor.api.console.auth import ConsoleAuth, ConsoleTable, console_auth, hash_password
 
 PASSWORD = "correct horse battery"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -19,6 +19,6 @@ def operator_auth(password: str = PASSWORD) -> ConsoleAuth:
         "bob": {"password": stored, "role": "approver"},
         "vera": {"password": stored, "role": "viewer"},
     }
-    auth = console_auth({"operators": operators, "session_key": "k" * 40})
+    auth = console_auth(ConsoleTable(operators=operators, session_key="k" * 40))
     assert auth is not None
     return auth

@@ -14,6 +14,7 @@ Failures raise the tree in processor.bank.errors; transient ones are retried per
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 import uuid
@@ -67,6 +68,19 @@ def check_idempotency_key(key: str) -> str:
     return key
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One logical bank call, as `BankClient.request` was given it (`path` for the logs)."""
+
+    operation: str
+    method: str
+    url: str
+    path: str
+    headers: Mapping[str, str]
+    body: Body
+    idempotency_key: str | None
+
+
 @dataclass
 class _CachedToken:
     token: TokenResponse
@@ -94,8 +108,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         self.integration = integration
         self.clock: Clock = clock or SystemClock()
         t = integration.timeouts
-        # httpcore looks at every pooled connection on each request, so a pool much larger than the calls really
-        # in flight costs CPU on every call (see docs/benchmarks.md); more calls wait for a free one.
+        # At most max_connections calls in flight to the bank; more wait for a free connection (the pool timeout).
         limits = httpx.Limits(
             max_connections=integration.max_connections, max_keepalive_connections=integration.max_connections
         )
@@ -171,73 +184,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
 
         `body` is fixed bytes (sent identically on every attempt) or an async builder called per attempt.
         """
-        path = urlsplit(url).path
-
-        async def attempt(number: int) -> Reply:
-            interaction_id = str(uuid.uuid4())
-            sent = {**headers, INTERACTION: interaction_id}
-            if idempotency_key is not None:
-                sent[IDEMPOTENCY] = idempotency_key
-            try:
-                content = await body() if callable(body) else body
-            except errors.BankError as exc:
-                # Building the body failed (remote signing, already retried on its own): no outer retries.
-                raise _BodyBuildError(exc) from exc
-            sent_at = self.clock.now()
-            started = self._monotonic()
-            try:
-                response = await self._http.request(
-                    method, url, headers=sent, content=content, extensions={OPERATION_EXTENSION: operation}
-                )
-            except httpx.RequestError as exc:
-                error = _transport_error(exc, operation, interaction_id)
-                BANK_CALL_SECONDS.labels(operation, "transport").observe(self._monotonic() - started)
-                BANK_CALL_ERRORS.labels(operation, type(error).__name__).inc()
-                self._log.warning(
-                    "bank call failed",
-                    operation=operation,
-                    method=method,
-                    path=path,
-                    correlation_id=interaction_id,
-                    attempt=number,
-                    error=type(error).__name__,
-                    detail=type(exc).__name__,
-                    idempotency_key=idempotency_key,
-                )
-                raise error from exc
-            elapsed = self._monotonic() - started
-            elapsed_ms = round(elapsed * 1000, 1)
-            BANK_CALL_SECONDS.labels(operation, status_class(response.status_code)).observe(elapsed)
-            self._log.info(
-                "bank call",
-                operation=operation,
-                method=method,
-                path=path,
-                status=response.status_code,
-                correlation_id=interaction_id,
-                attempt=number,
-                elapsed_ms=elapsed_ms,
-                idempotency_key=idempotency_key,
-            )
-            if 200 <= response.status_code < 300:
-                return Reply(response.status_code, response.headers, response.content, interaction_id, sent_at)
-            if response.status_code < 400:
-                raise errors.ProtocolError(
-                    f"unexpected HTTP {response.status_code}",
-                    status=response.status_code,
-                    operation=operation,
-                    interaction_id=interaction_id,
-                )
-            failure = errors.error_from_response(
-                response.status_code,
-                response.headers,
-                response.content,
-                operation=operation,
-                interaction_id=interaction_id,
-                now=self.clock.now(),
-            )
-            BANK_CALL_ERRORS.labels(operation, type(failure).__name__).inc()
-            raise failure
+        call = _Call(operation, method, url, urlsplit(url).path, headers, body, idempotency_key)
 
         def on_retry(error: errors.BankError, number: int, decision: RetryDecision) -> None:
             self._log.warning(
@@ -253,7 +200,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
 
         try:
             return await run_with_retries(
-                attempt,
+                functools.partial(self._attempt, call),
                 self.retry_policy,
                 sleep=self._sleep,
                 monotonic=self._monotonic,
@@ -266,6 +213,78 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         except errors.BankError as error:
             error.idempotency_key = idempotency_key
             raise
+
+    async def _attempt(self, call: _Call, number: int) -> Reply:
+        """One HTTP exchange of `call` (attempt `number`), logged and counted; a 2xx Reply or a BankError."""
+        operation, idempotency_key = call.operation, call.idempotency_key
+        interaction_id = str(uuid.uuid4())
+        sent = {**call.headers, INTERACTION: interaction_id}
+        if idempotency_key is not None:
+            sent[IDEMPOTENCY] = idempotency_key
+        try:
+            content = await call.body() if callable(call.body) else call.body
+        except errors.BankError as exc:
+            # Building the body failed (remote signing, already retried on its own): no outer retries.
+            raise _BodyBuildError(exc) from exc
+        sent_at = self.clock.now()
+        started = self._monotonic()
+        try:
+            response = await self._http.request(
+                call.method, call.url, headers=sent, content=content, extensions={OPERATION_EXTENSION: operation}
+            )
+        except httpx.RequestError as exc:
+            error = _transport_error(exc, operation, interaction_id)
+            BANK_CALL_SECONDS.labels(operation, "transport").observe(self._monotonic() - started)
+            BANK_CALL_ERRORS.labels(operation, type(error).__name__).inc()
+            self._log.warning(
+                "bank call failed",
+                operation=operation,
+                method=call.method,
+                path=call.path,
+                correlation_id=interaction_id,
+                attempt=number,
+                error=type(error).__name__,
+                detail=type(exc).__name__,
+                idempotency_key=idempotency_key,
+            )
+            raise error from exc
+        elapsed = self._monotonic() - started
+        elapsed_ms = round(elapsed * 1000, 1)
+        BANK_CALL_SECONDS.labels(operation, status_class(response.status_code)).observe(elapsed)
+        self._log.info(
+            "bank call",
+            operation=operation,
+            method=call.method,
+            path=call.path,
+            status=response.status_code,
+            correlation_id=interaction_id,
+            attempt=number,
+            elapsed_ms=elapsed_ms,
+            idempotency_key=idempotency_key,
+        )
+        return self._reply(operation, response, interaction_id, sent_at)
+
+    def _reply(self, operation: str, response: httpx.Response, interaction_id: str, sent_at: datetime) -> Reply:
+        """The Reply of a 2xx answer; any other status raises (ProtocolError for 1xx/3xx, the bank's error)."""
+        if 200 <= response.status_code < 300:
+            return Reply(response.status_code, response.headers, response.content, interaction_id, sent_at)
+        if response.status_code < 400:
+            raise errors.ProtocolError(
+                f"unexpected HTTP {response.status_code}",
+                status=response.status_code,
+                operation=operation,
+                interaction_id=interaction_id,
+            )
+        failure = errors.error_from_response(
+            response.status_code,
+            response.headers,
+            response.content,
+            operation=operation,
+            interaction_id=interaction_id,
+            now=self.clock.now(),
+        )
+        BANK_CALL_ERRORS.labels(operation, type(failure).__name__).inc()
+        raise failure
 
     def _parse(
         self,

@@ -22,11 +22,10 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from enum import EnumMeta
 from pathlib import Path
-from typing import Any, TypeVar, Union, cast, get_args, get_origin
+from typing import Any, TypeVar, Union, get_args, get_origin
 
-from annotated_types import Ge, Le
+from annotated_types import Ge, Gt, Le
 from pydantic import BaseModel, ValidationError
 
 from processor.cli.config_models import (
@@ -36,14 +35,13 @@ from processor.cli.config_models import (
     AdminClientOnly,
     Config,
     KafkaOnly,
-    KafkaTable,
     KeyPath,
     Layered,
     Load,
     ProcessorTable,
 )
 from processor.domain.settings import ConfigError, EnvText
-from processor.kafka.settings import KafkaSettings, settings_from
+from processor.kafka.settings import KafkaSettings, KafkaTable, settings_from
 
 __all__ = [
     "Config",
@@ -60,9 +58,6 @@ __all__ = [
 CONFIG_ENV = "DISPERSION_CONFIG"
 ADMIN_TOKEN_ENV = "DISPERSION_ADMIN_TOKEN"
 ENV_SUFFIX = "_env"
-# `K_env` keys are resolved at every depth of these tables; in the others (`[exports]`, `[console]`, ...) only at
-# the top: their nested names are their owners'.
-_RESOLVED_DEEP = ("processor", "kafka", "integrations", "engine", "admin", "telemetry")
 M = TypeVar("M", bound=Layered)
 
 
@@ -96,10 +91,7 @@ def settings_from_config(path: str | None, *, bootstrap: str | None = None) -> K
     """Kafka client settings from a configuration file: `path` (`--config`), else `$DISPERSION_CONFIG`, else
     `./dispersion.toml` when present, else none (`--bootstrap` / the environment alone)."""
     path = optional_config_path(path)
-    if path is None:
-        return settings_from(bootstrap=bootstrap)
-    kafka = load_kafka_settings(path)
-    return settings_from(kafka.options, bootstrap=bootstrap, configured=kafka.bootstrap_servers)
+    return settings_from(None if path is None else load_kafka_settings(path), bootstrap=bootstrap)
 
 
 def load_admin_client(path: str | Path, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
@@ -132,10 +124,11 @@ def _read(model: type[M], file: Path, environ: Mapping[str, str], *, lenient: bo
     overridden = {
         tuple(name.lower()[len(ENV_PREFIX) :].split("__")) for name in environ if name.upper().startswith(ENV_PREFIX)
     }
+    # K_env at every depth of a table a model describes; in `[exports]` and the tables no model describes only at
+    # the top: their nested names are their owners'.
+    deep = set(model.model_fields) - {"exports"}
     resolved = {
-        name: _resolve_env_keys(
-            table, (name,), environ, overridden, problems, deep=name in _RESOLVED_DEEP, lenient=lenient
-        )
+        name: _resolve_env_keys(table, (name,), environ, overridden, problems, deep=name in deep, lenient=lenient)
         if isinstance(table, Mapping)
         else table
         for name, table in data.items()
@@ -146,7 +139,7 @@ def _read(model: type[M], file: Path, environ: Mapping[str, str], *, lenient: bo
         settings = model(**resolved)
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
-            path = tuple(str(part) for part in error["loc"])
+            path = tuple(str(part) for part in error["loc"] if part != "[key]")  # a bad name: the name's path
             if not _failed(resolved, path):
                 problems.append((path, _message(model, path, error)))
     finally:
@@ -258,15 +251,15 @@ def _message(model: type[BaseModel], path: KeyPath, error: Any) -> str:
         return f"must be a number, got {given!r}"
     if kind in ("bool_type", "bool_parsing"):
         return f"must be true or false, got {given!r}"
-    if kind in ("literal_error", "enum"):
-        target = _walk(model, path)[1]
-        options = [member.value for member in cast(Any, target)] if isinstance(target, EnumMeta) else get_args(target)
-        return f"must be one of {', '.join(repr(option) for option in options)}, got {given!r}"
-    if kind in ("greater_than_equal", "less_than_equal"):
+    if kind in ("literal_error", "enum"):  # pydantic's "'a', 'b' or 'c'" as a plain list
+        return f"must be one of {ctx['expected'].replace(' or ', ', ')}, got {given!r}"
+    if kind in ("greater_than", "greater_than_equal", "less_than_equal"):
         metadata = getattr(_walk(model, path)[0], "metadata", [])
-        low = next((m.ge for m in metadata if isinstance(m, Ge)), ctx.get("ge"))
-        high = next((m.le for m in metadata if isinstance(m, Le)), ctx.get("le"))
-        return f"must be between {low:g} and {high:g}, got {given!r}"
+        high = next(m.le for m in metadata if isinstance(m, Le))
+        low = next(m for m in metadata if isinstance(m, Ge | Gt))
+        if isinstance(low, Gt):
+            return f"must be more than {low.gt:g} and at most {high:g}, got {given!r}"
+        return f"must be between {low.ge:g} and {high:g}, got {given!r}"
     return str(error["msg"])
 
 

@@ -44,13 +44,11 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(schema_text())
         return 0
     from processor.cli.config import default_config_path, load_config
-    from processor.cli.service import validate_tables
     from processor.domain.settings import ConfigError
 
     path = args.config or default_config_path()
     try:
         config = load_config(path)
-        validate_tables(config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE

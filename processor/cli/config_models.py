@@ -12,16 +12,18 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, cast
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from processor.api.console.auth import ConsoleTable
 from processor.bank.integration import Integration
-from processor.domain.roles import NAME_PATTERN, AdminToken, Controls, Role
-from processor.domain.settings import EnvText, HttpUrl, NonEmpty, Secret, SecretText, Table, problem, redact_url
+from processor.domain.roles import AdminToken, Controls, PersonName, Role
+from processor.domain.settings import EnvText, HttpUrl, NonEmpty, Secret, Table, problem, redact_url
 from processor.engine.settings import EngineSettings
+from processor.kafka.settings import KafkaTable
 
 AT_LEAST_ONE_INTEGRATION = "at least one [integrations.NAME] table is required"
 LEGACY_TOKEN_NAME = "admin"
@@ -47,40 +49,6 @@ class ProcessorTable(Table):
 
     def __repr_args__(self) -> Any:
         return [("store", redact_url(self.store)), ("public_url", self.public_url)]
-
-
-def _revealed(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(key): _revealed(item) for key, item in value.items()}
-    return value.get_secret_value() if isinstance(value, SecretStr) else value
-
-
-class KafkaTable(Table):
-    """`[kafka]`: the broker and the client options (processor.kafka reads everything but bootstrap_servers)."""
-
-    bootstrap_servers: Annotated[str, AfterValidator(str.strip)] = ""
-    """HOST:PORT[,HOST:PORT...]; empty: --bootstrap or KAFKA_BOOTSTRAP_SERVERS."""
-    group_id: NonEmpty | None = None
-    """Consumer group of the processor instances (default dispersion-processor)."""
-    static_membership: bool | None = None
-    """group.instance.id = the instance name, so a restart takes its partitions back at once (default true)."""
-    wire_format: Literal["single-object", "confluent"] | None = None
-    """single-object (default) or confluent (needs schema_registry_url); docs/kafka.md."""
-    schema_registry_url: HttpUrl | None = None
-    """The registry's Confluent-compatible API, e.g. http://registry:8080/apis/ccompat/v7."""
-    schema_registry_username: NonEmpty | None = None
-    """HTTP basic user of the registry (optional)."""
-    schema_registry_password: SecretText | None = None
-    """HTTP basic password of the registry (better: schema_registry_password_env)."""
-    topics: dict[str, NonEmpty] | None = None
-    """Physical topic names by logical name, when a deployment prefixes or renames them."""
-    client: dict[str, Any] | None = None
-    """Extra librdkafka properties for every client (TLS, SASL); values may be secrets and are never logged."""
-
-    @property
-    def options(self) -> dict[str, Any]:
-        """The keys given but bootstrap_servers, secrets revealed (for processor.kafka.settings.settings_from)."""
-        return dict(_revealed(self.model_dump(exclude_unset=True, exclude={"bootstrap_servers"})))
 
 
 class TelemetryTable(Table):
@@ -130,15 +98,12 @@ class AdminTable(Table):
     token_sha256: Digest | None = None
     token: Token | None = None
     url: HttpUrl | None = None
-    tokens: dict[str, AdminTokenTable] = {}
+    tokens: dict[PersonName, AdminTokenTable] = {}
 
     @model_validator(mode="after")
     def _names(self) -> AdminTable:
         if self.token_sha256 is not None and self.token is not None:
             raise problem("give token_sha256 or token_env, not both")
-        for name in self.tokens:
-            if not NAME_PATTERN.match(name):
-                raise problem(f"tokens.{name}: a name is 1-64 letters, digits or ._@-")
         if LEGACY_TOKEN_NAME in self.tokens and (self.token_sha256 or self.token):
             raise problem(f"tokens.{LEGACY_TOKEN_NAME}: the name is taken by [admin] token_sha256/token_env")
         digests = [token.sha256 for token in self.by_name.values()]
@@ -197,17 +162,15 @@ class EnvironmentSource(PydanticBaseSettingsSource):
             parts = variable[len(ENV_PREFIX) :].lower().split(ENV_DELIMITER)
             node, file, path = out, cast(Any, load.file), cast(KeyPath, ())
             for depth, part in enumerate(parts):
-                name = _spelled(part, file, path)
+                name, named = _spelled(part, file, path), ENV_PREFIX + ENV_DELIMITER.join(parts[: depth + 1]).upper()
                 path = (*path, name)
                 file = file.get(name) if isinstance(file, Mapping) else None
                 if depth == len(parts) - 1:
                     node[name] = _env_value(value)
-                    load.overrides[path] = ENV_PREFIX + ENV_DELIMITER.join(parts[: depth + 1]).upper()
+                    load.overrides[path] = named
                 elif isinstance(node.setdefault(name, {}), dict):
                     if file is None:  # a table only the environment gives: what it lacks is asked of it too
-                        load.overrides.setdefault(
-                            path, ENV_PREFIX + ENV_DELIMITER.join(parts[: depth + 1]).upper() + "__..."
-                        )
+                        load.overrides.setdefault(path, named + "__...")
                     node = node[name]
                 else:
                     break
@@ -280,8 +243,7 @@ class Config(Layered):
     """ERP export profiles for `dispersion submit --profile NAME` (docs/submit.md); checked by their owner."""
     admin: AdminTable = AdminTable()
     controls: Controls = Controls()
-    console: dict[str, Any] = {}
-    """Operators and sessions of the console (docs/console.md; checked by processor.api.console.auth)."""
+    console: ConsoleTable = ConsoleTable()
 
     @field_validator("integrations", mode="before")
     @classmethod

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import re
 import sys
-import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from processor.cli.config import optional_config_path
+from processor.cli.config import load_kafka_settings, optional_config_path
+from processor.domain.settings import ConfigError
 from processor.kafka.settings import BOOTSTRAP_ENV
 
 _THREAD = re.compile(r"\[thrd:[^\]]*\]:\s*")
@@ -76,12 +76,10 @@ def where_kafka_is(bootstrap: str, explicit: str | None, config: str | None) -> 
         return f"{bootstrap} (from --bootstrap)"
     path = optional_config_path(config)
     if path is not None:
-        try:
-            with open(path, "rb") as file:  # the table only: the rest was read (and checked) already
-                kafka = tomllib.load(file).get("kafka")
-        except (OSError, tomllib.TOMLDecodeError):
-            kafka = None
-        configured = kafka.get("bootstrap_servers") if isinstance(kafka, dict) else None
-        if isinstance(configured, str) and configured.strip():
+        try:  # read (and checked) already: an unusable file here only means the address came from elsewhere
+            configured = load_kafka_settings(path).bootstrap_servers
+        except ConfigError:
+            configured = ""
+        if configured:
             return f"{bootstrap} (from [kafka] bootstrap_servers in {path})"
     return f"{bootstrap} (from ${BOOTSTRAP_ENV})"

@@ -163,7 +163,7 @@ class Processor:
             self.telemetry.observe(self.store)
             bank_options = self.telemetry.bank_options()
         self.engine: Engine = build_engine(self.config, self.store, bank_options=bank_options)
-        self.console_auth = console_auth(self.config.console, source=self.config.source)
+        self.console_auth = console_auth(self.config.console)
         self.vrp = attach_vrp(self.engine)
         self._stopped = asyncio.Event()
         self._relay_stop = threading.Event()  # set after the worker stopped, so its last events go out too
@@ -373,12 +373,6 @@ def console_line(auth: ConsoleAuth | None, public_url: str, source: str) -> str:
     return f"console: {public_url.rstrip('/')}/console/ (operators: {names})"
 
 
-def validate_tables(config: Config) -> None:
-    """The check the processor runs at start on `[console]`, whose owner reads it (`dispersion config check` runs
-    the same): a bad table is a ConfigError naming the key."""
-    console_auth(config.console, source=config.source)
-
-
 def main(argv: list[str]) -> int:
     """Run `dispersion processor`."""
     args = parser().parse_args(argv)
@@ -386,12 +380,9 @@ def main(argv: list[str]) -> int:
     configure_logging(args.log_format, level=getattr(logging, args.log_level.upper()), instance=instance)
     try:
         config = load_config(args.config or default_config_path())
-        validate_tables(config)
         kafka = None
         if args.role == "all":
-            kafka = settings_from(
-                config.kafka.options, bootstrap=args.bootstrap, configured=config.kafka.bootstrap_servers
-            )
+            kafka = settings_from(config.kafka, bootstrap=args.bootstrap)
         if args.listen_fd is not None:
             sock = inherited(args.listen_fd)
         else:

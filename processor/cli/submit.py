@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import csv
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from processor.cli.submit_iso import is_pain001, submit_pain001
 from processor.cli.submit_output import EXIT_INVALID, EXIT_KAFKA, EXIT_USAGE, Progress, report
@@ -43,11 +42,14 @@ from processor.domain.schedule import Calendar
 from processor.domain.settings import ConfigError
 from processor.exports.checks import batch_summary, check
 from processor.exports.errors import ExportLimitError
-from processor.exports.layout import SOURCE, BatchFields, ExportError, Problem, file_defaults
+from processor.exports.layout import SOURCE, BatchFields, ExportError, file_defaults
 from processor.exports.mapping import Explanation
 from processor.exports.profile import ExportProfile, ProfileError
 from processor.exports.profiled import explain_lines, profile_named
 from processor.exports.reading import read_export
+
+if TYPE_CHECKING:
+    from processor.kafka.settings import KafkaTable
 
 __all__ = ["EXIT_INVALID", "EXIT_KAFKA", "EXIT_USAGE", "main", "parser"]
 
@@ -67,8 +69,7 @@ class SubmitContext:
     integrations: Collection[str] | None = None
     calendars: Mapping[str, Calendar] = field(default_factory=dict)
     config_path: str | None = None
-    kafka_options: Mapping[str, Any] = field(default_factory=dict)
-    configured_bootstrap: str | None = None
+    kafka: KafkaTable | None = None  # the configuration's [kafka] table
     exports: object = None  # the configuration's raw [exports] table
 
 
@@ -145,8 +146,7 @@ def _context(args: argparse.Namespace) -> SubmitContext:
         integrations=frozenset(config.integrations),
         calendars={name: integration.calendar for name, integration in config.integrations.items()},
         config_path=path,
-        kafka_options=config.kafka.options,
-        configured_bootstrap=config.kafka.bootstrap_servers,
+        kafka=config.kafka,
         exports=config.exports,
     )
 
@@ -238,9 +238,6 @@ def main(argv: list[str]) -> int:
     except ExportError as exc:
         report(exc.problems, progress)
         return EXIT_INVALID
-    except (UnicodeDecodeError, csv.Error) as exc:
-        report([Problem(None, "file", f"cannot be read as {args.encoding or 'utf-8-sig'} CSV: {exc}")], progress)
-        return EXIT_INVALID
     batch = export.batch
     count = len(batch.transactions)
     if export.ignored_columns:
@@ -279,9 +276,7 @@ def _produce(
     from schemas.topics import BATCHES_TOPIC
 
     try:
-        settings = settings_from(
-            context.kafka_options, bootstrap=args.bootstrap, configured=context.configured_bootstrap
-        )
+        settings = settings_from(context.kafka, bootstrap=args.bootstrap)
     except KafkaSetupError as exc:
         print(f"dispersion submit: {exc}", file=sys.stderr)
         return EXIT_USAGE

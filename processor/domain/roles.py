@@ -19,10 +19,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from processor.domain.settings import Table
+from processor.domain.settings import Table, problem
 
 
 class Role(StrEnum):
@@ -56,8 +57,6 @@ ALLOWED: dict[Action, frozenset[Role]] = {
     Action.CLEAR_ACCOUNTS: frozenset({Role.OPERATOR, Role.APPROVER, Role.ADMIN}),  # the ledger's export, audited
 }
 
-ROLE_NAMES = ", ".join(role.value for role in Role)
-
 
 @dataclass(frozen=True)
 class Actor:
@@ -71,15 +70,16 @@ class Actor:
         return self.role in ALLOWED[action]
 
 
-def role_of(value: object) -> Role | None:
-    """The role a configuration names, or None when it names none of them."""
-    try:
-        return Role(str(value))
-    except ValueError:
-        return None
-
-
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")  # an operator's or a token's name
+
+
+def _person_name(name: str) -> str:
+    if not NAME_PATTERN.match(name):
+        raise problem("a name is 1-64 letters, digits or ._@-")
+    return name
+
+
+PersonName = Annotated[str, AfterValidator(_person_name)]  # a key of [console.operators] and [admin.tokens]
 
 
 @dataclass(frozen=True)

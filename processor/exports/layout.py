@@ -1,15 +1,14 @@
-"""Our own export layout (docs/submit.md, "CSV layout" and "JSON layout") read into a batch.
+"""The batch an export becomes (docs/submit.md), and the JSON layout read into one.
 
-`read_csv` builds the batch from rows of our columns: from a CSV file, and from any export read through a profile
-(`processor.exports.profiled`: the mapped rows are our columns), so batch values, defaults and the checks are the
-same for all. `read_json` reads the `processor.domain.batch` layout. Every problem is reported with its line (or
-row), all at once (`ExportError`).
+`build_export` builds the batch from an export's rows once they are in our fields (`processor.exports.mapping`:
+our own CSV layout and workbooks through the built-in profile `our_layout`, an ERP's export through its profile),
+so batch values, defaults and the checks are the same for all. `read_json` reads the `processor.domain.batch`
+layout. Every problem is reported with its line (or row), all at once (`ExportError`).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
@@ -27,12 +26,21 @@ from processor.domain.batch import (
     loads_exact,
 )
 from processor.domain.identity import payroll_id
-from processor.exports.profile import BATCH_COLUMNS, REQUIRED_COLUMNS, ROW_COLUMNS
+from processor.exports.mapping import MappingResult
+from processor.exports.profile import BATCH_COLUMNS, CONSTANTS, ExportProfile
 
 SOURCE: Final = "dispersion-submit"
-
-# Digits, optionally '.' and decimals, optional leading minus (validation then refuses it with its own reason).
-_AMOUNT_TEXT: Final = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+# Validation's field names for a transaction -> our column.
+_VALIDATION_FIELDS: Final = {
+    "destination_account.account_number": "account_number",
+    "destination_account.account_type": "account_type",
+    "destination_account.currency": "currency",
+    "destination_account.email": "email",
+    "amount": "amount",
+    "concept": "concept",
+    "employee_reference": "employee_reference",
+}
+_OPTION_OF: Final = {target: key for key, target in CONSTANTS.items()}  # batch value -> the profile key setting it
 
 
 class ExportError(Exception):
@@ -86,11 +94,6 @@ class Export:
     unit: str = "line"  # how `lines` count: file lines, or rows (profiles)
 
 
-def normalise_column(name: str) -> str:
-    """A header as our layout matches it: trimmed, lower case, runs of spaces and hyphens as `_`."""
-    return re.sub(r"[\s\-]+", "_", name.strip().lower())
-
-
 # The batch id a reader uses until the export is read: then `settle_batch_id` puts the id derived from what the
 # payroll pays in its place (`processor.domain.identity.payroll_id`).
 FROM_CONTENT: Final = "(from the transfers)"
@@ -116,129 +119,91 @@ def settle_batch_id(export: Export, *, submitted_at: datetime) -> Export:
     return replace(export, batch=replace(batch, batch_id=batch_id, file_reference=reference))
 
 
-def read_csv(
-    rows: Iterator[list[str]],
+def build_export(
+    result: MappingResult,
+    profile: ExportProfile,
     fields: BatchFields,
     *,
     requested_at: datetime,
     defaults: BatchFields,
-    on_row: Callable[[int], object] | None = None,
-    line_of: Callable[[], int] | None = None,
 ) -> Export:
-    """Build the batch from CSV rows (the first is the header). Reports every problem (`ExportError`).
-
-    `line_of()` gives the file line of the row just read (csv.reader's `line_num`, which counts quoted newlines);
-    `on_row(count)` is called after each row (progress).
-    """
-    try:
-        header = next(rows)
-    except StopIteration:
-        raise ExportError([Problem(None, "header", "the file is empty")]) from None
-    names = _header_names(header)
-    known = set(REQUIRED_COLUMNS) | set(ROW_COLUMNS) | set(BATCH_COLUMNS)
-    ignored = tuple(name for name in names if name not in known)
-    body = _Body(names)
-    for row in rows:
-        body.add(row, on_row=on_row, line=int(line_of()) if line_of is not None else body.count + 2)
-    batch = _batch(body, fields, defaults, requested_at)
+    """The batch of an export's mapped rows: each batch value from the command line (`fields`), else the file's
+    batch column (every row that fills it must agree), else `defaults`. ExportError when a required one is
+    missing, listing it with every problem of the rows; else an Export whose problems `checks.check` reports."""
+    unit, labels = profile.unit, result.labels
+    problems = [Problem(found.row, found.column, found.reason, unit) for found in result.problems]
+    index = {name: position for position, name in enumerate(result.fields)}
+    batch_columns = [(name, index[name]) for name in BATCH_COLUMNS if name in index]
+    batch_values: dict[str, tuple[str, int]] = {}  # batch column -> (value, the first row holding it)
+    account, email, concept = index["account_number"], index["email"], index["concept"]
+    kind, currency, reference = (index.get(name) for name in ("account_type", "currency", "employee_reference"))
+    transfers: list[Transfer] = []
+    lines: list[int] = []
+    unreadable: set[int] = set()
+    for row in result.rows:
+        values = row.values
+        for name, position in batch_columns:
+            value = values[position]
+            if value:
+                first = batch_values.setdefault(name, (value, row.row))
+                if first[0] != value:
+                    message = f"{value!r} differs from {first[0]!r} on {unit} {first[1]} (one file, one batch)"
+                    problems.append(Problem(row.row, labels.get(name, name), message, unit))
+        amount = row.amount
+        if amount is None:
+            unreadable.add(len(transfers))  # reported by the mapping, with the reason
+            amount = Decimal(0)
+        transfers.append(
+            Transfer(
+                account_number=values[account],
+                account_type=(kind is not None and values[kind]) or DEFAULT_DESTINATION_ACCOUNT_TYPE,
+                currency=values[currency] if currency is not None else "",  # else the origin's, below
+                email=values[email],
+                amount=amount,
+                concept=values[concept],
+                employee_reference=(reference is not None and values[reference]) or None,
+            )
+        )
+        lines.append(row.row)
+    problems.sort(key=lambda problem: problem.line or 0)  # by row; a row's cells before its batch values
+    batch = _batch(transfers, batch_values, fields, defaults, profile, labels, problems, requested_at)
     return Export(
-        batch, tuple(body.lines), ignored, problems=tuple(body.problems), unreadable_amounts=frozenset(body.unreadable)
+        batch,
+        tuple(lines),
+        tuple(result.explanation.ignored_columns) if profile.ours else (),
+        problems=tuple(problems),
+        unreadable_amounts=frozenset(unreadable),
+        labels=_validation_labels(profile, labels),
+        unit=unit,
     )
 
 
-def _header_names(header: list[str]) -> list[str]:
-    """The header's column names as our layout matches them; ExportError for a missing or repeated column."""
-    names = [normalise_column(name) for name in header]
-    if names and names[0].startswith("\ufeff"):
-        names[0] = names[0][1:]
-    problems: list[Problem] = []
-    for column in REQUIRED_COLUMNS:
-        if column not in names:
-            problems.append(Problem(1, column, "required column is missing (see docs/submit.md for the layout)"))
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    for column in repeated:
-        problems.append(Problem(1, column, "column appears more than once"))
-    if problems:
-        raise ExportError(problems)
-    return names
+def _validation_labels(profile: ExportProfile, labels: Mapping[str, str]) -> dict[str, str]:
+    """How validation's problems name a transaction's fields: an ERP's columns; our layout keeps validation's."""
+    if profile.ours:
+        return {}
+    return {name: labels[ours] for name, ours in _VALIDATION_FIELDS.items() if ours in labels}
 
 
-class _Body:
-    """The data rows of our layout, read one at a time: the transfers, their lines, the batch columns' values."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.width = len(names)
-        self.index = {name: position for position, name in reversed(list(enumerate(names)))}
-        self.batch_values: dict[str, tuple[str, int]] = {}  # batch column -> (value, first line)
-        self.transfers: list[Transfer] = []
-        self.lines: list[int] = []
-        self.unreadable: set[int] = set()
-        self.problems: list[Problem] = []
-        self.count = 0
-
-    def add(self, row: list[str], *, line: int, on_row: Callable[[int], object] | None) -> None:
-        """One row of the file at `line`: a transfer, or a problem (a blank line is skipped)."""
-        if not row or all(not cell.strip() for cell in row):
-            return
-        self.count += 1
-        if on_row is not None:
-            on_row(self.count)
-        if len(row) != self.width:
-            self.problems.append(Problem(line, "row", f"has {len(row)} fields, the header has {self.width}"))
-            return
-
-        def cell(column: str) -> str | None:
-            position = self.index.get(column)
-            return None if position is None else row[position].strip()
-
-        for column in BATCH_COLUMNS:
-            value = cell(column)
-            if value is None or value == "":
-                continue
-            first = self.batch_values.setdefault(column, (value, line))
-            if first[0] != value:
-                message = f"{value!r} differs from {first[0]!r} on line {first[1]} (one file, one batch)"
-                self.problems.append(Problem(line, column, message))
-        self.transfers.append(
-            Transfer(
-                account_number=cell("account_number") or "",
-                account_type=cell("account_type") or DEFAULT_DESTINATION_ACCOUNT_TYPE,
-                currency=cell("currency") or "",  # filled with the origin's currency when the batch is built
-                email=cell("email") or "",
-                amount=self._amount(cell("amount") or "", line),
-                concept=cell("concept") or "",
-                employee_reference=cell("employee_reference") or None,
-            )
-        )
-        self.lines.append(line)
-
-    def _amount(self, text: str, line: int) -> Decimal:
-        if _AMOUNT_TEXT.fullmatch(text):
-            return Decimal(text)
-        self.unreadable.add(len(self.transfers))
-        self.problems.append(
-            Problem(
-                line,
-                "amount",
-                "expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)"
-                if text
-                else "is empty",
-            )
-        )
-        return Decimal(0)
-
-
-def _batch(body: _Body, fields: BatchFields, defaults: BatchFields, requested_at: datetime) -> PayrollBatch:
+def _batch(
+    transfers: list[Transfer],
+    batch_values: Mapping[str, tuple[str, int]],
+    fields: BatchFields,
+    defaults: BatchFields,
+    profile: ExportProfile,
+    labels: Mapping[str, str],
+    problems: list[Problem],
+    requested_at: datetime,
+) -> PayrollBatch:
     """The batch of the rows read: batch values from the command line, else the file's columns, else the
     defaults; ExportError when a required one is missing (with the rows' problems)."""
-    problems = body.problems
 
     def pick(name: str) -> str | None:
         given = getattr(fields, name)
         if given is not None:
             return str(given)
-        if name in body.batch_values:
-            return body.batch_values[name][0]
+        if name in batch_values:
+            return batch_values[name][0]
         default = getattr(defaults, name)
         return None if default is None else str(default)
 
@@ -254,16 +219,19 @@ def _batch(body: _Body, fields: BatchFields, defaults: BatchFields, requested_at
         ("origin_currency", origin_currency, "--origin-currency"),
     ):
         if not value:
-            missing.append(Problem(None, name, f"is required: give {hint}, or a {name} column"))
+            key = None if profile.ours else _OPTION_OF.get(name)
+            also = f" (or {key} in the profile)" if key else ""
+            missing.append(Problem(None, name, f"is required: give {hint}, or a {name} column{also}", profile.unit))
     if missing:
         raise ExportError(missing + problems)
     assert batch_id and integration and origin_number and origin_currency
-    transfers = [t if t.currency else replace(t, currency=origin_currency) for t in body.transfers]
+    transfers = [t if t.currency else replace(t, currency=origin_currency) for t in transfers]
     day = pick("execute_on")
     execute_on = iso_day(day) if day else None
     if day and execute_on is None:
-        where = body.batch_values["execute_on"][1] if "execute_on" in body.batch_values else None
-        problems.append(Problem(where, "execute_on", f"expected a date such as 2026-11-30 (YYYY-MM-DD), got {day!r}"))
+        where = batch_values["execute_on"][1] if "execute_on" in batch_values else None
+        message = f"expected a date such as 2026-11-30 (YYYY-MM-DD), got {day!r}"
+        problems.append(Problem(where, labels.get("execute_on", "execute_on"), message, profile.unit))
     return PayrollBatch(
         batch_id=batch_id,
         integration=integration,

@@ -11,19 +11,19 @@ by cell, for `--explain`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final
 
 from processor.exports.numbers import NumberError, parse_amount, shown_decimal, shown_text
 from processor.exports.profile import (
-    BATCH_COLUMNS,
+    OUR_COLUMNS,
     REQUIRED_COLUMNS,
-    ROW_COLUMNS,
     ColumnRef,
     ExportProfile,
     header_key,
+    normalise_column,
 )
 
 EXPLAINED_ROWS: Final = 3
@@ -59,7 +59,8 @@ class RowProblem:
 
 @dataclass(frozen=True, slots=True)
 class MappedRow:
-    """One data row in our fields (`RowMapper.fields` order); `amount` None when it could not be read."""
+    """One data row in our fields (`RowMapper.fields` order; the amount's place is empty: it is `amount`, None
+    when it could not be read)."""
 
     row: int
     values: tuple[str, ...]
@@ -108,17 +109,28 @@ class Explanation:
 
 @dataclass
 class MappingResult:
-    """All rows of one export in our fields, with every problem found and the explanation."""
+    """All rows of one export in our fields, with every problem found and the explanation. Not `readable` when
+    the header, or a column of the profile in it, was not found: then no row was read."""
 
     fields: tuple[str, ...]
     rows: list[MappedRow]
     problems: list[RowProblem]
     explanation: Explanation
-    labels: dict[str, str]  # our field -> the ERP's column name
+    labels: dict[str, str]  # our field -> the ERP's column name (our layout: our column's)
+    readable: bool
+
+
+def _fields(columns: Collection[str]) -> tuple[str, ...]:
+    """Our fields a profile's columns give, in our order; the required ones always (`concept` may be unmapped)."""
+    mapped = [name for name in OUR_COLUMNS if name in columns]
+    return tuple(dict.fromkeys((*REQUIRED_COLUMNS, *mapped)))
 
 
 def _is_blank(cells: Sequence[Cell]) -> bool:
-    return all(isinstance(cell, str) and not cell.strip() for cell in cells)
+    for cell in cells:  # noqa: SIM110 (once per row: all() over a generator costs six times this loop)
+        if not isinstance(cell, str) or cell.strip():
+            return False
+    return True
 
 
 def _held(cell: Cell | None) -> str:
@@ -138,9 +150,9 @@ class RowMapper:
         self.profile = profile
         self.fixed_width = fixed_width  # CSV: a row with another number of fields than the header is refused
         self.explain_rows = explain_rows
-        mapped = [name for name in (*REQUIRED_COLUMNS, *ROW_COLUMNS, *BATCH_COLUMNS) if name in profile.columns]
-        self.fields: tuple[str, ...] = tuple(dict.fromkeys((*REQUIRED_COLUMNS, *mapped)))
+        self.fields: tuple[str, ...] = _fields(profile.columns)
         self.positions: dict[str, int] = {}  # our field -> 0-based cell index
+        self.plan: list[tuple[str, int | None]] = []  # per field in order: our field, its cell index (None: empty)
         self.labels: dict[str, str] = {}
         self.width: int | None = None
         self.header_done = False
@@ -157,13 +169,12 @@ class RowMapper:
 
     def feed(self, number: int, cells: Sequence[Cell]) -> None:
         """One row of the file, `number` as a spreadsheet shows it (1-based)."""
-        if number <= self.profile.skip_rows:
-            if not _is_blank(cells):
-                self.explanation.skipped_rows.append(number)
-            return
         if _is_blank(cells):
             return
         if not self.header_done:
+            if number <= self.profile.skip_rows:
+                self.explanation.skipped_rows.append(number)
+                return
             self.header_done = True
             if self.profile.header:
                 self._header(number, cells)
@@ -183,7 +194,7 @@ class RowMapper:
         explanation = self.explanation
         explanation.footer_rows = [number for number, _ in self.held]
         if not self.header_done:
-            self.problems.append(RowProblem(None, "header", "the file has no header row (it is empty)"))
+            self.problems.append(RowProblem(None, "header", "the file is empty"))
         if self.total is not None:
             row, stated = self.total
             computed = None if self.unreadable else self.sum
@@ -199,16 +210,20 @@ class RowMapper:
                     )
                 )
         explanation.data_rows = len(self.rows)
-        return MappingResult(self.fields, self.rows, self.problems, explanation, self.labels)
+        readable = self.header_done and not self.header_failed
+        return MappingResult(self.fields, self.rows, self.problems, explanation, self.labels, readable)
 
     # -- header ------------------------------------------------------------------------------------------------
 
     def _header(self, number: int, cells: Sequence[Cell]) -> None:
         explanation = self.explanation
         explanation.header_row = number
+        self.width = len(cells)
+        if self.profile.ours:
+            self._our_header(number, [cell if isinstance(cell, str) else "" for cell in cells])
+            return
         names = [cell.strip() if isinstance(cell, str) else _held(cell) for cell in cells]
         keys = [header_key(name) for name in names]
-        self.width = len(cells)
         for ours, ref in self.profile.columns.items():
             position = self._find(number, ref, names, keys)
             if position is None:
@@ -218,7 +233,35 @@ class RowMapper:
             self.labels[ours] = names[position] or str(ref)
         used = set(self.positions.values())
         explanation.ignored_columns = [name for index, name in enumerate(names) if name and index not in used]
-        explanation.columns = [(self.labels[ours], ours) for ours in self.fields if ours in self.labels]
+        self._planned()
+
+    def _our_header(self, number: int, cells: list[str]) -> None:
+        """Our own layout: the header names our columns; the required ones must be there, none twice."""
+        names = [normalise_column(cell) for cell in cells]
+        hint = (
+            "required column is missing (see docs/submit.md for the layout)"
+            if self.profile.unit == "line"
+            else "required column is missing from the header row (our layout; the ERP's own headers need --profile)"
+        )
+        for column in REQUIRED_COLUMNS:
+            if column not in names:
+                self.problems.append(RowProblem(number, column, hint))
+        for column in sorted({name for name in names if name and names.count(name) > 1}):
+            self.problems.append(RowProblem(number, column, "column appears more than once"))
+        if self.problems:
+            self.header_failed = True
+            return
+        known = set(OUR_COLUMNS)
+        self.positions = {name: index for index, name in enumerate(names) if name in known}
+        self.labels = {name: name for name in self.positions}
+        self.fields = _fields(self.positions)
+        self.explanation.ignored_columns = [name for name in names if name and name not in known]
+        self._planned()
+
+    def _planned(self) -> None:
+        """The columns found: what `--explain` lists, and where each of our fields is read from."""
+        self.explanation.columns = [(self.labels[ours], ours) for ours in self.fields if ours in self.labels]
+        self.plan = [(ours, self.positions.get(ours)) for ours in self.fields]
 
     def _find(self, number: int, ref: ColumnRef, names: list[str], keys: list[str]) -> int | None:
         if ref.position is not None:
@@ -248,7 +291,7 @@ class RowMapper:
             assert ref.position is not None  # a profile without a header maps by position only
             self.positions[ours] = ref.position - 1
             self.labels[ours] = str(ref)
-        self.explanation.columns = [(self.labels[ours], ours) for ours in self.fields if ours in self.labels]
+        self._planned()
 
     # -- data --------------------------------------------------------------------------------------------------
 
@@ -273,7 +316,7 @@ class RowMapper:
                 )
             )
             return
-        if self._is_total(cells):
+        if self.profile.total_label is not None and self._is_total(cells):
             amount_cell = self._cell(cells, "amount")
             try:
                 stated = self._amount(amount_cell)
@@ -291,20 +334,25 @@ class RowMapper:
             self.explanation.rows.append((number, explained))
         values: list[str] = []
         amount: Decimal | None = None
-        for ours in self.fields:
-            if ours not in self.positions:
+        width = len(cells)
+        for ours, position in self.plan:
+            if position is None:
                 values.append("")  # `concept` not mapped: empty
                 continue
-            cell = self._cell(cells, ours)
+            cell = cells[position] if position < width else None
+            if explained is None and ours != "amount" and type(cell) is str:
+                values.append(cell.strip())  # text as text: most cells of most rows
+                continue
+            value = ""
             try:
                 if ours == "amount":
                     amount = self._amount(cell)
-                    value = format(amount, "f")
+                    if explained is not None:
+                        value = format(amount, "f")
                 else:
                     value = self._text(cell)
             except NumberError as exc:
                 self.problems.append(RowProblem(number, self.labels[ours], str(exc)))
-                value = ""
                 if explained is not None:
                     explained.append(ExplainedCell(self.labels[ours], ours, _held(cell), f"refused: {exc}"))
             else:
@@ -313,8 +361,8 @@ class RowMapper:
             values.append(value)
         if amount is None:
             self.unreadable += 1
-        else:
-            self.sum += amount
+        elif self.profile.total_label is not None:
+            self.sum += amount  # checked against the total row
         self.rows.append(MappedRow(number, tuple(values), amount))
 
     def _cell(self, cells: Sequence[Cell], ours: str) -> Cell | None:
@@ -322,13 +370,15 @@ class RowMapper:
         return cells[position] if position < len(cells) else None
 
     def _amount(self, cell: Cell | None) -> Decimal:
+        if type(cell) is str:
+            return parse_amount(cell, self.profile.numbers)
         if cell is None:
             raise NumberError("is empty")
         if isinstance(cell, NumberCell):
             return shown_decimal(cell.stored, cell.number_format)
         if isinstance(cell, ErrorCell):
             raise NumberError(f"the cell holds {cell.message}")
-        return parse_amount(cell, self.profile.numbers)
+        return parse_amount(str(cell), self.profile.numbers)
 
     @staticmethod
     def _text(cell: Cell | None) -> str:

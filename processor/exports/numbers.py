@@ -29,6 +29,9 @@ SIGNIFICANT_DIGITS: Final = 15  # a spreadsheet's precision: what it shows and c
 
 _STORED_NUMBER: Final = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _CONTEXT: Final = Context(prec=60)
+# A plain number (`NumberStyle.plain`); a leading minus is read, and validation then refuses it with its reason.
+_PLAIN_NUMBER: Final = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_PLAIN_EXPECTED: Final = "expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)"
 
 
 class NumberError(ValueError):
@@ -37,10 +40,13 @@ class NumberError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class NumberStyle:
-    """How an export writes numbers as text: its decimal and thousands separators (`""`: none)."""
+    """How an export writes numbers as text: its decimal and thousands separators (`""`: none). `plain`: our own
+    layout's numbers (docs/submit.md, "CSV layout"): digits, optionally `.` and decimals, an optional leading
+    minus, and nothing else (no sign after, no brackets, no separators)."""
 
     decimal: str = "."
     thousands: str = ""
+    plain: bool = False
 
     def __post_init__(self) -> None:
         if self.decimal not in DECIMAL_SEPARATORS:
@@ -49,6 +55,8 @@ class NumberStyle:
             raise ValueError(f"thousands separator must be one of {THOUSANDS_SEPARATORS}, not {self.thousands!r}")
         if self.thousands == self.decimal:
             raise ValueError("the decimal and thousands separators must differ")
+        if self.plain and (self.decimal, self.thousands) != (".", ""):
+            raise ValueError("plain numbers have '.' as decimal separator and no thousands separator")
 
     @property
     def example(self) -> str:
@@ -65,6 +73,11 @@ class NumberStyle:
 def parse_amount(text: str, style: NumberStyle) -> Decimal:
     """The exact value of `text` written in `style`; NumberError with the reason otherwise (naming the other
     style when the text is written in it: `1,234.56` in a `1.234,56` profile)."""
+    if style.plain:
+        body = text.strip()
+        if _PLAIN_NUMBER.fullmatch(body):
+            return Decimal(body)
+        raise NumberError(_PLAIN_EXPECTED if body else "is empty")
     try:
         return _parse(text, style)
     except NumberError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import difflib
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -89,6 +90,35 @@ class ExportProfile:
     total_label: str | None = None
     constants: Mapping[str, str] = field(default_factory=dict)  # batch field -> value
     batch_id: Literal["file", "column"] = "file"
+    # The built-in profile of our own layout (`our_layout`): the header row names our columns (`normalise_column`),
+    # so `columns` is found there; problems name our columns. Not a key of `[exports.NAME]`.
+    ours: bool = False
+    unit: Literal["row", "line"] = "row"  # what a problem's number counts: rows, or a CSV file's lines (ours)
+
+
+OUR_LAYOUT: Final = "our_layout"
+
+
+def our_layout(kind: Format, *, encoding: str | None = None, delimiter: str | None = None) -> ExportProfile:
+    """The built-in profile of our own layout (docs/submit.md, "CSV layout"): a file read without `--profile`.
+    Its first non-blank row names our columns (`Account Number` is `account_number`; other columns are ignored),
+    amounts are plain numbers (`1500.50`), every row names its batch values or leaves them empty. A CSV's problems
+    name its lines (a quoted line break counts), a workbook's its rows."""
+    return ExportProfile(
+        OUR_LAYOUT,
+        {},
+        numbers=NumberStyle(plain=True),
+        format=kind,
+        encoding=encoding or "utf-8-sig",
+        delimiter=delimiter,
+        ours=True,
+        unit="line" if kind == "csv" else "row",
+    )
+
+
+def normalise_column(name: str) -> str:
+    """A header as our layout matches it: trimmed, lower case, runs of spaces and hyphens as `_`."""
+    return re.sub(r"[\s\-]+", "_", name.strip().lower())
 
 
 def header_key(text: str) -> str:

@@ -1,78 +1,27 @@
-"""An ERP export read through an export profile (`dispersion submit --profile NAME`, `dispersion exports check`).
+"""An export read through an export profile: an ERP's (`dispersion submit --profile NAME`, `dispersion exports
+check`), or the built-in `our_layout` (a CSV or workbook in our own layout, read without `--profile`).
 
-The file reader (`processor.exports.read_rows`) gives rows of cells, `processor.exports.mapping.RowMapper` turns
-them into our fields, and the rows then go through `processor.exports.layout.read_csv` as if they were our own CSV
-layout, so batch values, defaults and every later check are the ones documented for that layout; problems name the
-row and the ERP's column. A workbook in our own layout is read through a built-in profile (`workbook_profile`).
+The file reader (`processor.exports.files.read_rows`) gives rows of cells, `processor.exports.mapping.RowMapper`
+turns them into our fields, and `processor.exports.layout.build_export` builds the batch from them, so batch values,
+defaults and every later check are the ones documented for our layout; problems name the row (our CSV: the line)
+and the ERP's column (ours: our column).
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from processor.exports.csv_rows import ByteCount
 from processor.exports.errors import ExportFileError, ExportLimitError
 from processor.exports.files import read_rows
-from processor.exports.layout import BatchFields, Export, ExportError, Problem, normalise_column, read_csv
-from processor.exports.mapping import Explanation, MappingResult, RowMapper, RowProblem
-from processor.exports.profile import (
-    BATCH_COLUMNS,
-    CONSTANTS,
-    REQUIRED_COLUMNS,
-    ROW_COLUMNS,
-    ColumnRef,
-    ExportProfile,
-    ProfileError,
-    format_for,
-    parse_profile,
-)
-
-UNIT = "row"
-# Validation's field names for a transaction -> our column.
-_VALIDATION_FIELDS = {
-    "destination_account.account_number": "account_number",
-    "destination_account.account_type": "account_type",
-    "destination_account.currency": "currency",
-    "destination_account.email": "email",
-    "amount": "amount",
-    "concept": "concept",
-    "employee_reference": "employee_reference",
-}
-_OPTION_OF = {target: key for key, target in CONSTANTS.items()}
-
-
-def workbook_profile(path: Path) -> ExportProfile:
-    """The profile of a workbook in our own layout (`submit export.xlsx` without `--profile`): the first sheet's
-    first row holds our column names (docs/submit.md, "CSV layout", matched as there); ExportError naming the
-    required columns it lacks."""
-    header: list[str] = []
-    row = 1
-    try:
-        for number, cells in read_rows(path, ExportProfile("(our columns)", {}, format="xlsx")):
-            if any(isinstance(cell, str) and cell.strip() for cell in cells):
-                row = number
-                header = [cell if isinstance(cell, str) else "" for cell in cells]
-                break
-    except ExportLimitError:
-        raise  # not a problem of the data: the file is refused as a whole (exit 2)
-    except ExportFileError as exc:
-        raise ExportError([Problem(None, "file", str(exc))]) from None
-    known = {*REQUIRED_COLUMNS, *ROW_COLUMNS, *BATCH_COLUMNS}
-    columns: dict[str, ColumnRef] = {}
-    for text in header:
-        name = normalise_column(text)
-        if name in known and name not in columns:
-            columns[name] = ColumnRef(name=text.strip())
-    missing = [name for name in REQUIRED_COLUMNS if name not in columns]
-    if missing:
-        why = "required column is missing from the header row (our layout; the ERP's own headers need --profile)"
-        raise ExportError([Problem(row, name, why, UNIT) for name in missing])
-    source: Literal["file", "column"] = "column" if "batch_id" in columns else "file"
-    return ExportProfile("(our columns)", columns, format="xlsx", batch_id=source)
+from processor.exports.layout import BatchFields, Export, ExportError, Problem, build_export
+from processor.exports.mapping import Explanation, MappingResult, RowMapper
+from processor.exports.profile import ExportProfile, ProfileError, format_for, parse_profile
 
 
 def profile_named(exports: object, name: str, source: str) -> ExportProfile:
@@ -93,20 +42,23 @@ def batch_defaults(profile: ExportProfile, defaults: BatchFields) -> BatchFields
     return replace(defaults, **profile.constants)
 
 
-def map_rows(path: Path, profile: ExportProfile, *, on_row: Callable[[int], None] | None = None) -> MappingResult:
-    """Read the whole file through the profile; ExportError when the file itself cannot be read."""
+def map_rows(path: Path, profile: ExportProfile, *, on_row: Callable[[int, int], None] | None = None) -> MappingResult:
+    """Read the whole file through the profile (`on_row(rows, bytes)`: the rows and, of a CSV, the bytes read so
+    far); ExportError when the file itself cannot be read."""
     mapper = RowMapper(profile, fixed_width=format_for(profile, path.name) == "csv")
+    counted = ByteCount()
     count = 0
     try:
-        for number, cells in read_rows(path, profile):
+        for number, cells in read_rows(path, profile, counted=counted):
             mapper.feed(number, cells)
             count += 1
             if on_row is not None:
-                on_row(count)
+                on_row(count, counted.count)
     except UnicodeDecodeError as exc:
         byte = exc.object[exc.start : exc.start + 1].hex()
+        fix = "give --encoding" if profile.ours else "set encoding"
         raise ExportError(
-            [Problem(None, "file", f"cannot be read as {profile.encoding}: byte 0x{byte} ({exc.reason}); set encoding")]
+            [Problem(None, "file", f"cannot be read as {profile.encoding}: byte 0x{byte} ({exc.reason}); {fix}")]
         ) from None
     except csv.Error as exc:
         raise ExportError([Problem(None, "file", f"cannot be read as CSV: {exc}")]) from None
@@ -125,51 +77,16 @@ def read_profiled(
     requested_at: datetime,
     defaults: BatchFields,
     explain: Callable[[Explanation], None] | None = None,
-    on_row: Callable[[int], None] | None = None,
+    on_row: Callable[[int, int], None] | None = None,
 ) -> Export:
-    """The batch in `path` read through `profile`, like `read_csv` reads our layout: ExportError listing every
-    problem when it cannot be built, else an Export whose remaining problems `checks.check` reports."""
+    """The batch in `path` read through `profile` (an ERP's, or `our_layout`): ExportError listing every problem
+    when it cannot be built, else an Export whose remaining problems `checks.check` reports."""
     result = map_rows(path, profile, on_row=on_row)
     if explain is not None:
         explain(result.explanation)
-    found = [_problem(problem) for problem in result.problems]
-    if (result.explanation.header_row is None and profile.header) or len(result.labels) < len(profile.columns):
-        raise ExportError(found)  # no header, or columns missing from it: no row can be read
-    current = [0]
-
-    def rows() -> Iterator[list[str]]:
-        yield list(result.fields)
-        for row in result.rows:
-            current[0] = row.row
-            yield list(row.values)
-
-    try:
-        export = read_csv(
-            rows(),
-            fields,
-            requested_at=requested_at,
-            defaults=batch_defaults(profile, defaults),
-            line_of=lambda: current[0],
-        )
-    except ExportError as exc:
-        raise ExportError(found + [_renamed(problem, result.labels) for problem in exc.problems]) from None
-    # read_csv's own amount problems are the unreadable amounts already reported, with the reason, above.
-    later = [_renamed(problem, result.labels) for problem in export.problems if problem.field != "amount"]
-    labels = {name: result.labels[ours] for name, ours in _VALIDATION_FIELDS.items() if ours in result.labels}
-    return replace(export, problems=tuple(found + later), labels=labels, unit=UNIT, ignored_columns=())
-
-
-def _problem(problem: RowProblem) -> Problem:
-    return Problem(problem.row, problem.column, problem.reason, UNIT)
-
-
-def _renamed(problem: Problem, labels: Mapping[str, str]) -> Problem:
-    """A problem `read_csv` found, named by the ERP's column (or the profile key) instead of our column."""
-    if problem.line is None and problem.field in _OPTION_OF:
-        hint = f" (or {_OPTION_OF[problem.field]} in the profile)"
-        return replace(problem, message=problem.message + hint, unit=UNIT)
-    message = problem.message.replace(" on line ", f" on {UNIT} ")  # the first row holding another batch value
-    return replace(problem, field=labels.get(problem.field, problem.field), message=message, unit=UNIT)
+    if not result.readable:  # no header, or columns missing from it: no row could be read
+        raise ExportError([Problem(found.row, found.column, found.reason, profile.unit) for found in result.problems])
+    return build_export(result, profile, fields, requested_at=requested_at, defaults=batch_defaults(profile, defaults))
 
 
 def explain_lines(explanation: Explanation, path: Path, constants: Mapping[str, Any]) -> list[str]:

@@ -28,8 +28,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import AfterValidator, Field, model_validator
+
+from processor.domain.settings import HttpUrl, NonEmpty, SecretText, Table, problem
 from processor.kafka.wire import Registry, WireSettings
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -47,22 +50,50 @@ PARTITIONER = "murmur2_random"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-KNOWN_OPTIONS = frozenset(
-    {
-        "group_id",
-        "static_membership",
-        "topics",
-        "client",
-        "wire_format",
-        "schema_registry_url",
-        "schema_registry_username",
-        "schema_registry_password",
-    }
-)
-
-
 class KafkaSetupError(RuntimeError):
-    """The Kafka settings are unusable (no bootstrap address, a bad `[kafka]` table)."""
+    """The Kafka settings are unusable (no bootstrap address)."""
+
+
+class KafkaTable(Table):
+    """`[kafka]`: the broker, the consumer group, the wire format and the options of every client."""
+
+    bootstrap_servers: Annotated[str, AfterValidator(str.strip)] = ""
+    """HOST:PORT[,HOST:PORT...]; empty: --bootstrap or KAFKA_BOOTSTRAP_SERVERS."""
+    group_id: NonEmpty = DEFAULT_GROUP_ID
+    """Consumer group of the processor instances."""
+    static_membership: bool = True
+    """group.instance.id = the instance name, so a restart takes its partitions back at once."""
+    wire_format: Literal["single-object", "confluent"] = "single-object"
+    """single-object or confluent (needs schema_registry_url); docs/kafka.md."""
+    schema_registry_url: HttpUrl | None = None
+    """The registry's Confluent-compatible API, e.g. http://registry:8080/apis/ccompat/v7."""
+    schema_registry_username: NonEmpty | None = None
+    """HTTP basic user of the registry (optional)."""
+    schema_registry_password: SecretText | None = None
+    """HTTP basic password of the registry (better: schema_registry_password_env)."""
+    topics: dict[str, NonEmpty] = {}
+    """Physical topic names by logical name, when a deployment prefixes or renames them."""
+    client: dict[str, Any] = Field(default={}, repr=False)
+    """Extra librdkafka properties for every client (TLS, SASL); values may be secrets and are never logged."""
+
+    @model_validator(mode="after")
+    def _wire_checks(self) -> KafkaTable:
+        try:
+            self.wire  # noqa: B018 (built once here so that a bad registry setting is refused at load)
+        except ValueError as exc:
+            raise problem(str(exc)) from None
+        return self
+
+    @property
+    def wire(self) -> WireSettings:
+        """The wire format and the schema registry."""
+        user, password = self.schema_registry_username, self.schema_registry_password
+        if self.schema_registry_url is None:
+            if user or password:
+                raise ValueError("schema_registry_username/password without schema_registry_url")
+            return WireSettings(self.wire_format)
+        registry = Registry(self.schema_registry_url, user, password.reveal() if password else None)
+        return WireSettings(self.wire_format, registry)
 
 
 @dataclass(frozen=True)
@@ -85,63 +116,22 @@ class KafkaSettings:
         return {"bootstrap.servers": self.bootstrap, **self.client, **extra}
 
 
-def resolve_bootstrap(explicit: str | None = None, configured: str | None = None) -> str:
-    """The bootstrap address from `--bootstrap`, the configuration, or `KAFKA_BOOTSTRAP_SERVERS`."""
-    for candidate in (explicit, configured, os.environ.get(BOOTSTRAP_ENV)):
-        if candidate and candidate.strip():
-            return candidate.strip()
-    raise KafkaSetupError(
-        f"no Kafka bootstrap address: pass --bootstrap, set [kafka] bootstrap_servers, or export {BOOTSTRAP_ENV} "
-        "(`dispersion dev kafka` starts a local broker and prints it)"
-    )
-
-
-def settings_from(
-    options: Mapping[str, Any] | None = None, *, bootstrap: str | None = None, configured: str | None = None
-) -> KafkaSettings:
-    """Build `KafkaSettings` from the `[kafka]` table's extra keys (`processor.cli.config.KafkaSettings.options`)."""
-    options = dict(options or {})
-    unknown = set(options) - KNOWN_OPTIONS
-    if unknown:
-        known = ", ".join(sorted(KNOWN_OPTIONS))
-        raise KafkaSetupError(f"[kafka]: unknown key(s) {', '.join(sorted(unknown))} (known: {known})")
-    group_id = options.get("group_id", DEFAULT_GROUP_ID)
-    static_membership = options.get("static_membership", True)
-    topics = options.get("topics", {})
-    client = options.get("client", {})
-    if not isinstance(group_id, str) or not group_id:
-        raise KafkaSetupError("[kafka] group_id must be a non-empty string")
-    if not isinstance(static_membership, bool):
-        raise KafkaSetupError(f"[kafka] static_membership must be true or false, got {static_membership!r}")
-    if not isinstance(topics, Mapping) or not all(isinstance(v, str) and v for v in topics.values()):
-        raise KafkaSetupError("[kafka.topics] must map topic names to non-empty strings")
-    if not isinstance(client, Mapping):
-        raise KafkaSetupError("[kafka.client] must be a table of librdkafka properties")
+def settings_from(table: KafkaTable | None = None, *, bootstrap: str | None = None) -> KafkaSettings:
+    """The clients' settings from the (already checked) `[kafka]` table, none for its defaults; the bootstrap
+    address is `bootstrap` (`--bootstrap`), else the table's, else `KAFKA_BOOTSTRAP_SERVERS`."""
+    table = table or KafkaTable()
+    candidates = (bootstrap or "", table.bootstrap_servers, os.environ.get(BOOTSTRAP_ENV, ""))
+    address = next((candidate.strip() for candidate in candidates if candidate.strip()), "")
+    if not address:
+        raise KafkaSetupError(
+            f"no Kafka bootstrap address: pass --bootstrap, set [kafka] bootstrap_servers, or export {BOOTSTRAP_ENV} "
+            "(`dispersion dev kafka` starts a local broker and prints it)"
+        )
     return KafkaSettings(
-        bootstrap=resolve_bootstrap(bootstrap, configured),
-        group_id=group_id,
-        static_membership=static_membership,
-        topics={str(k): str(v) for k, v in topics.items()},
-        client={str(k): v for k, v in client.items()},
-        wire=wire_settings(options),
+        bootstrap=address,
+        group_id=table.group_id,
+        topics=table.topics,
+        static_membership=table.static_membership,
+        client=table.client,
+        wire=table.wire,
     )
-
-
-def wire_settings(options: Mapping[str, Any]) -> WireSettings:
-    """The wire format and schema registry from the `[kafka]` table's keys (`wire_format`, `schema_registry_*`)."""
-    values: dict[str, str | None] = {}
-    for key in ("wire_format", "schema_registry_url", "schema_registry_username", "schema_registry_password"):
-        value = options.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise KafkaSetupError(f"[kafka] {key} must be a non-empty string")
-        values[key] = value.strip() if isinstance(value, str) else None
-    try:
-        url = values["schema_registry_url"]
-        registry = None
-        if url is not None:
-            registry = Registry(url, values["schema_registry_username"], values["schema_registry_password"])
-        elif values["schema_registry_username"] or values["schema_registry_password"]:
-            raise ValueError("schema_registry_username/password without schema_registry_url")
-        return WireSettings(values["wire_format"] or "single-object", registry)
-    except ValueError as exc:
-        raise KafkaSetupError(f"[kafka] {exc}") from None

@@ -74,8 +74,13 @@ def dump_json(value: object) -> str:
     return orjson.dumps(value, default=_default, option=orjson.OPT_PASSTHROUGH_DATETIME).decode()
 
 
+_DECODER = json.JSONDecoder(parse_float=Decimal)  # `json.loads(text, parse_float=...)` builds one per call
+
+
 def load_json(text: str | bytes) -> Any:
     """Parse stored JSON; fractions become Decimal."""
+    if isinstance(text, str):
+        return _DECODER.decode(text)
     return json.loads(text, parse_float=Decimal)
 
 

@@ -10,6 +10,38 @@ from sandbox.oauth.client_auth import authenticate_basic
 from sandbox.state import Bank
 
 _ALGS = ["none", "PS256", "RS256", "HS256"]
+_GRANT_TYPES = (
+    "authorization_code",
+    "client_credentials",
+    "refresh_token",
+    "urn:ietf:params:oauth:grant-type:jwt-bearer",
+    "urn:openid:params:grant-type:ciba",
+)
+_SCOPES = (
+    "openid",
+    "accounts",
+    "payments",
+    "fundsconfirmations",
+    "consents",
+    "resources",
+    "credit-cards-accounts",
+    "customers",
+    "loans",
+    "financings",
+    "invoice-financings",
+    "unarranged-accounts-overdraft",
+    "consumption",
+    "lg",
+    "recurring-payments",
+    "bank-fixed-incomes",
+    "recurring-consent",
+)
+_TOKEN_AUTH_METHODS = (
+    "client_secret_basic",
+    "client_secret_jwt",
+    "tls_client_auth",
+    "private_key_jwt",
+)
 
 
 def discovery_document(issuer: str) -> dict[str, Any]:
@@ -32,42 +64,13 @@ def discovery_document(issuer: str) -> dict[str, Any]:
         "backchannel_authentication_endpoint": f"{issuer}/bc-authorize",
         "claims_parameter_supported": True,
         "claims_supported": ["openbanking_intent_id", "acr"],
-        "grant_types_supported": [
-            "authorization_code",
-            "client_credentials",
-            "refresh_token",
-            "urn:ietf:params:oauth:grant-type:jwt-bearer",
-            "urn:openid:params:grant-type:ciba",
-        ],
+        "grant_types_supported": list(_GRANT_TYPES),
         "response_types_supported": ["code", "code id_token"],
         "request_parameter_supported": True,
         "request_uri_parameter_supported": False,
         "require_request_uri_registration": True,
-        "scopes_supported": [
-            "openid",
-            "accounts",
-            "payments",
-            "fundsconfirmations",
-            "consents",
-            "resources",
-            "credit-cards-accounts",
-            "customers",
-            "loans",
-            "financings",
-            "invoice-financings",
-            "unarranged-accounts-overdraft",
-            "consumption",
-            "lg",
-            "recurring-payments",
-            "bank-fixed-incomes",
-            "recurring-consent",
-        ],
-        "token_endpoint_auth_methods_supported": [
-            "client_secret_basic",
-            "client_secret_jwt",
-            "tls_client_auth",
-            "private_key_jwt",
-        ],
+        "scopes_supported": list(_SCOPES),
+        "token_endpoint_auth_methods_supported": list(_TOKEN_AUTH_METHODS),
         "tls_client_certificate_bound_access_tokens": True,
         # Empty, as in the spec, although PAR requires code_challenge_method=S256.
         "code_challenge_methods_supported": [],

@@ -7,6 +7,7 @@ status and outcome rules in sandbox/settlement.py. Checks run headers and token 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -129,205 +130,218 @@ def _payment_now(bank: Bank, request: Request) -> tuple[str, Doc, Doc, str, str]
     return payment_id, payment, consent, status, updated
 
 
-def routes(bank: Bank) -> list[BaseRoute]:
-    """The flow A routes, named for fault injection."""
+async def create_consent(bank: Bank, request: Request) -> Response:
+    """A1: validate the Initiation strictly and store the consent in AwaitingUpload."""
+    token = _client_token(bank, request)
+    require_json_content_type(request)
+    key = _idempotency_key(request)
+    body = parse_json_object(await read_body(bank, request))
 
-    async def create_consent(request: Request) -> Response:
-        """A1: validate the Initiation strictly and store the consent in AwaitingUpload."""
-        token = _client_token(bank, request)
-        require_json_content_type(request)
-        key = _idempotency_key(request)
-        body = parse_json_object(await read_body(bank, request))
-
-        async def create() -> Response:
-            data = _exact_keys(_exact_keys(body, "", ("Data",))["Data"], "Data", ("Initiation",))
-            try:
-                filecheck.check_initiation(data["Initiation"], bank.config.max_transactions)
-            except filecheck.CheckError as exc:
-                raise invalid_format(str(exc), exc.path) from None
-            consent_id = f"pay-fi-{bank.new_uuid()}"
-            doc = new_consent(
-                bank, FILE_KIND, consent_id, token.client_id, AWAITING_UPLOAD, {"Initiation": data["Initiation"]}, {}
-            )
-            return json_response(_consent_body(bank, consent_id, doc), 201, request)
-
-        return await idempotent(
-            bank, key, token.client_id, "file-payment-consents.create", _canonical(body, key), create
+    async def create() -> Response:
+        data = _exact_keys(_exact_keys(body, "", ("Data",))["Data"], "Data", ("Initiation",))
+        try:
+            filecheck.check_initiation(data["Initiation"], bank.config.max_transactions)
+        except filecheck.CheckError as exc:
+            raise invalid_format(str(exc), exc.path) from None
+        consent_id = f"pay-fi-{bank.new_uuid()}"
+        doc = new_consent(
+            bank, FILE_KIND, consent_id, token.client_id, AWAITING_UPLOAD, {"Initiation": data["Initiation"]}, {}
         )
+        return json_response(_consent_body(bank, consent_id, doc), 201, request)
 
-    async def upload_file(request: Request) -> Response:
-        """A2: verify the file against the consent; the consent moves to AwaitingAuthorisation."""
-        consent_id = request.path_params["consent_id"]
-        token = _client_token(bank, request)
-        require_json_content_type(request)
-        key = _idempotency_key(request)
-        body = parse_json_object(await read_body(bank, request))
+    return await idempotent(bank, key, token.client_id, "file-payment-consents.create", _canonical(body, key), create)
 
-        async def create() -> Response:
-            doc = _own_consent(bank, token, consent_id)
-            if doc["status"] != AWAITING_UPLOAD:
-                raise invalid_consent_status(
-                    f"invalid_consent_status: consent {consent_id} is {doc['status']}; a file is accepted only"
-                    f" while it is {AWAITING_UPLOAD}"
-                )
-            initiation = doc["data"]["Initiation"]
-            try:
-                filecheck.verify_upload(body, initiation, consent_id, bank.config.max_transactions)
-            except filecheck.CheckError as exc:
-                raise field_invalid(str(exc), exc.path) from None
-            now = iso_ms(bank.now())
-            doc["status"] = AWAITING_AUTHORISATION
-            doc["updated"] = now
-            doc["uploaded"] = now
-            bank.store.put(FILE_KIND, consent_id, doc)
-            return json_response(
-                {"controlSum": initiation["ControlSum"], "numberOfTransactions": initiation["NumberOfTransactions"]},
-                201,
-                request,
-            )
 
-        return await idempotent(
-            bank, key, token.client_id, f"file-payment-consents.upload {consent_id}", _canonical(body, key), create
-        )
+async def upload_file(bank: Bank, request: Request) -> Response:
+    """A2: verify the file against the consent; the consent moves to AwaitingAuthorisation."""
+    consent_id = request.path_params["consent_id"]
+    token = _client_token(bank, request)
+    require_json_content_type(request)
+    key = _idempotency_key(request)
+    body = parse_json_object(await read_body(bank, request))
 
-    async def get_consent(request: Request) -> Response:
-        """A5: the consent as stored."""
-        consent_id = request.path_params["consent_id"]
-        token = _client_token(bank, request)
-        require_fapi_headers(bank, request)
+    async def create() -> Response:
         doc = _own_consent(bank, token, consent_id)
-        return json_response(_consent_body(bank, consent_id, doc), 200, request)
-
-    async def create_payment(request: Request) -> Response:
-        """A3: one payment per Authorised consent, with an auth-code token naming that consent."""
-        token = bearer(bank, request.headers.get("authorization"), "authorization_code")
-        interaction_id(request)
-        require_fapi_headers(bank, request)
-        require_json_content_type(request)
-        key = _idempotency_key(request)
-        body = parse_json_object(await read_body(bank, request))
-        data = _exact_keys(_exact_keys(body, "", ("Data",))["Data"], "Data", ("ConsentId", "Initiation"))
-        consent_id = data["ConsentId"]
-        if not isinstance(consent_id, str) or not consent_id:
-            raise invalid_format("Data.ConsentId must be a non-empty JSON string", "Data.ConsentId")
-        if not isinstance(data["Initiation"], dict):
-            raise invalid_format("Data.Initiation must be a JSON object", "Data.Initiation")
-        if token.consent_id != consent_id:
-            raise header_invalid("Authorization", "no_access_token: token scope does not name this consent", 401)
-
-        async def create() -> Response:
-            doc = _own_consent(bank, token, consent_id)
-            initiation = doc["data"]["Initiation"]
-            where = filecheck.first_difference(data["Initiation"], initiation, "Data.Initiation")
-            if where is not None:
-                raise invalid_format(f"{where} differs from the consent's Initiation", where)
-            if doc["status"] != AUTHORISED:
-                raise invalid_consent_status(
-                    f"invalid_consent_status: consent {consent_id} is {doc['status']}; a payment needs an"
-                    f" {AUTHORISED} consent"
-                )
-            payment_id = f"fp-{bank.new_hex()}"
-            now = iso_ms(bank.now())
-            transactions = initiation["SupplementaryData"]["data"]["transaction"]
-            bank.store.put(
-                PAYMENT_KIND,
-                payment_id,
-                {
-                    "client_id": token.client_id,
-                    "consent_id": consent_id,
-                    "created": now,
-                    "settled": settlement.settled_count(transactions),
-                },
+        if doc["status"] != AWAITING_UPLOAD:
+            raise invalid_consent_status(
+                f"invalid_consent_status: consent {consent_id} is {doc['status']}; a file is accepted only"
+                f" while it is {AWAITING_UPLOAD}"
             )
-            doc["status"] = CONSUMED
-            doc["updated"] = now
-            doc["file_payment_id"] = payment_id
-            bank.store.put(FILE_KIND, consent_id, doc)
-            return json_response(
-                {
-                    "Data": {
-                        "ConsentId": consent_id,
-                        "FilePaymentId": payment_id,
-                        "Status": settlement.INITIATION_PENDING,
-                        "CreationDateTime": now,
-                        "StatusUpdateDateTime": now,
-                        "MultiAuthorisation": {"Status": "AwaitingFurtherAuthorisation"},
-                        "Initiation": initiation,
-                    },
-                    "Links": {"Self": _payment_url(bank, payment_id)},
-                    "Meta": {},
-                },
-                201,
-                request,
+        initiation = doc["data"]["Initiation"]
+        try:
+            filecheck.verify_upload(body, initiation, consent_id, bank.config.max_transactions)
+        except filecheck.CheckError as exc:
+            raise field_invalid(str(exc), exc.path) from None
+        now = iso_ms(bank.now())
+        doc["status"] = AWAITING_AUTHORISATION
+        doc["updated"] = now
+        doc["uploaded"] = now
+        bank.store.put(FILE_KIND, consent_id, doc)
+        return json_response(
+            {"controlSum": initiation["ControlSum"], "numberOfTransactions": initiation["NumberOfTransactions"]},
+            201,
+            request,
+        )
+
+    return await idempotent(
+        bank, key, token.client_id, f"file-payment-consents.upload {consent_id}", _canonical(body, key), create
+    )
+
+
+async def get_consent(bank: Bank, request: Request) -> Response:
+    """A5: the consent as stored."""
+    consent_id = request.path_params["consent_id"]
+    token = _client_token(bank, request)
+    require_fapi_headers(bank, request)
+    doc = _own_consent(bank, token, consent_id)
+    return json_response(_consent_body(bank, consent_id, doc), 200, request)
+
+
+async def create_payment(bank: Bank, request: Request) -> Response:
+    """A3: one payment per Authorised consent, with an auth-code token naming that consent."""
+    token = bearer(bank, request.headers.get("authorization"), "authorization_code")
+    interaction_id(request)
+    require_fapi_headers(bank, request)
+    require_json_content_type(request)
+    key = _idempotency_key(request)
+    body = parse_json_object(await read_body(bank, request))
+    data = _exact_keys(_exact_keys(body, "", ("Data",))["Data"], "Data", ("ConsentId", "Initiation"))
+    consent_id = data["ConsentId"]
+    if not isinstance(consent_id, str) or not consent_id:
+        raise invalid_format("Data.ConsentId must be a non-empty JSON string", "Data.ConsentId")
+    if not isinstance(data["Initiation"], dict):
+        raise invalid_format("Data.Initiation must be a JSON object", "Data.Initiation")
+    if token.consent_id != consent_id:
+        raise header_invalid("Authorization", "no_access_token: token scope does not name this consent", 401)
+
+    async def create() -> Response:
+        doc = _own_consent(bank, token, consent_id)
+        initiation = doc["data"]["Initiation"]
+        where = filecheck.first_difference(data["Initiation"], initiation, "Data.Initiation")
+        if where is not None:
+            raise invalid_format(f"{where} differs from the consent's Initiation", where)
+        if doc["status"] != AUTHORISED:
+            raise invalid_consent_status(
+                f"invalid_consent_status: consent {consent_id} is {doc['status']}; a payment needs an"
+                f" {AUTHORISED} consent"
             )
-
-        return await idempotent(bank, key, token.client_id, "file-payments.create", _canonical(body, key), create)
-
-    async def get_payment(request: Request) -> Response:
-        """A4: the payment with its status as of now."""
-        payment_id, payment, consent, status, updated = _payment_now(bank, request)
+        payment_id = f"fp-{bank.new_hex()}"
+        now = iso_ms(bank.now())
+        transactions = initiation["SupplementaryData"]["data"]["transaction"]
+        bank.store.put(
+            PAYMENT_KIND,
+            payment_id,
+            {
+                "client_id": token.client_id,
+                "consent_id": consent_id,
+                "created": now,
+                "settled": settlement.settled_count(transactions),
+            },
+        )
+        doc["status"] = CONSUMED
+        doc["updated"] = now
+        doc["file_payment_id"] = payment_id
+        bank.store.put(FILE_KIND, consent_id, doc)
         return json_response(
             {
                 "Data": {
-                    "ConsentId": payment["consent_id"],
+                    "ConsentId": consent_id,
                     "FilePaymentId": payment_id,
-                    "Status": status,
-                    "CreationDateTime": payment["created"],
-                    "StatusUpdateDateTime": updated,
-                    "Initiation": consent["data"]["Initiation"],
+                    "Status": settlement.INITIATION_PENDING,
+                    "CreationDateTime": now,
+                    "StatusUpdateDateTime": now,
+                    "MultiAuthorisation": {"Status": "AwaitingFurtherAuthorisation"},
+                    "Initiation": initiation,
                 },
                 "Links": {"Self": _payment_url(bank, payment_id)},
                 "Meta": {},
             },
-            200,
+            201,
             request,
         )
 
-    async def get_report(request: Request) -> Response:
-        """The per-transaction report of a payment (Open Banking v3.1 report-file)."""
-        payment_id, payment, consent, status, updated = _payment_now(bank, request)
-        initiation = consent["data"]["Initiation"]
-        lines = settlement.report(
-            initiation["SupplementaryData"]["data"]["transaction"],
-            payment["consent_id"],
-            final=status != settlement.INITIATION_PENDING,
-        )
-        return json_response(
-            {
-                "Data": {
-                    "FilePaymentId": payment_id,
-                    "ConsentId": payment["consent_id"],
-                    "FileReference": initiation["FileReference"],
-                    "Status": status,
-                    "StatusUpdateDateTime": updated,
-                    **lines,
-                },
-                "Links": {"Self": f"{_payment_url(bank, payment_id)}/report-file"},
-                "Meta": {},
+    return await idempotent(bank, key, token.client_id, "file-payments.create", _canonical(body, key), create)
+
+
+async def get_payment(bank: Bank, request: Request) -> Response:
+    """A4: the payment with its status as of now."""
+    payment_id, payment, consent, status, updated = _payment_now(bank, request)
+    return json_response(
+        {
+            "Data": {
+                "ConsentId": payment["consent_id"],
+                "FilePaymentId": payment_id,
+                "Status": status,
+                "CreationDateTime": payment["created"],
+                "StatusUpdateDateTime": updated,
+                "Initiation": consent["data"]["Initiation"],
             },
-            200,
-            request,
-        )
+            "Links": {"Self": _payment_url(bank, payment_id)},
+            "Meta": {},
+        },
+        200,
+        request,
+    )
 
+
+async def get_report(bank: Bank, request: Request) -> Response:
+    """The per-transaction report of a payment (Open Banking v3.1 report-file)."""
+    payment_id, payment, consent, status, updated = _payment_now(bank, request)
+    initiation = consent["data"]["Initiation"]
+    lines = settlement.report(
+        initiation["SupplementaryData"]["data"]["transaction"],
+        payment["consent_id"],
+        final=status != settlement.INITIATION_PENDING,
+    )
+    return json_response(
+        {
+            "Data": {
+                "FilePaymentId": payment_id,
+                "ConsentId": payment["consent_id"],
+                "FileReference": initiation["FileReference"],
+                "Status": status,
+                "StatusUpdateDateTime": updated,
+                **lines,
+            },
+            "Links": {"Self": f"{_payment_url(bank, payment_id)}/report-file"},
+            "Meta": {},
+        },
+        200,
+        request,
+    )
+
+
+def routes(bank: Bank) -> list[BaseRoute]:
+    """The flow A routes, named for fault injection."""
     return [
-        Route(f"{PREFIX}/file-payment-consents", create_consent, methods=["POST"], name="file-payment-consents.create"),
+        Route(
+            f"{PREFIX}/file-payment-consents",
+            partial(create_consent, bank),
+            methods=["POST"],
+            name="file-payment-consents.create",
+        ),
         Route(
             f"{PREFIX}/file-payment-consents/{{consent_id}}/file",
-            upload_file,
+            partial(upload_file, bank),
             methods=["POST"],
             name="file-payment-consents.upload",
         ),
         Route(
             f"{PREFIX}/file-payment-consents/{{consent_id}}",
-            get_consent,
+            partial(get_consent, bank),
             methods=["GET"],
             name="file-payment-consents.get",
         ),
-        Route(f"{PREFIX}/file-payments", create_payment, methods=["POST"], name="file-payments.create"),
-        Route(f"{PREFIX}/file-payments/{{file_payment_id}}", get_payment, methods=["GET"], name="file-payments.get"),
+        Route(f"{PREFIX}/file-payments", partial(create_payment, bank), methods=["POST"], name="file-payments.create"),
+        Route(
+            f"{PREFIX}/file-payments/{{file_payment_id}}",
+            partial(get_payment, bank),
+            methods=["GET"],
+            name="file-payments.get",
+        ),
         Route(
             f"{PREFIX}/file-payments/{{file_payment_id}}/report-file",
-            get_report,
+            partial(get_report, bank),
             methods=["GET"],
             name="file-payments.report",
         ),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -117,113 +118,120 @@ def _own_consent(bank: Bank, client_id: str, consent_id: str) -> Doc:
     return doc
 
 
-def routes(bank: Bank) -> list[BaseRoute]:
-    """The flow B routes of the resource server."""
+async def create_consent(bank: Bank, request: Request) -> Response:
+    """B1: validate the consent request and store it AwaitingAuthorisation (idempotent)."""
+    token = _client_token(bank, request)
+    key, body = await _json_body(bank, request)
 
-    async def create_consent(request: Request) -> Response:
-        token = _client_token(bank, request)
-        key, body = await _json_body(bank, request)
-
-        async def create() -> Response:
-            try:
-                valid = validate_consent_request(body)
-            except InvalidFieldError as exc:
-                raise invalid_format(str(exc), exc.path) from None
-            consent_id = f"vrp-{bank.new_uuid()}"
-            doc = new_consent(
-                bank, VRP_KIND, consent_id, token.client_id, AWAITING, valid.data, valid.risk, payments=[]
-            )
-            return json_response(_consent_resource(bank, consent_id, doc), 201, request)
-
-        operation = "domestic-vrp-consents.create"
-        return await idempotent(bank, key, token.client_id, operation, canonical_body(body), create)
-
-    async def get_consent(request: Request) -> Response:
-        token = _client_token(bank, request)
-        consent_id = request.path_params["consent_id"]
-        doc = _own_consent(bank, token.client_id, consent_id)
-        return json_response(_consent_resource(bank, consent_id, doc), 200, request)
-
-    async def create_payment(request: Request) -> Response:
-        # Auth-code token first (its consent is checked once the body names one), then the other headers.
-        bearer(bank, request.headers.get("authorization"), "authorization_code")
-        interaction_id(request)
-        require_fapi_headers(bank, request)
-        key, body = await _json_body(bank, request)
+    async def create() -> Response:
         try:
-            consent_id = consent_id_of(body)
+            valid = validate_consent_request(body)
         except InvalidFieldError as exc:
             raise invalid_format(str(exc), exc.path) from None
-        token = bearer(bank, request.headers.get("authorization"), "authorization_code", consent_id)
+        consent_id = f"vrp-{bank.new_uuid()}"
+        doc = new_consent(bank, VRP_KIND, consent_id, token.client_id, AWAITING, valid.data, valid.risk, payments=[])
+        return json_response(_consent_resource(bank, consent_id, doc), 201, request)
 
-        async def create() -> Response:
-            try:
-                payment = validate_payment_request(body)
-            except InvalidFieldError as exc:
-                raise invalid_format(str(exc), exc.path) from None
-            consent = _own_consent(bank, token.client_id, consent_id)
-            if consent["status"] != AUTHORISED:
-                raise invalid_consent_status(
-                    f"invalid_consent_status: consent {consent_id} is {consent['status']}, not {AUTHORISED}"
-                )
-            try:
-                check_matches_consent(consent["data"], payment)
-            except InvalidFieldError as exc:
-                raise invalid_format(str(exc), exc.path) from None
-            now = _now_ms(bank)
-            ledger = consent.get("payments", [])
-            earlier = [PastPayment(parse_instant(p["at"], "at"), Decimal(p["amount"])) for p in ledger]
-            try:
-                check_control_parameters(
-                    consent["data"]["ControlParameters"],
-                    parse_instant(consent["created"], "created"),
-                    now,
-                    payment.amount,
-                    payment.currency,
-                    earlier,
-                )
-            except ControlParameterBreachError as exc:
-                raise fails_control_parameters(exc.path, exc.message) from None
-            payment_id = f"obvrp-{bank.new_hex()}"
-            created = iso_ms(now)
-            doc: Doc = {
-                "client_id": token.client_id,
-                "consent_id": consent_id,
-                "created": created,
-                "data": {"Initiation": payment.data["Initiation"], "Instruction": payment.data["Instruction"]},
-                "risk": payment.risk,
-                # Sweeping between the customer's own accounts is free: one zero charge, documented.
-                "charges": [
-                    {
-                        "ChargeBearer": "BorneByDebtor",
-                        "Type": "UK.OBIE.MoneyTransferOut",
-                        "Amount": {"Amount": "0.00", "Currency": payment.currency},
-                    }
-                ],
-            }
-            # Ledger and payment are written with no await in between, so concurrent requests cannot both
-            # squeeze under a limit (the store's single-loop atomicity).
-            consent["payments"] = [*ledger, {"id": payment_id, "at": created, "amount": str(payment.amount)}]
-            bank.store.put(PAYMENT_KIND, payment_id, doc)
-            bank.store.put(VRP_KIND, consent_id, consent)
-            resource = _payment_resource(bank, payment_id, doc)
-            resource["Data"]["Status"] = PENDING  # the spec: Pending at creation, even with a zero delay
-            resource["Data"]["StatusUpdateDateTime"] = created
-            return json_response(resource, 201, request)
+    operation = "domestic-vrp-consents.create"
+    return await idempotent(bank, key, token.client_id, operation, canonical_body(body), create)
 
-        return await idempotent(bank, key, token.client_id, "domestic-vrps.create", canonical_body(body), create)
 
-    async def get_payment(request: Request) -> Response:
-        token = _client_token(bank, request)
-        payment_id = request.path_params["domestic_vrp_id"]
-        doc = bank.store.get(PAYMENT_KIND, payment_id)
-        if doc is None or doc["client_id"] != token.client_id:
-            raise not_found(f"no domestic VRP {payment_id}", "DomesticVRPId")
-        return json_response(_payment_resource(bank, payment_id, doc), 200, request)
+async def get_consent(bank: Bank, request: Request) -> Response:
+    """B3: the caller's VRP consent as stored."""
+    token = _client_token(bank, request)
+    consent_id = request.path_params["consent_id"]
+    doc = _own_consent(bank, token.client_id, consent_id)
+    return json_response(_consent_resource(bank, consent_id, doc), 200, request)
 
+
+async def create_payment(bank: Bank, request: Request) -> Response:
+    """B2: one payment under an Authorised consent, within its control parameters (idempotent)."""
+    # Auth-code token first (its consent is checked once the body names one), then the other headers.
+    bearer(bank, request.headers.get("authorization"), "authorization_code")
+    interaction_id(request)
+    require_fapi_headers(bank, request)
+    key, body = await _json_body(bank, request)
+    try:
+        consent_id = consent_id_of(body)
+    except InvalidFieldError as exc:
+        raise invalid_format(str(exc), exc.path) from None
+    token = bearer(bank, request.headers.get("authorization"), "authorization_code", consent_id)
+
+    async def create() -> Response:
+        try:
+            payment = validate_payment_request(body)
+        except InvalidFieldError as exc:
+            raise invalid_format(str(exc), exc.path) from None
+        consent = _own_consent(bank, token.client_id, consent_id)
+        if consent["status"] != AUTHORISED:
+            raise invalid_consent_status(
+                f"invalid_consent_status: consent {consent_id} is {consent['status']}, not {AUTHORISED}"
+            )
+        try:
+            check_matches_consent(consent["data"], payment)
+        except InvalidFieldError as exc:
+            raise invalid_format(str(exc), exc.path) from None
+        now = _now_ms(bank)
+        ledger = consent.get("payments", [])
+        earlier = [PastPayment(parse_instant(p["at"], "at"), Decimal(p["amount"])) for p in ledger]
+        try:
+            check_control_parameters(
+                consent["data"]["ControlParameters"],
+                parse_instant(consent["created"], "created"),
+                now,
+                payment.amount,
+                payment.currency,
+                earlier,
+            )
+        except ControlParameterBreachError as exc:
+            raise fails_control_parameters(exc.path, exc.message) from None
+        payment_id = f"obvrp-{bank.new_hex()}"
+        created = iso_ms(now)
+        doc: Doc = {
+            "client_id": token.client_id,
+            "consent_id": consent_id,
+            "created": created,
+            "data": {"Initiation": payment.data["Initiation"], "Instruction": payment.data["Instruction"]},
+            "risk": payment.risk,
+            # Sweeping between the customer's own accounts is free: one zero charge, documented.
+            "charges": [
+                {
+                    "ChargeBearer": "BorneByDebtor",
+                    "Type": "UK.OBIE.MoneyTransferOut",
+                    "Amount": {"Amount": "0.00", "Currency": payment.currency},
+                }
+            ],
+        }
+        # Ledger and payment are written with no await in between, so concurrent requests cannot both
+        # squeeze under a limit (the store's single-loop atomicity).
+        consent["payments"] = [*ledger, {"id": payment_id, "at": created, "amount": str(payment.amount)}]
+        bank.store.put(PAYMENT_KIND, payment_id, doc)
+        bank.store.put(VRP_KIND, consent_id, consent)
+        resource = _payment_resource(bank, payment_id, doc)
+        resource["Data"]["Status"] = PENDING  # the spec: Pending at creation, even with a zero delay
+        resource["Data"]["StatusUpdateDateTime"] = created
+        return json_response(resource, 201, request)
+
+    return await idempotent(bank, key, token.client_id, "domestic-vrps.create", canonical_body(body), create)
+
+
+async def get_payment(bank: Bank, request: Request) -> Response:
+    """The caller's domestic VRP with its status as of now."""
+    token = _client_token(bank, request)
+    payment_id = request.path_params["domestic_vrp_id"]
+    doc = bank.store.get(PAYMENT_KIND, payment_id)
+    if doc is None or doc["client_id"] != token.client_id:
+        raise not_found(f"no domestic VRP {payment_id}", "DomesticVRPId")
+    return json_response(_payment_resource(bank, payment_id, doc), 200, request)
+
+
+def routes(bank: Bank) -> list[BaseRoute]:
+    """The flow B routes of the resource server."""
     return [
-        Route(CONSENTS, create_consent, methods=["POST"], name="domestic-vrp-consents.create"),
-        Route(CONSENTS + "/{consent_id}", get_consent, methods=["GET"], name="domestic-vrp-consents.get"),
-        Route(PAYMENTS, create_payment, methods=["POST"], name="domestic-vrps.create"),
-        Route(PAYMENTS + "/{domestic_vrp_id}", get_payment, methods=["GET"], name="domestic-vrps.get"),
+        Route(CONSENTS, partial(create_consent, bank), methods=["POST"], name="domestic-vrp-consents.create"),
+        Route(
+            CONSENTS + "/{consent_id}", partial(get_consent, bank), methods=["GET"], name="domestic-vrp-consents.get"
+        ),
+        Route(PAYMENTS, partial(create_payment, bank), methods=["POST"], name="domestic-vrps.create"),
+        Route(PAYMENTS + "/{domestic_vrp_id}", partial(get_payment, bank), methods=["GET"], name="domestic-vrps.get"),
     ]

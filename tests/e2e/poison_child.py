@@ -30,7 +30,7 @@ CRASHED = 70
 
 def main(config_path: str, instance: str, fatal_key: str) -> None:
     config = load_config(config_path)
-    kafka = settings_from(config.kafka.options, configured=config.kafka.bootstrap_servers)
+    kafka = settings_from(config.kafka)
     store = Store.open(config.processor.store, cipher=load_cipher(), pool_size=2)
     intake = BatchHandler(EngineIntake(store, integrations=config.integrations), wire=kafka.wire)
 

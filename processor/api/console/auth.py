@@ -29,14 +29,14 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from processor.domain.roles import NAME_PATTERN as _NAME
-from processor.domain.roles import ROLE_NAMES, Actor, Role, role_of
-from processor.domain.settings import ConfigError, Secret
+from pydantic import Field, field_validator, model_validator
+
+from processor.domain.roles import Actor, PersonName, Role
+from processor.domain.settings import Secret, Table, problem
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
-_KEYS = {"operators", "session_key", "session_hours"}
 
 
 def _b64(data: bytes) -> str:
@@ -74,12 +74,39 @@ def _unknown_operator() -> str:
     return hash_password(secrets.token_urlsafe(16))
 
 
-@dataclass(frozen=True)
-class Person:
-    """A configured operator: the stored password (scrypt form) and the role."""
+class Person(Table):
+    """`[console.operators.NAME]`: one operator's stored password and role."""
 
-    password: str = field(repr=False)
-    role: Role = Role.OPERATOR
+    password: str = Field(repr=False)
+    """scrypt:N:r:p:salt:hash, as `dispersion console hash-password NAME` prints it (never the password itself)."""
+    role: Role = Field(default=Role.OPERATOR, strict=False)
+    """viewer, operator, approver or admin."""
+
+    @model_validator(mode="after")
+    def _scrypt_form(self) -> Person:
+        try:
+            _parse_hash(self.password)
+        except ValueError as exc:
+            raise problem(f"{exc} (make one with `dispersion console hash-password`)") from None
+        return self
+
+
+class ConsoleTable(Table):
+    """`[console]`: the console's operators and sessions; without operators the console is not served."""
+
+    operators: dict[PersonName, Person] = {}
+    """One [console.operators.NAME] table per operator; the older NAME = "scrypt:..." is an operator."""
+    session_key: Annotated[Secret, Field(min_length=32)] | None = None
+    """Signs the session cookies, the same on every instance (better: session_key_env); none: one per process."""
+    session_hours: float = Field(default=8.0, gt=0, le=168)
+    """How long a session lasts."""
+
+    @field_validator("operators", mode="before")
+    @classmethod
+    def _older_form(cls, operators: Any) -> Any:
+        if not isinstance(operators, Mapping):
+            return operators
+        return {name: {"password": entry} if isinstance(entry, str) else entry for name, entry in operators.items()}
 
 
 @dataclass(frozen=True)
@@ -166,48 +193,10 @@ class ConsoleAuth:
         return hmac.compare_digest(token, self.csrf_token(session_id))
 
 
-def console_auth(table: Mapping[str, Any] | None, *, source: str = "<memory>") -> ConsoleAuth | None:
-    """Read the (environment-resolved: `session_key_env` arrives as `session_key`) `[console]` table; None when it
-    names no operator (the console is then not served)."""
-    table = table or {}
-    unknown = sorted(set(table) - _KEYS)
-    if unknown:
-        raise ConfigError(f"{source}: console.{unknown[0]}: unknown key (known: {', '.join(sorted(_KEYS))})")
-    operators = table.get("operators", {})
-    if not isinstance(operators, Mapping):
-        raise ConfigError(f"{source}: console.operators: must be a table of [console.operators.NAME] tables")
-    people = {str(name): _person(name, entry, source) for name, entry in operators.items()}
-    if not people:
+def console_auth(table: ConsoleTable) -> ConsoleAuth | None:
+    """The console's sign-in from its (checked) `[console]` table; None when it names no operator (the console is
+    then not served). Without a `session_key` each process makes its own."""
+    if not table.operators:
         return None
-    key = table.get("session_key")
-    if key is not None and (not isinstance(key, str) or len(key) < 32):
-        raise ConfigError(f"{source}: console.session_key: must be a string of at least 32 characters")
-    hours = table.get("session_hours", 8)
-    if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 24 * 7:
-        raise ConfigError(f"{source}: console.session_hours: must be a number of hours in (0, 168], got {hours!r}")
-    return ConsoleAuth(
-        operators=people,
-        session_key=Secret(key or secrets.token_urlsafe(32)),
-        session_seconds=float(hours) * 3600.0,
-    )
-
-
-def _person(name: object, entry: object, source: str) -> Person:
-    """One `[console.operators.NAME]` table (`password`, `role`), or the older `NAME = "scrypt:..."` (an operator)."""
-    where = f"{source}: console.operators.{name}"
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ConfigError(f"{where}: a name is 1-64 letters, digits or ._@-")
-    if isinstance(entry, Mapping):
-        unknown = sorted(set(entry) - {"password", "role"})
-        if unknown:
-            raise ConfigError(f"{where}.{unknown[0]}: unknown key (known: password, role)")
-        stored, role = entry.get("password"), role_of(entry.get("role"))
-        if role is None:
-            raise ConfigError(f"{where}.role: must be one of {ROLE_NAMES}, got {entry.get('role')!r}")
-    else:
-        stored, role = entry, Role.OPERATOR
-    try:
-        _parse_hash(str(stored))
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc} (make one with `dispersion console hash-password`)") from None
-    return Person(str(stored), role)
+    key = table.session_key or Secret(secrets.token_urlsafe(32))
+    return ConsoleAuth(operators=table.operators, session_key=key, session_seconds=table.session_hours * 3600.0)

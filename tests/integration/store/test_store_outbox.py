@@ -95,6 +95,11 @@ def test_claim_returns_each_keys_events_in_order_and_publishing_drains(store: St
         assert tx.outbox.mark_published([e.id for e in events[:5]], now=at(11)) == 0  # already marked
         rest = tx.outbox.claim(owner="r1", now=at(12), limit=100, lease_seconds=30)
         assert [e.id for e in rest] == [e.id for e in events[5:]]
+        # the events a relay has in flight are not built again (they still count towards the limit)
+        known = {events[5].id, events[7].id}
+        assert [e.id for e in tx.outbox.claim(owner="r1", now=at(12), limit=2, lease_seconds=30, known=known)] == [
+            events[6].id
+        ]
         tx.outbox.mark_published([e.id for e in rest], now=at(13))
         assert tx.outbox.backlog() == (0, None)
         assert tx.outbox.claim(owner="r1", now=at(14), limit=100, lease_seconds=30) == []

@@ -83,11 +83,8 @@ def test_environment_overrides_nested_keys_and_wins_over_the_file(tmp_path: Path
     }
     config = load_config(write(tmp_path), environ=environ)
     assert config.kafka.bootstrap_servers == "env-broker:9092"
-    assert config.kafka.options == {
-        "group_id": "from-env",
-        "static_membership": False,
-        "client": {"sasl.password": "kafka-pw"},
-    }
+    assert (config.kafka.group_id, config.kafka.static_membership) == ("from-env", False)
+    assert config.kafka.client == {"sasl.password": "kafka-pw"}
     sandbox = config.integrations["sandbox"]
     assert sandbox.client_secret.reveal() == ENV_SECRET
     assert sandbox.timeouts.read == 12.5
@@ -109,7 +106,7 @@ def test_environment_adds_keys_and_tables_the_file_lacks(tmp_path: Path) -> None
     }
     config = load_config(write(tmp_path), environ=environ)
     assert config.integrations["sandbox"].retry.max_attempts == 3
-    assert config.kafka.options["topics"] == {"payroll.batches": "acme.payroll.batches"}
+    assert config.kafka.topics == {"payroll.batches": "acme.payroll.batches"}
     assert config.exports == {"planilla": {"decimal_separator": ","}}
     assert config.model_extra == {"flows": {"listen": "127.0.0.1:9000"}}
 
@@ -138,9 +135,7 @@ def test_env_keys_still_work_and_an_override_beats_them(tmp_path: Path) -> None:
     )
     config = load_config(write(tmp_path, numbers), environ={"WORKERS": "6", "PW": "kafka-pw"})
     assert config.engine.concurrency == 6
-    assert load_kafka_settings(tmp_path / "dispersion.toml", environ={"PW": "x"}).options["client"] == {
-        "sasl.password": "x"
-    }
+    assert load_kafka_settings(tmp_path / "dispersion.toml", environ={"PW": "x"}).client == {"sasl.password": "x"}
 
 
 def test_the_file_keeps_its_toml_types_while_environment_text_is_converted(tmp_path: Path) -> None:
@@ -156,7 +151,7 @@ def test_kafka_only_reading_takes_overrides_and_skips_the_integrations(tmp_path:
     path = write(tmp_path, CONFIG.replace(f'client_secret = "{SECRET}"', 'client_secret_env = "UNSET"'))
     kafka = load_kafka_settings(path, environ={"DISPERSION__KAFKA__BOOTSTRAP_SERVERS": "k:1"})
     assert kafka.bootstrap_servers == "k:1"
-    assert kafka.options == {"group_id": "from-file"}
+    assert kafka.group_id == "from-file"
 
 
 # -- errors: file, line, key -------------------------------------------------------------------------------------
@@ -290,8 +285,10 @@ def test_secrets_stay_out_of_errors_and_reprs(tmp_path: Path) -> None:
     assert "integrations.sandbox.client_secret: must be a string, not int" in wrong_type
     assert "12345678" not in wrong_type
 
-    settings = load_config(write(tmp_path), {"DISPERSION__KAFKA__SCHEMA_REGISTRY_PASSWORD": "rp"})
-    assert settings.kafka.options["schema_registry_password"] == "rp"
+    registry = {"URL": "http://registry:8081", "USERNAME": "u", "PASSWORD": "rp"}
+    settings = load_config(write(tmp_path), {f"DISPERSION__KAFKA__SCHEMA_REGISTRY_{k}": v for k, v in registry.items()})
+    assert settings.kafka.schema_registry_password is not None
+    assert settings.kafka.schema_registry_password.reveal() == "rp"
     shown = repr(settings) + str(settings)
     assert SECRET not in shown
     assert "'rp'" not in shown
@@ -442,6 +439,10 @@ KINDS = [  # (what is wrong, the file's change: (old, new), environment, the mes
     ("override no table", ("", ""), {"DISPERSION__KAFKA": "x"}, "environment DISPERSION__KAFKA: kafka: must be a tab"),
     ("too short", ("", "[admin]\ntoken = 'short'\n"), {}, "admin.token: must be at least 16 characters"),
     ("not an option", ("", "[controls]\nchanged_accounts = 'maybe'\n"), {}, "'hold', 'flag', 'off', got 'maybe'"),
+    ("open bound", ("", "[console]\nsession_hours = 0\n"), {}, "23: console.session_hours: must be more than 0 and"),
+    ("bad name", ("", f"[admin.tokens.'a b']\ntoken_sha256 = '{'0' * 64}'\nrole = 'viewer'\n"), {}, 'a b": a name is'),
+    ("not a hash", ("", "[console.operators.ana]\npassword = 'plain'\n"), {}, "22: console.operators.ana: not of the"),
+    ("registry", ('"from-file"', '"g"\nschema_registry_username = "u"'), {}, "5: kafka: schema_registry_username/pas"),
 ]
 
 

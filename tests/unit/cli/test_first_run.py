@@ -30,7 +30,7 @@ def test_sandbox_init_writes_console_and_admin_with_secrets_shown_once(
     assert console.group(3) not in text and token.group(1) not in text  # only hashes are kept
 
     config = load_config(path, environ={})
-    auth = console_auth(config.console, source=str(path))
+    auth = console_auth(config.console)
     assert auth is not None and auth.check_password(console.group(2), console.group(3))
     assert not auth.check_password(console.group(2), "not the password")
     personal = config.admin.by_name[console.group(2)]
@@ -43,7 +43,7 @@ def test_sandbox_init_writes_console_and_admin_with_secrets_shown_once(
     # Run again (--force): new secrets, the old ones no longer work.
     assert sandbox_init([str(tmp_path / "dev"), "--force"]) == 0
     again = load_config(path, environ={})
-    renewed = console_auth(again.console, source=str(path))
+    renewed = console_auth(again.console)
     assert renewed is not None and not renewed.check_password(console.group(2), console.group(3))
 
 

@@ -5,9 +5,8 @@ tests/integration/cli/test_submit_status_cli.py."""
 
 from __future__ import annotations
 
-import csv
-import io
 import re
+import tempfile
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -21,8 +20,9 @@ from processor.cli import submit
 from processor.domain.schedule import Calendar
 from processor.exports import reading
 from processor.exports.checks import check, control_sum
-from processor.exports.layout import BatchFields, Export, ExportError, read_csv, read_json
-from processor.exports.profile import sniff_delimiter
+from processor.exports.layout import BatchFields, Export, ExportError, read_json
+from processor.exports.profile import our_layout, sniff_delimiter
+from processor.exports.profiled import read_profiled
 
 NOW = datetime(2024, 11, 5, 10, 0, tzinfo=UTC)
 DOC_EXAMPLE = "".join(EXPORT.splitlines(keepends=True)[:4])  # the header and three rows
@@ -46,12 +46,16 @@ def dry_run(capsys: pytest.CaptureFixture[str], path: Path, *options: str) -> Ru
 
 
 def parse(text: str, fields: BatchFields | None = None, *, delimiter: str = ",") -> Export:
-    """`read_csv` over `text` as `submit` feeds it (csv.reader's line numbers)."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    """`text` as a CSV file read the way `submit` reads it without a profile: through the built-in profile of our
+    layout."""
     given = fields or BatchFields(
         integration="sandbox", origin_account_number="3001234567", origin_currency="GTQ", batch_id="B-1"
     )
-    return read_csv(reader, given, requested_at=NOW, defaults=BatchFields(), line_of=lambda: reader.line_num)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "export.csv"
+        path.write_bytes(text.encode())
+        profile = our_layout("csv", delimiter=delimiter)
+        return read_profiled(path, profile, given, requested_at=NOW, defaults=BatchFields())
 
 
 def problems_of(text: str) -> list[str]:
@@ -128,6 +132,14 @@ def test_quoted_fields_hold_delimiters_and_line_breaks_and_blank_lines_are_skipp
     assert export.lines is not None
     assert export.lines[0] == 3
     assert export.lines[2] == 8  # the quoted line break counts
+
+
+def test_blank_lines_above_the_header_are_skipped_and_lines_still_count_them() -> None:
+    export = parse("\n  \naccount_number,amount,email,concept\n2001,x,a@example.com,Pay\n")
+    assert export.lines == (4,)
+    assert [str(problem) for problem in export.problems] == [
+        "line 4: amount: expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)"
+    ]
 
 
 def test_missing_and_repeated_required_columns_are_reported_together() -> None:
@@ -356,6 +368,19 @@ def test_byte_order_mark_is_ignored(capsys: pytest.CaptureFixture[str], tmp_path
     assert (result.code, result.err) == (0, "")
 
 
+def test_a_file_in_another_encoding_names_the_byte_and_the_option(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "export.csv"
+    path.write_bytes("account_number,amount,email,concept\n2001,1.00,a@example.com,Año\n".encode("cp1252"))
+    result = dry_run(capsys, path, "--batch-id", "B-1")
+    assert result.code == 1
+    assert result.err.splitlines()[0] == (
+        "export: file: cannot be read as utf-8-sig: byte 0xf1 (invalid continuation byte); give --encoding"
+    )
+    assert dry_run(capsys, path, "--batch-id", "B-1", "--encoding", "cp1252").code == 0
+
+
 def test_unknown_columns_are_noted_on_stderr(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "export.csv"
     path.write_text("account_number,amount,email,concept,Department,cost-center\n2001,1.00,a@example.com,x,HR,7\n")
@@ -468,8 +493,7 @@ def test_check_refuses_a_past_day_in_the_integrations_zone() -> None:
         batch_id="B-1",
         execute_on="2024-11-05",
     )
-    reader = csv.reader(io.StringIO(DOC_EXAMPLE, newline=""))
-    export = read_csv(reader, fields, requested_at=NOW, defaults=BatchFields())
+    export = parse(DOC_EXAMPLE, fields)
     assert check(export, now=NOW) == []  # 10:00 UTC on the 5th: today
     kiritimati = {"sandbox": Calendar(ZoneInfo("Pacific/Kiritimati"))}  # already the 6th there
     assert [str(p) for p in check(export, now=NOW, calendars=kiritimati)] == [

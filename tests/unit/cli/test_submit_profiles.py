@@ -456,6 +456,27 @@ def test_a_workbook_without_a_profile_is_read_by_its_extension(
     assert ids[0] == ids[1] == ids[2]
 
 
+def test_a_workbook_in_our_layout_is_checked_as_our_csv_is(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The same built-in profile: our column names in problems, plain amounts in text cells, other columns noted."""
+    book = Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.append(["Account Number", "Amount", "email", "concept", "Departamento"])
+    sheet.append(["2001002001", 8500.5, "not-an-email", "Sueldo", "RRHH"])
+    sheet.append(["2001002002", "1,200.00", "b@example.com", "Sueldo", "RRHH"])
+    path = tmp_path / "planilla.xlsx"
+    book.save(path)
+    result = run(capsys, str(path), *ORIGIN, "--dry-run", "--quiet")
+    assert result.code == 1
+    assert result.err.splitlines() == [
+        "note: ignored column(s): departamento",
+        "row 2: destination_account.email: malformed_email: must be an address like name@example.com (ASCII, at"
+        " most 254 characters) (transaction 0)",
+        "row 3: amount: expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)",
+        "dispersion submit: 2 problem(s); nothing was produced",
+    ]
+
+
 def test_a_workbook_without_our_columns_names_what_is_missing(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -189,7 +189,7 @@ def test_the_compose_configuration_loads_and_matches_the_services(monkeypatch: p
     assert config.engine.concurrency >= 1  # the [engine] table is valid
     assert config.processor.store.startswith("postgresql://")
     assert config.kafka.bootstrap_servers == "kafka:9092"
-    assert config.kafka.options["static_membership"] is True  # restarted containers keep their partitions
+    assert config.kafka.static_membership is True  # restarted containers keep their partitions
     integration = config.integrations["sandbox"]
 
     (init,) = dispersion_commands(SERVICES["bank-init"])

@@ -7,9 +7,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from bank_support import toml
 
 import schemas
-from processor.kafka.settings import KafkaSetupError, settings_from
+from processor.cli.config import load_kafka_settings
+from processor.domain.settings import ConfigError
+from processor.kafka.settings import KafkaTable, settings_from
 from processor.kafka.wire import Registry, WireCodec, WireSettings
 from schemas import CONFLUENT, SINGLE_OBJECT, DecodeError
 
@@ -64,25 +67,21 @@ def test_bytes_of_neither_format_are_refused() -> None:
 
 
 def test_wire_settings_from_the_kafka_table() -> None:
-    settings = settings_from(
-        {
-            "wire_format": "confluent",
-            "schema_registry_url": URL,
-            "schema_registry_username": "dispersion",
-            "schema_registry_password": "pa55-secret",
-        },
-        bootstrap="127.0.0.1:9092",
+    table = KafkaTable(
+        wire_format="confluent",
+        schema_registry_url=URL,
+        schema_registry_username="dispersion",
+        schema_registry_password="pa55-secret",
     )
+    settings = settings_from(table, bootstrap="127.0.0.1:9092")
     assert settings.wire.wire_format == CONFLUENT
     assert settings.wire.registry == Registry(URL, "dispersion", "pa55-secret")
     assert settings.wire.registry.client_config() == {"url": URL, "basic.auth.user.info": "dispersion:pa55-secret"}
-    assert "pa55-secret" not in repr(settings)
+    assert "pa55-secret" not in repr(settings) + repr(table)
     assert settings_from(bootstrap="127.0.0.1:9092").wire == WireSettings(SINGLE_OBJECT, None)
 
 
 def test_the_password_comes_from_the_environment_like_other_env_keys(tmp_path: Any) -> None:
-    from processor.cli.config import load_kafka_settings
-
     path = tmp_path / "dispersion.toml"
     path.write_text(
         '[kafka]\nbootstrap_servers = "127.0.0.1:9092"\nwire_format = "confluent"\n'
@@ -90,7 +89,7 @@ def test_the_password_comes_from_the_environment_like_other_env_keys(tmp_path: A
         'schema_registry_password_env = "TEST_REGISTRY_PASSWORD"\n'
     )
     kafka = load_kafka_settings(path, environ={"TEST_REGISTRY_PASSWORD": "from-env"})
-    settings = settings_from(kafka.options, configured=kafka.bootstrap_servers)
+    settings = settings_from(kafka)
     assert settings.wire.registry is not None
     assert settings.wire.registry.password == "from-env"
     assert "from-env" not in repr(kafka) + repr(settings)
@@ -100,17 +99,20 @@ def test_the_password_comes_from_the_environment_like_other_env_keys(tmp_path: A
     ("options", "message"),
     [
         ({"wire_format": "confluent"}, "needs schema_registry_url"),
-        ({"wire_format": "json"}, "wire_format must be one of single-object, confluent"),
-        ({"schema_registry_url": "ftp://registry"}, "http:// or https://"),
+        ({"wire_format": "json"}, "wire_format: must be one of 'single-object', 'confluent'"),
+        ({"schema_registry_url": "ftp://registry"}, "must be an absolute http(s) address"),
         ({"schema_registry_url": "http://u:p@registry:8081"}, "must not hold credentials"),
         ({"schema_registry_url": URL, "schema_registry_username": "u"}, "go together"),
         ({"schema_registry_password": "p"}, "without schema_registry_url"),
-        ({"schema_registry_url": ""}, "must be a non-empty string"),
+        ({"schema_registry_url": ""}, "schema_registry_url: must not be empty"),
         ({"schema_registry": URL}, "unknown key"),
     ],
 )
-def test_bad_wire_settings_are_refused_by_name(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(KafkaSetupError, match=message) as caught:
-        settings_from(options, bootstrap="127.0.0.1:9092")
-    assert "[kafka]" in str(caught.value)
+def test_bad_wire_settings_are_refused_by_name(tmp_path: Any, options: dict[str, Any], message: str) -> None:
+    path = tmp_path / "dispersion.toml"
+    path.write_text(f"kafka = {toml(options)}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_kafka_settings(path, environ={})
+    assert message in str(caught.value)
+    assert f"{path}:1: kafka" in str(caught.value)
     assert "p@" not in str(caught.value)
