@@ -625,6 +625,26 @@ class Deployment:
         """The tail of every instance's log (for failure messages)."""
         return "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for p in self.processors.values())
 
+    def close(self) -> None:
+        """Stop every instance (SIGTERM, then SIGKILL after 30 s) and close the readers, approvers, producers and
+        the admin client."""
+        for instance in self.processors.values():
+            if instance.alive:
+                instance.process.send_signal(signal.SIGTERM)
+        for instance in self.processors.values():
+            try:
+                instance.process.wait(30)
+            except subprocess.TimeoutExpired:
+                instance.process.kill()
+                instance.process.wait(10)
+        for reader in self.readers:
+            reader.close()
+        for approver in self.approvers:
+            approver.close()
+        for producer in self.producers:
+            producer.producer.flush(0)
+        self.admin.close()
+
 
 DeploymentFactory = Callable[..., Deployment]
 FIXTURES = ("deployment_factory_fixture", "e2e_database_fixture")  # import both into a test module to use them
@@ -697,19 +717,4 @@ def deployment_factory_fixture(tmp_path: Path, e2e_database: str) -> Iterator[De
             yield build
         finally:
             for deployment in made:
-                for instance in deployment.processors.values():
-                    if instance.alive:
-                        instance.process.send_signal(signal.SIGTERM)
-                for instance in deployment.processors.values():
-                    try:
-                        instance.process.wait(30)
-                    except subprocess.TimeoutExpired:
-                        instance.process.kill()
-                        instance.process.wait(10)
-                for reader in deployment.readers:
-                    reader.close()
-                for approver in deployment.approvers:
-                    approver.close()
-                for producer in deployment.producers:
-                    producer.producer.flush(0)
-                deployment.admin.close()
+                deployment.close()

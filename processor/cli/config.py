@@ -22,9 +22,8 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from enum import EnumMeta
 from pathlib import Path
-from typing import Any, TypeVar, Union, cast, get_args, get_origin
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le
 from pydantic import BaseModel, ValidationError
@@ -59,9 +58,6 @@ __all__ = [
 CONFIG_ENV = "DISPERSION_CONFIG"
 ADMIN_TOKEN_ENV = "DISPERSION_ADMIN_TOKEN"
 ENV_SUFFIX = "_env"
-# `K_env` keys are resolved at every depth of these tables; in the others (`[exports]`, `[console]`, ...) only at
-# the top: their nested names are their owners'.
-_RESOLVED_DEEP = ("processor", "kafka", "integrations", "engine", "admin", "telemetry", "console")
 M = TypeVar("M", bound=Layered)
 
 
@@ -128,10 +124,11 @@ def _read(model: type[M], file: Path, environ: Mapping[str, str], *, lenient: bo
     overridden = {
         tuple(name.lower()[len(ENV_PREFIX) :].split("__")) for name in environ if name.upper().startswith(ENV_PREFIX)
     }
+    # K_env at every depth of a table a model describes; in `[exports]` and the tables no model describes only at
+    # the top: their nested names are their owners'.
+    deep = set(model.model_fields) - {"exports"}
     resolved = {
-        name: _resolve_env_keys(
-            table, (name,), environ, overridden, problems, deep=name in _RESOLVED_DEEP, lenient=lenient
-        )
+        name: _resolve_env_keys(table, (name,), environ, overridden, problems, deep=name in deep, lenient=lenient)
         if isinstance(table, Mapping)
         else table
         for name, table in data.items()
@@ -143,7 +140,7 @@ def _read(model: type[M], file: Path, environ: Mapping[str, str], *, lenient: bo
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             path = tuple(str(part) for part in error["loc"] if part != "[key]")  # a bad name: the name's path
-            if not _failed(resolved, path):
+            if not isinstance(error.get("input"), _Failed):
                 problems.append((path, _message(model, path, error)))
     finally:
         LOADING.reset(token)
@@ -199,15 +196,6 @@ def _resolve_env_keys(
     return out
 
 
-def _failed(data: Mapping[str, Any], path: KeyPath) -> bool:
-    node: Any = data
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return isinstance(node, _Failed)
-
-
 # -- messages --------------------------------------------------------------------------------------------------
 
 
@@ -232,8 +220,6 @@ def _walk(model: type[BaseModel], path: KeyPath) -> tuple[Any, Any]:
 def _message(model: type[BaseModel], path: KeyPath, error: Any) -> str:
     """Our wording of a pydantic error (never with a secret's value: only its type is named)."""
     kind, given, ctx = error["type"], error.get("input"), error.get("ctx") or {}
-    if kind == "config":
-        return str(error["msg"])
     if path == ("integrations",) and kind in ("missing", "too_short"):
         return AT_LEAST_ONE_INTEGRATION
     if kind == "missing":
@@ -254,10 +240,8 @@ def _message(model: type[BaseModel], path: KeyPath, error: Any) -> str:
         return f"must be a number, got {given!r}"
     if kind in ("bool_type", "bool_parsing"):
         return f"must be true or false, got {given!r}"
-    if kind in ("literal_error", "enum"):
-        target = _walk(model, path)[1]
-        options = [member.value for member in cast(Any, target)] if isinstance(target, EnumMeta) else get_args(target)
-        return f"must be one of {', '.join(repr(option) for option in options)}, got {given!r}"
+    if kind in ("literal_error", "enum"):  # pydantic's "'a', 'b' or 'c'" as a plain list
+        return f"must be one of {ctx['expected'].replace(' or ', ', ')}, got {given!r}"
     if kind in ("greater_than", "greater_than_equal", "less_than_equal"):
         metadata = getattr(_walk(model, path)[0], "metadata", [])
         high = next(m.le for m in metadata if isinstance(m, Le))

@@ -162,17 +162,15 @@ class EnvironmentSource(PydanticBaseSettingsSource):
             parts = variable[len(ENV_PREFIX) :].lower().split(ENV_DELIMITER)
             node, file, path = out, cast(Any, load.file), cast(KeyPath, ())
             for depth, part in enumerate(parts):
-                name = _spelled(part, file, path)
+                name, named = _spelled(part, file, path), ENV_PREFIX + ENV_DELIMITER.join(parts[: depth + 1]).upper()
                 path = (*path, name)
                 file = file.get(name) if isinstance(file, Mapping) else None
                 if depth == len(parts) - 1:
                     node[name] = _env_value(value)
-                    load.overrides[path] = ENV_PREFIX + ENV_DELIMITER.join(parts[: depth + 1]).upper()
+                    load.overrides[path] = named
                 elif isinstance(node.setdefault(name, {}), dict):
                     if file is None:  # a table only the environment gives: what it lacks is asked of it too
-                        load.overrides.setdefault(
-                            path, ENV_PREFIX + ENV_DELIMITER.join(parts[: depth + 1]).upper() + "__..."
-                        )
+                        load.overrides.setdefault(path, named + "__...")
                     node = node[name]
                 else:
                     break

@@ -3,11 +3,16 @@ model of a configuration table (processor/cli/config.py reads the file into thes
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Union, get_args, get_origin
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
+
+# `://user:` and the password after it: to the first `@` (a raw `/` in it included), then on through any further
+# `@` that comes before the next `/`, `?` or `#` (a raw `@` in it).
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:)[^@]*@(?:[^@/?#]*@)*")
 
 
 class ConfigError(ValueError):
@@ -38,14 +43,11 @@ def problem(message: str) -> PydanticCustomError:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password in its user part replaced by `***` (for DSNs in logs, reprs and errors)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{parts.username or ''}:***@{host}", parts.path, parts.query, parts.fragment))
+    """The URL with any password in its user part replaced by `***` (for DSNs in logs, reprs and errors).
+
+    Read as text, not parsed: the host keeps its case, brackets and any list of hosts (`h1:5432,h2:5432`), and a
+    password with a raw `/` or `@` in it is hidden whole."""
+    return _PASSWORD_IN_URL.sub(r"\1***@", url)
 
 
 def _filled(value: Any) -> Any:

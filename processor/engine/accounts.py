@@ -17,7 +17,6 @@ origin account) was last paid is worth a second person's look.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,30 +57,28 @@ def remember_paid(
     return len(paid)
 
 
-def changed_transfers(tx: StoreTx, document: Mapping[str, Any], *, days: int, now: datetime) -> list[dict[str, Any]]:
-    """The transfers of a batch document whose destination differs from the employee's last paid account (paid
-    within `days`), as the requests page shows them (accounts masked)."""
-    origin = document.get("origin_account") or {}
-    transfers = document.get("transactions") or []
-    references = [t.get("employee_reference") for t in transfers if isinstance(t, Mapping)]
-    known = tx.paid_accounts.last(str(origin.get("account_number")), [r for r in references if r])
+def changed_transfers(tx: StoreTx, batch: PayrollBatch, *, days: int, now: datetime) -> list[dict[str, Any]]:
+    """The transfers of a batch whose destination differs from the employee's last paid account (paid within
+    `days`), as the requests page shows them (accounts masked)."""
+    references = [t.employee_reference for t in batch.transactions if t.employee_reference]
+    known = tx.paid_accounts.last(batch.origin.number, references)
+    del references
     since = now - timedelta(days=days)
     changed = []
-    for index, item in enumerate(transfers):
-        reference = item.get("employee_reference")
+    for index, transfer in enumerate(batch.transactions):
+        reference = transfer.employee_reference
         last = known.get(reference) if reference else None
         if last is None or last.paid_at < since:
             continue
-        account = item.get("destination_account") or {}
-        number = str(account.get("account_number"))
+        number = transfer.account_number
         if account_digest(number) == last.account_sha256:
             continue
         changed.append(
             {
                 "index": index,
                 "employee_reference": reference,
-                "amount": str(item.get("amount")),
-                "currency": account.get("currency"),
+                "amount": str(transfer.amount),
+                "currency": transfer.currency,
                 "old_account": "****" + last.account_last4,
                 "new_account": mask_account(number),
                 "last_paid_at": iso_ms(last.paid_at),
@@ -91,15 +88,15 @@ def changed_transfers(tx: StoreTx, document: Mapping[str, Any], *, days: int, no
     return changed
 
 
-def review_at_intake(tx: StoreTx, flow: Flow, text: str, controls: Controls, *, now: datetime) -> str | None:
-    """Compare a just-stored batch with where its employees were paid; hold or flag it (see the module
-    docstring). The request's state (PENDING when held, FLAGGED), or None when nothing changed or it is off."""
+def review_at_intake(tx: StoreTx, flow: Flow, batch: PayrollBatch, controls: Controls, *, now: datetime) -> str | None:
+    """Compare a just-stored batch (as parsed for its validation: its stored text is not parsed again) with where
+    its employees were paid; hold or flag it (see the module docstring). The request's state (PENDING when held,
+    FLAGGED), or None when nothing changed or it is off."""
     if controls.changed_accounts == ChangedAccounts.OFF:
         return None
     if flow.retry_of is not None:  # a retry made by retry-failed (its record; never a field of the document)
         return None
-    document = json.loads(text)
-    changed = changed_transfers(tx, document, days=controls.account_history_days, now=now)
+    changed = changed_transfers(tx, batch, days=controls.account_history_days, now=now)
     if not changed:
         return None
     request = tx.requests.create(CHANGED_ACCOUNTS, flow.batch_id, by=INTAKE, now=now, detail={"changed": changed})

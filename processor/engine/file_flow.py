@@ -379,12 +379,12 @@ class FileFlow(LeasedFlow[Flow]):
                 release_lease=True,
                 last_error=None,
             )
-        # What the results need from the batch, read before the report so the two are never in memory at once.
+        # The batch, read before the report: the results, the transfer events (end_flow) and, for a COMPLETED
+        # batch, where its employees were paid (accounts.py) all read it; nothing parses the stored text again.
         batch = await self.payloads.batch(flow)
         transfers = None if batch is None else [(t.employee_reference, t.amount) for t in batch.transactions]
         currency = batch.origin.currency if batch is not None else await self.payloads.currency(flow)
-        paid_batch = batch if end == FlowState.COMPLETED else None  # where its employees were paid (accounts.py)
-        del batch
+        paid_batch = batch if end == FlowState.COMPLETED else None
         try:
             report = await bank.get_file_payment_report(file_payment_id)
         except BankError as exc:
@@ -420,6 +420,7 @@ class FileFlow(LeasedFlow[Flow]):
                 next_action_at=None,
                 last_error=None,
                 release_lease=True,
+                batch=batch,
             )
             if consent_id is not None:
                 tx.tokens.delete(consent_id)  # the payment exists: the consent's tokens are no longer needed

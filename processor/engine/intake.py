@@ -336,8 +336,8 @@ def store_batch(
     tx.lifecycle.keep_sketch(flow.batch_id, flow.integration, sketch(prepared.keys), now=now)
     flow = _allow(tx, flow, hold, guard, now)
     review = None
-    if controls is not None:  # the changed-account review may hold it too (both must let it go)
-        review = review_at_intake(tx, flow, prepared.text, controls, now=now)
+    if controls is not None and prepared.batch is not None:  # the changed-account review may hold it too
+        review = review_at_intake(tx, flow, prepared.batch, controls, now=now)
         flow = tx.flows.require(flow.batch_id)
     if _held(hold, guard):
         _hold_event(tx, flow, prepared, guard, now)

@@ -34,7 +34,7 @@ from processor.domain.steps import Rule, Wait, handled_states
 from processor.domain.time import utc_ms
 from processor.engine.context import EngineContext
 from processor.engine.tracing import continued
-from processor.store import Operation, StoreTx, VersionConflictError
+from processor.store import Operation, Store, StoreTx, VersionConflictError
 
 log = structlog.get_logger("processor.engine.leased")
 
@@ -119,15 +119,17 @@ class LeasedFlow(Generic[T]):
 
     # -- leases -------------------------------------------------------------------------------------------------
 
-    async def claim(self, *, owner: str, limit: int) -> list[T]:
-        """Lease up to `limit` due rows in a state the engine has a step for."""
-        now = self.now()
+    @property
+    def store(self) -> Store:
+        """The store its rows live in."""
+        return self.ctx.store
+
+    def claim_in(self, tx: StoreTx, *, owner: str, limit: int) -> list[T]:
+        """Lease up to `limit` due rows in a state the engine has a step for, in the caller's transaction (a
+        worker claims every kind of work in one)."""
         lease = self.ctx.settings.lease_seconds
         states = list(handled_states(self.kind.table))
-        items: list[T] = await self.ctx.store.arun(
-            lambda tx: self.repo(tx).claim_due(now=now, owner=owner, limit=limit, lease_seconds=lease, states=states)
-        )
-        return items
+        return self.repo(tx).claim_due(now=self.now(), owner=owner, limit=limit, lease_seconds=lease, states=states)
 
     async def acquire(self, key: str, *, owner: str) -> T | None:
         """Lease one row if it exists, is due and is free; else None (single-flow mode, `advance`)."""

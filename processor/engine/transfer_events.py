@@ -10,11 +10,13 @@ outcome published twice carries the same id; the Kafka headers are CloudEvents b
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final, Unpack
 
+from processor.domain.batch import PayrollBatch
 from processor.domain.file_states import FlowState
 from processor.domain.outcomes import split_reason
 from processor.domain.time import iso_ms
@@ -58,18 +60,76 @@ def transfer_payloads(
     original_indexes: Sequence[int] = (),
     retry_of: str | None = None,
     from_pain001: bool = False,
-) -> list[dict[str, Any]]:
-    """The `dispersion.transfers` payloads of a batch that ended `ended` (pure). With the bank's `results`, one per
-    transfer the bank settled or rejected; without, every transfer FAILED with the batch's `reason` (COMPLETED when
-    the batch completed with a report we could not read). `retry_of`: the original batch of a retry, from its retry
-    record. `from_pain001`: the employee reference is the EndToEndId."""
+) -> Iterator[dict[str, Any]]:
+    """The `dispersion.transfers` payloads of a batch document that ended `ended` (pure, one at a time). With the
+    bank's `results`, one per transfer the bank settled or rejected; without, every transfer FAILED with the batch's
+    `reason` (COMPLETED when the batch completed with a report we could not read). `retry_of`: the original batch of
+    a retry, from its retry record. `from_pain001`: the employee reference is the EndToEndId."""
     origin = document.get("origin_account")
     origin = origin if isinstance(origin, Mapping) else {}
     items = document.get("transactions")
-    items = items if isinstance(items, list) else []
+    rows = (_document_row(item) for item in (items if isinstance(items, list) else []))
+    parts = _Parts(batch_id, str(origin.get("currency") or ""), str(origin.get("account_number") or ""), occurred_at)
+    return _payloads(parts, rows, results, ended, reason, original_indexes, retry_of, from_pain001)
+
+
+def batch_transfer_payloads(
+    batch: PayrollBatch,
+    results: Sequence[Mapping[str, Any]] | None,
+    *,
+    ended: str,
+    reason: str | None,
+    occurred_at: str,
+    original_indexes: Sequence[int] = (),
+    retry_of: str | None = None,
+    from_pain001: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """`transfer_payloads` of a parsed batch: the same payloads, read from its transfers (no dict per transfer)."""
+    origin = batch.origin
+    rows = ((t.employee_reference, t.amount, t.currency, t.account_number) for t in batch.transactions)
+    parts = _Parts(batch.batch_id, origin.currency, origin.number, occurred_at)
+    return _payloads(parts, rows, results, ended, reason, original_indexes, retry_of, from_pain001)
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What every transfer event of one batch shares."""
+
+    batch_id: str
+    currency: str  # the origin account's ("" when it has none: each transfer's own)
+    origin_account: str
+    occurred_at: str
+
+
+_Row = tuple[
+    Any, Any, str, str
+]  # employee reference, amount (Decimal, or as the document has it), destination currency, destination account
+
+
+def _document_row(item: Any) -> _Row:
+    destination = item.get("destination_account") or {}
+    return (
+        item.get("employee_reference"),
+        item.get("amount"),
+        str(destination.get("currency") or ""),
+        str(destination.get("account_number") or ""),
+    )
+
+
+def _payloads(
+    parts: _Parts,
+    rows: Iterable[_Row],
+    results: Sequence[Mapping[str, Any]] | None,
+    ended: str,
+    reason: str | None,
+    original_indexes: Sequence[int],
+    retry_of: str | None,
+    from_pain001: bool,
+) -> Iterator[dict[str, Any]]:
+    """One payload per transfer with an outcome, built as they are read (a 100,000-transfer batch's payloads never
+    all exist at once: the outbox takes them 1000 at a time)."""
     by_index = {int(r["index"]): r for r in results or ()}
-    payloads: list[dict[str, Any]] = []
-    for index, item in enumerate(items):
+    for index, (reference, amount, currency, destination) in enumerate(rows):
         if results is not None:
             result = by_index.get(index)
             if result is None or result.get("status") not in ("COMPLETED", "FAILED"):
@@ -80,28 +140,23 @@ def transfer_payloads(
         else:
             outcome, why = "FAILED", reason or f"the batch ended {ended}"
         code, text = split_reason(why) if outcome == "FAILED" else (None, None)
-        destination = item.get("destination_account") or {}
-        reference = item.get("employee_reference")
-        payloads.append(
-            {
-                "event_id": transfer_event_id(batch_id, index, outcome),
-                "batch_id": batch_id,
-                "index": index,
-                "employee_reference": reference,
-                "end_to_end_id": reference if from_pain001 else None,
-                "amount": Decimal(str(item.get("amount"))),
-                "currency": str(origin.get("currency") or destination.get("currency") or ""),
-                "origin_account": str(origin.get("account_number") or ""),
-                "destination_account": str(destination.get("account_number") or ""),
-                "outcome": outcome,
-                "reason_code": code,
-                "reason": text,
-                "retry_of": retry_of,
-                "original_index": original_indexes[index] if index < len(original_indexes) else None,
-                "occurred_at": occurred_at,
-            }
-        )
-    return payloads
+        yield {
+            "event_id": transfer_event_id(parts.batch_id, index, outcome),
+            "batch_id": parts.batch_id,
+            "index": index,
+            "employee_reference": reference,
+            "end_to_end_id": reference if from_pain001 else None,
+            "amount": amount if type(amount) is Decimal else Decimal(str(amount)),
+            "currency": parts.currency or currency,
+            "origin_account": parts.origin_account,
+            "destination_account": destination,
+            "outcome": outcome,
+            "reason_code": code,
+            "reason": text,
+            "retry_of": retry_of,
+            "original_index": original_indexes[index] if index < len(original_indexes) else None,
+            "occurred_at": parts.occurred_at,
+        }
 
 
 def end_flow(
@@ -113,36 +168,48 @@ def end_flow(
     event: StatusEvent | None,
     owner: str | None = None,
     release_lease: bool = False,
+    batch: PayrollBatch | None = None,
     **changes: Unpack[FlowFields],
 ) -> Flow:
     """`tx.flows.transition` to a final state (no next action unless `changes` name one), with one
     `dispersion.transfers` event per transfer outcome appended in the same transaction (none when the move
-    publishes no status event)."""
+    publishes no status event). `batch`: the flow's batch as the caller parsed it from the store, so the stored
+    text is not read and parsed again (a 100,000-transfer batch is 24 MB of text and about 90 MiB as dicts)."""
     changes.setdefault("next_action_at", None)
     updated = tx.flows.transition(
         flow, target, now=now, owner=owner, event=event, release_lease=release_lease, **changes
     )
     if event is None or target not in _ENDS:
         return updated
-    document = tx.flows.payload_document(flow.batch_id)
-    if not isinstance(document, Mapping):
+    document = None if batch is not None else tx.flows.payload_document(flow.batch_id)
+    if batch is None and not isinstance(document, Mapping):
         return updated
     retry = tx.operator.retry(flow.batch_id)
-    original = tx.flows.payload_document(retry.original_batch_id) if retry is not None else document
-    source = str(original.get("source") or "") if isinstance(original, Mapping) else ""
+    if retry is not None:
+        original = tx.flows.payload_document(retry.original_batch_id)
+        source = str(original.get("source") or "") if isinstance(original, Mapping) else ""
+        del original
+    elif batch is not None:
+        source = batch.source
+    else:
+        assert isinstance(document, Mapping)
+        source = str(document.get("source") or "")
     results = event.payload.get("transaction_results")
     occurred_at = str(event.payload.get("occurred_at") or iso_ms(now))
-    payloads = transfer_payloads(
-        flow.batch_id,
-        document,
-        results if isinstance(results, list) else None,
-        ended=str(target),
-        reason=event.payload.get("reason"),
-        occurred_at=occurred_at,
-        original_indexes=retry.transfer_indexes if retry is not None else (),
-        retry_of=retry.original_batch_id if retry is not None else None,
-        from_pain001="pain.001" in source,  # `submit` names the message in the batch's source
-    )
+    shared: dict[str, Any] = {
+        "ended": str(target),
+        "reason": event.payload.get("reason"),
+        "occurred_at": occurred_at,
+        "original_indexes": retry.transfer_indexes if retry is not None else (),
+        "retry_of": retry.original_batch_id if retry is not None else None,
+        "from_pain001": "pain.001" in source,  # `submit` names the message in the batch's source
+    }
+    outcomes = results if isinstance(results, list) else None
+    if batch is not None:
+        payloads = batch_transfer_payloads(batch, outcomes, **shared)
+    else:
+        assert isinstance(document, Mapping)
+        payloads = transfer_payloads(flow.batch_id, document, outcomes, **shared)
     events = (
         NewEvent(
             payload,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import uuid
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 import structlog
 
 from processor.domain.kinds import Kind
+from processor.store import Store, StoreTx
 
 log = structlog.get_logger("processor.engine.worker")
 
@@ -39,8 +41,13 @@ class WorkSource(Protocol):
         """The kind of its items (their keys are named `kind.log_field` in log lines: batch_id, mandate_id...)."""
         ...
 
-    async def claim(self, *, owner: str, limit: int) -> Sequence[Any]:
-        """Lease up to `limit` due items."""
+    @property
+    def store(self) -> Store:
+        """The store its items live in."""
+        ...
+
+    def claim_in(self, tx: StoreTx, *, owner: str, limit: int) -> Sequence[Any]:
+        """Lease up to `limit` due items, in the caller's transaction."""
         ...
 
     async def acquire(self, key: str, *, owner: str) -> Any | None:
@@ -147,13 +154,49 @@ class Worker:
     # -- internals ----------------------------------------------------------------------------------------------
 
     async def _claim_round(self) -> int:
+        if self.keys is not None:
+            return await self._acquire_round(self.keys)
+        claimed = await self._claim_due()
+        for source, item in claimed:
+            self._start(source, item)
+        return len(claimed)
+
+    async def _claim_due(self) -> list[tuple[WorkSource, Any]]:
+        """Lease due items of every source, each taking what the ones before left of the free slots, in one
+        transaction per store (the sources share one: one hand-off to a worker thread and one commit per round,
+        not one per kind of work)."""
+        free = self.concurrency - self.in_flight
+        if free <= 0 or self._stopping:
+            return []
+        by_store: dict[int, tuple[Store, list[WorkSource]]] = {}
+        for source in self.sources:
+            by_store.setdefault(id(source.store), (source.store, []))[1].append(source)
+        claimed: list[tuple[WorkSource, Any]] = []
+        for store, sources in by_store.values():
+            left = free - len(claimed)
+            try:
+                claimed += await store.arun(functools.partial(self._claim_in, sources=sources, limit=left))
+            except Exception:
+                log.exception("claiming failed", kinds=[str(source.kind) for source in sources])
+        return claimed
+
+    def _claim_in(self, tx: StoreTx, sources: list[WorkSource], limit: int) -> list[tuple[WorkSource, Any]]:
+        found: list[tuple[WorkSource, Any]] = []
+        for source in sources:
+            if len(found) >= limit:
+                break
+            found += [(source, item) for item in source.claim_in(tx, owner=self.owner, limit=limit - len(found))]
+        return found
+
+    async def _acquire_round(self, keys: list[str]) -> int:
+        """Single-flow mode: lease the given items that are due."""
         started = 0
         for source in self.sources:
             free = self.concurrency - self.in_flight
             if free <= 0 or self._stopping:
                 break
             try:
-                items = await self._claim(source, free)
+                items = await self._acquire(source, keys, free)
             except Exception:
                 log.exception("claiming failed", kind=source.kind)
                 continue
@@ -162,12 +205,10 @@ class Worker:
                 started += 1
         return started
 
-    async def _claim(self, source: WorkSource, limit: int) -> list[Any]:
-        if self.keys is None:
-            return list(await source.claim(owner=self.owner, limit=limit))
+    async def _acquire(self, source: WorkSource, keys: list[str], limit: int) -> list[Any]:
         busy = {key for _, key in self._running.values()}
         found: list[Any] = []
-        for key in self.keys:
+        for key in keys:
             if len(found) >= limit:
                 break
             if key in busy:

@@ -116,23 +116,19 @@ class KafkaSettings:
         return {"bootstrap.servers": self.bootstrap, **self.client, **extra}
 
 
-def resolve_bootstrap(explicit: str | None = None, configured: str | None = None) -> str:
-    """The bootstrap address from `--bootstrap`, the configuration, or `KAFKA_BOOTSTRAP_SERVERS`."""
-    for candidate in (explicit, configured, os.environ.get(BOOTSTRAP_ENV)):
-        if candidate and candidate.strip():
-            return candidate.strip()
-    raise KafkaSetupError(
-        f"no Kafka bootstrap address: pass --bootstrap, set [kafka] bootstrap_servers, or export {BOOTSTRAP_ENV} "
-        "(`dispersion dev kafka` starts a local broker and prints it)"
-    )
-
-
 def settings_from(table: KafkaTable | None = None, *, bootstrap: str | None = None) -> KafkaSettings:
     """The clients' settings from the (already checked) `[kafka]` table, none for its defaults; the bootstrap
     address is `bootstrap` (`--bootstrap`), else the table's, else `KAFKA_BOOTSTRAP_SERVERS`."""
     table = table or KafkaTable()
+    candidates = (bootstrap or "", table.bootstrap_servers, os.environ.get(BOOTSTRAP_ENV, ""))
+    address = next((candidate.strip() for candidate in candidates if candidate.strip()), "")
+    if not address:
+        raise KafkaSetupError(
+            f"no Kafka bootstrap address: pass --bootstrap, set [kafka] bootstrap_servers, or export {BOOTSTRAP_ENV} "
+            "(`dispersion dev kafka` starts a local broker and prints it)"
+        )
     return KafkaSettings(
-        bootstrap=resolve_bootstrap(bootstrap, table.bootstrap_servers),
+        bootstrap=address,
         group_id=table.group_id,
         topics=table.topics,
         static_membership=table.static_membership,

@@ -47,6 +47,7 @@ import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
 
+from processor.domain.settings import redact_url
 from processor.domain.time import iso_ms, utc_ms
 from processor.store.observe import Observer
 
@@ -92,13 +93,7 @@ class Target:
         return f"Target({self.dialect}, {redact_url(self.location)}, schema={self.schema})"
 
 
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:)[^@]*@")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by `***` (for logs and error messages)."""
-    return _PASSWORD_IN_URL.sub(r"\1***@", url)
 
 
 def parse_url(url: str, schema: str | None = None) -> Target:

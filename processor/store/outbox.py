@@ -183,21 +183,7 @@ class Outbox:
         event_id: str | None,
     ) -> OutboxEvent:
         now = utc_ms(now)
-        head = self._lock_key(topic, key)
-        seq = int(head["last_seq"]) + 1
-        last_rank = head["last_status_rank"]
-        if status is not None:
-            assert rank is not None
-            if last_rank is not None and rank <= int(last_rank):
-                raise StatusConflictError(topic, key, status, head["last_status"])
-            self.tx.execute(
-                "UPDATE outbox_keys SET last_seq = ?, pending = pending + 1,"
-                " pending_since = COALESCE(pending_since, ?), last_status = ?, last_status_rank = ?"
-                " WHERE topic = ? AND event_key = ?",
-                (seq, now, status, rank, topic, key),
-            )
-        else:
-            self._count_pending(topic, key, seq, 1, now)
+        seq = self._next_seq(topic, key, now, status, rank)
         text = dump_json(payload)
         row = self.tx.fetchone(
             "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers, created_at)"  # noqa: S608
@@ -247,6 +233,33 @@ class Outbox:
         self._insert_events(rows)
         self._count_pending(topic, key, first + count - 1, count, now)
         return count
+
+    def _next_seq(self, topic: str, key: str, now: datetime, status: str | None, rank: int | None) -> int:
+        """Take the key's next sequence number and count the event pending, in one statement that also locks (or
+        creates) the key's row: it orders concurrent appends. With a status: only when its rank is above the last
+        status's (else `StatusConflictError`), which it then becomes."""
+        take = (
+            "INSERT INTO outbox_keys AS k (topic, event_key, last_seq, pending, pending_since, last_status,"
+            " last_status_rank) VALUES (?, ?, 1, 1, ?, ?, ?) ON CONFLICT (topic, event_key) DO UPDATE SET"
+            " last_seq = k.last_seq + 1, pending = k.pending + 1,"
+            " pending_since = COALESCE(k.pending_since, excluded.pending_since)"
+        )
+        if status is None:
+            head = self.tx.fetchone(take + " RETURNING last_seq", (topic, key, now, None, None))
+        else:
+            head = self.tx.fetchone(
+                take + ", last_status = excluded.last_status, last_status_rank = excluded.last_status_rank"
+                " WHERE k.last_status_rank IS NULL OR k.last_status_rank < excluded.last_status_rank"
+                " RETURNING last_seq",
+                (topic, key, now, status, rank),
+            )
+            if head is None:  # refused; the row is locked all the same, so its last status stays as read
+                last = self.tx.scalar(
+                    "SELECT last_status FROM outbox_keys WHERE topic = ? AND event_key = ?", (topic, key)
+                )
+                raise StatusConflictError(topic, key, status, last)
+        assert head is not None
+        return int(head["last_seq"])
 
     def _lock_key(self, topic: str, key: str) -> Row:
         """Lock (or create) the key's row before appending: it orders concurrent appends and guards the status

@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -82,6 +83,90 @@ async def admin_rig(store: Store) -> AsyncIterator[tuple[Rig, httpx.AsyncClient]
             yield rig, http
 
 
+async def refuse_wrong_retries(http: httpx.AsyncClient, batch_id: str, fix: dict[str, object]) -> None:
+    """A correction of a transfer that did not fail, a viewer, and an operator posing as another are refused."""
+    refused = await http.post(
+        f"/batches/{batch_id}/retry", json={"corrections": [{"index": 0, "account_number": "1"}]}, headers=AUTH
+    )
+    assert refused.status_code == 400 and "did not fail" in refused.json()["error"]
+    viewer = await http.post(f"/batches/{batch_id}/retry", json=fix, headers=bearer(VERA))
+    assert viewer.status_code == 403 and "viewer" in viewer.json()["error"]
+    posing = await http.post(f"/batches/{batch_id}/retry", json={**fix, "requested_by": "bob"}, headers=bearer(ANA))
+    assert posing.status_code == 403 and "requested_by" in posing.json()["error"]
+
+
+async def ask_and_approve_retry(rig: Rig, http: httpx.AsyncClient, batch_id: str, fix: dict[str, object]) -> str:
+    """ana asks for the corrected retry, bob approves it (not ana herself, not a viewer); the retry batch's id."""
+    asked = await http.post(f"/batches/{batch_id}/retry", json={**fix, "requested_by": "ana"}, headers=bearer(ANA))
+    assert asked.status_code == 202, asked.text
+    request = asked.json()["request"]
+    assert asked.json()["retry_batch_id"] is None and request["state"] == "PENDING"
+    assert request["corrections"] == [
+        {
+            "index": 2,
+            "employee_reference": "E-0002",
+            "amount": "750.25",
+            "currency": "GTQ",
+            "old_account": "****9902",
+            "new_account": "****0303",
+        }
+    ]
+    assert "200100303" not in asked.text
+    assert (await http.get(f"/batches/{batch_id}.retry-1", headers=AUTH)).status_code == 404
+    assert rig.count("file_consent") == 1  # the original's only
+    pending = (await http.get("/requests", params={"state": "PENDING"}, headers=bearer(VERA))).json()["requests"]
+    assert [r["id"] for r in pending] == [request["id"]]
+    own = await http.post(f"/requests/{request['id']}/approve", headers=bearer(ANA))
+    assert own.status_code == 403 and "another approver" in own.json()["error"]
+    not_approver = await http.post(f"/requests/{request['id']}/approve", headers=bearer(VERA))
+    assert not_approver.status_code == 403
+    approved = await http.post(f"/requests/{request['id']}/approve", headers=bearer(BOB))
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["state"] == "APPROVED" and approved.json()["decided_by"] == "bob"
+    retry_id: str = approved.json()["outcome"]
+    assert retry_id == f"{batch_id}.retry-1"
+    twice = await http.post(f"/requests/{request['id']}/approve", headers=AUTH)
+    assert twice.status_code == 409
+    return retry_id
+
+
+async def check_retry_paid_and_original_untouched(
+    rig: Rig, http: httpx.AsyncClient, batch_id: str, retry_id: str, before: dict[str, Any]
+) -> None:
+    """The retry paid the corrected transfer; the original is as it was, and reads as paid in full."""
+    retried = (await http.get(f"/batches/{retry_id}", headers=AUTH)).json()
+    assert retried["retry_of"] == batch_id
+    assert [(t["account"], t["amount"], t["status"]) for t in retried["transfers"]] == [
+        ("****0303", "750.25", "COMPLETED")
+    ]
+    completed = next(e for e in rig.events(retry_id) if e.status == "COMPLETED")
+    assert completed.payload["retry_of"] == batch_id
+    assert (completed.payload["transfers_completed"], completed.payload["transfers_failed"]) == (1, 0)
+    after = (await http.get(f"/batches/{batch_id}", headers=AUTH)).json()
+    outcomes = [(t.pop("outcome"), t.pop("paid_by")) for t in after["transfers"]]
+    for line in before["transfers"]:
+        del line["outcome"], line["paid_by"]
+    assert after["transfers"] == before["transfers"]  # the original is untouched ...
+    assert outcomes == [("PAID", batch_id), ("PAID", batch_id), ("PAID", retry_id)]  # ... and reads as paid
+    assert after["payroll"]["totals"]["outstanding"] == {"transfers": 0, "amount": "0.00"}
+    assert after["payroll"]["totals"]["paid"] == {"transfers": 3, "amount": "4250.75"}
+    assert after["retries"] == [{"batch_id": retry_id, "number": 1, "transfer_indexes": [2]}]
+    assert rig.count("file_payment") == 2  # the original and the retry, nothing else
+
+
+async def check_retry_audit_trail(http: httpx.AsyncClient, batch_id: str) -> None:
+    """The audit trail names who asked and who approved, with the old account masked and the new one absent."""
+    trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=bearer(VERA))).json()
+    actions = [(e["actor"], e["role"], e["action"], e["subject"]) for e in trail["entries"]]
+    assert actions == [
+        ("ana", "operator", "retry_requested", batch_id),
+        ("bob", "approver", "request_approved", batch_id),
+    ]
+    first, second = trail["entries"]
+    assert first["detail"]["corrections"][0]["old_account"] == "****9902" and "200100303" not in str(trail)
+    assert second["detail"]["requested_by"] == "ana" and first["detail"]["via"] == "admin-api"
+
+
 async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(store: Store) -> None:
     async with admin_rig(store) as (rig, http):
         batch_id = await pay(rig)  # three transfers, the third to a closed account (AC04)
@@ -94,46 +179,10 @@ async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(stor
         assert (before["transfers_failed"], before["amount_failed"]) == (1, "750.25")
 
         fix = {"corrections": [{"index": 2, "account_number": "200100303"}]}
-        refused = await http.post(
-            f"/batches/{batch_id}/retry", json={"corrections": [{"index": 0, "account_number": "1"}]}, headers=AUTH
-        )
-        assert refused.status_code == 400 and "did not fail" in refused.json()["error"]
-        viewer = await http.post(f"/batches/{batch_id}/retry", json=fix, headers=bearer(VERA))
-        assert viewer.status_code == 403 and "viewer" in viewer.json()["error"]
-        posing = await http.post(f"/batches/{batch_id}/retry", json={**fix, "requested_by": "bob"}, headers=bearer(ANA))
-        assert posing.status_code == 403 and "requested_by" in posing.json()["error"]
+        await refuse_wrong_retries(http, batch_id, fix)
 
         # ana's corrected retry waits for a second person: nothing reaches the bank until bob approves it
-        asked = await http.post(f"/batches/{batch_id}/retry", json={**fix, "requested_by": "ana"}, headers=bearer(ANA))
-        assert asked.status_code == 202, asked.text
-        request = asked.json()["request"]
-        assert asked.json()["retry_batch_id"] is None and request["state"] == "PENDING"
-        assert request["corrections"] == [
-            {
-                "index": 2,
-                "employee_reference": "E-0002",
-                "amount": "750.25",
-                "currency": "GTQ",
-                "old_account": "****9902",
-                "new_account": "****0303",
-            }
-        ]
-        assert "200100303" not in asked.text
-        assert (await http.get(f"/batches/{batch_id}.retry-1", headers=AUTH)).status_code == 404
-        assert rig.count("file_consent") == 1  # the original's only
-        pending = (await http.get("/requests", params={"state": "PENDING"}, headers=bearer(VERA))).json()["requests"]
-        assert [r["id"] for r in pending] == [request["id"]]
-        own = await http.post(f"/requests/{request['id']}/approve", headers=bearer(ANA))
-        assert own.status_code == 403 and "another approver" in own.json()["error"]
-        not_approver = await http.post(f"/requests/{request['id']}/approve", headers=bearer(VERA))
-        assert not_approver.status_code == 403
-        approved = await http.post(f"/requests/{request['id']}/approve", headers=bearer(BOB))
-        assert approved.status_code == 200, approved.text
-        assert approved.json()["state"] == "APPROVED" and approved.json()["decided_by"] == "bob"
-        retry_id = approved.json()["outcome"]
-        assert retry_id == f"{batch_id}.retry-1"
-        twice = await http.post(f"/requests/{request['id']}/approve", headers=AUTH)
-        assert twice.status_code == 409
+        retry_id = await ask_and_approve_retry(rig, http, batch_id, fix)
 
         # While it runs, nothing else is created for that transfer.
         again = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
@@ -145,38 +194,13 @@ async def test_a_failed_transfer_is_retried_with_a_correction_and_paid_once(stor
         assert approval.callback is not None and approval.callback.status_code == 200
         assert (await rig.to_state(retry_id, FlowState.COMPLETED, FlowState.FAILED)).state == FlowState.COMPLETED
 
-        retried = (await http.get(f"/batches/{retry_id}", headers=AUTH)).json()
-        assert retried["retry_of"] == batch_id
-        assert [(t["account"], t["amount"], t["status"]) for t in retried["transfers"]] == [
-            ("****0303", "750.25", "COMPLETED")
-        ]
-        completed = next(e for e in rig.events(retry_id) if e.status == "COMPLETED")
-        assert completed.payload["retry_of"] == batch_id
-        assert (completed.payload["transfers_completed"], completed.payload["transfers_failed"]) == (1, 0)
-        after = (await http.get(f"/batches/{batch_id}", headers=AUTH)).json()
-        outcomes = [(t.pop("outcome"), t.pop("paid_by")) for t in after["transfers"]]
-        for line in before["transfers"]:
-            del line["outcome"], line["paid_by"]
-        assert after["transfers"] == before["transfers"]  # the original is untouched ...
-        assert outcomes == [("PAID", batch_id), ("PAID", batch_id), ("PAID", retry_id)]  # ... and reads as paid
-        assert after["payroll"]["totals"]["outstanding"] == {"transfers": 0, "amount": "0.00"}
-        assert after["payroll"]["totals"]["paid"] == {"transfers": 3, "amount": "4250.75"}
-        assert after["retries"] == [{"batch_id": retry_id, "number": 1, "transfer_indexes": [2]}]
-        assert rig.count("file_payment") == 2  # the original and the retry, nothing else
+        await check_retry_paid_and_original_untouched(rig, http, batch_id, retry_id, before)
 
         nothing = await http.post(f"/batches/{batch_id}/retry", headers=AUTH)
         assert nothing.status_code == 200 and nothing.json()["retry_batch_id"] is None
         assert "no failed transfer" in nothing.json()["message"]
 
-        trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=bearer(VERA))).json()
-        actions = [(e["actor"], e["role"], e["action"], e["subject"]) for e in trail["entries"]]
-        assert actions == [
-            ("ana", "operator", "retry_requested", batch_id),
-            ("bob", "approver", "request_approved", batch_id),
-        ]
-        first, second = trail["entries"]
-        assert first["detail"]["corrections"][0]["old_account"] == "****9902" and "200100303" not in str(trail)
-        assert second["detail"]["requested_by"] == "ana" and first["detail"]["via"] == "admin-api"
+        await check_retry_audit_trail(http, batch_id)
 
 
 async def test_concurrent_retry_requests_create_one_retry_batch(store: Store) -> None:
@@ -425,6 +449,82 @@ async def test_the_report_command_neutralises_cells_a_spreadsheet_would_run(stor
         assert not any(cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row)
 
 
+async def review_and_release(rig: Rig, http: httpx.AsyncClient, diverted: str) -> None:
+    """The held batch is one pending request naming the changed account (masked); an operator cannot approve it,
+    an approver releases it, and its AUTHORIZATION_REQUIRED says what changed and who reviewed it."""
+    pending = (await http.get("/requests", params={"state": "PENDING"}, headers=bearer(VERA))).json()["requests"]
+    assert [(r["kind"], r["batch_id"], r["requested_by"]) for r in pending] == [
+        ("changed_accounts", diverted, "dispersion-intake")
+    ]
+    (change,) = pending[0]["changed"]  # E-0002 was never paid anywhere: not a change
+    assert (change["index"], change["employee_reference"], change["amount"]) == (1, "E-0001", "2000.00")
+    assert (change["old_account"], change["new_account"]) == ("****0301", "****0666")
+    assert "666000666" not in str(pending)
+    operator = await http.post(f"/requests/{pending[0]['id']}/approve", headers=bearer(ANA))
+    assert operator.status_code == 403
+    reviewed = await http.post(f"/requests/{pending[0]['id']}/approve", headers=bearer(BOB))
+    assert reviewed.status_code == 200 and reviewed.json()["outcome"] == "released", reviewed.text
+    await rig.to_state(diverted, FlowState.AWAITING_AUTHORIZATION)  # the consent is created now
+    asking = next(e for e in rig.events(diverted) if e.status == "AUTHORIZATION_REQUIRED")
+    flagged_transfer = {
+        "index": 1,
+        "employee_reference": "E-0001",
+        "previous_account": "****0301",
+        "account": "****0666",
+    }
+    assert asking.payload["changed_accounts"] == [flagged_transfer] and asking.payload["reviewed_by"] == "bob"
+    wire = schemas.decode(STATUS_TOPIC, schemas.encode(STATUS_TOPIC, outbox_record(asking)))  # as the relay does
+    assert wire["changed_accounts"] == [flagged_transfer] and wire["reviewed_by"] == "bob"  # status v3
+
+
+async def check_reviews_report(http: httpx.AsyncClient, diverted: str, declined_id: str) -> None:
+    """The report lists both reviews: the approved one and the declined one, with the masked accounts."""
+    window = {"since": "2026-11-01T00:00:00Z", "until": "2027-01-01T00:00:00Z"}
+    reviews = (await http.get("/report", params=window, headers=AUTH)).json()["reviews"]
+    assert [(r["batch_id"], r["state"], r["reviewed_by"], r["transfers"]) for r in reviews] == sorted(
+        [
+            (
+                diverted,
+                "APPROVED",
+                "bob",
+                [
+                    {
+                        "index": 1,
+                        "employee_reference": "E-0001",
+                        "old_account": "****0301",
+                        "new_account": "****0666",
+                    }
+                ],
+            ),
+            (
+                declined_id,
+                "DECLINED",
+                "bob",
+                [
+                    {
+                        "index": 0,
+                        "employee_reference": "E-0000",
+                        "old_account": "****0300",
+                        "new_account": "****0666",
+                    }
+                ],
+            ),
+        ]
+    )
+
+
+async def check_review_audit(http: httpx.AsyncClient, diverted: str, declined_id: str, flagged_id: str) -> None:
+    """The audit trail holds the intake's holds and flag and the approver's decisions, in order."""
+    trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=AUTH)).json()["entries"]
+    assert [(e["actor"], e["action"], e["subject"]) for e in trail] == [
+        ("dispersion-intake", "changed_accounts_held", diverted),
+        ("bob", "request_approved", diverted),
+        ("dispersion-intake", "changed_accounts_held", declined_id),
+        ("bob", "request_declined", declined_id),
+        ("dispersion-intake", "changed_accounts_flagged", flagged_id),
+    ]
+
+
 async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(store: Store) -> None:
     async with admin_rig(store) as (rig, http):
         await pay(rig)  # E-0000 and E-0001 paid to ****0300 and ****0301; E-0002 rejected (not a place it was paid)
@@ -440,29 +540,7 @@ async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(st
         assert held.review == "PENDING"
         assert await rig.run_round() == 0 and rig.flow(diverted).state == FlowState.RECEIVED
         assert rig.count("file_consent") == 1  # nothing reached the bank for it
-        pending = (await http.get("/requests", params={"state": "PENDING"}, headers=bearer(VERA))).json()["requests"]
-        assert [(r["kind"], r["batch_id"], r["requested_by"]) for r in pending] == [
-            ("changed_accounts", diverted, "dispersion-intake")
-        ]
-        (change,) = pending[0]["changed"]  # E-0002 was never paid anywhere: not a change
-        assert (change["index"], change["employee_reference"], change["amount"]) == (1, "E-0001", "2000.00")
-        assert (change["old_account"], change["new_account"]) == ("****0301", "****0666")
-        assert "666000666" not in str(pending)
-        operator = await http.post(f"/requests/{pending[0]['id']}/approve", headers=bearer(ANA))
-        assert operator.status_code == 403
-        reviewed = await http.post(f"/requests/{pending[0]['id']}/approve", headers=bearer(BOB))
-        assert reviewed.status_code == 200 and reviewed.json()["outcome"] == "released", reviewed.text
-        await rig.to_state(diverted, FlowState.AWAITING_AUTHORIZATION)  # the consent is created now
-        asking = next(e for e in rig.events(diverted) if e.status == "AUTHORIZATION_REQUIRED")
-        flagged_transfer = {
-            "index": 1,
-            "employee_reference": "E-0001",
-            "previous_account": "****0301",
-            "account": "****0666",
-        }
-        assert asking.payload["changed_accounts"] == [flagged_transfer] and asking.payload["reviewed_by"] == "bob"
-        wire = schemas.decode(STATUS_TOPIC, schemas.encode(STATUS_TOPIC, outbox_record(asking)))  # as the relay does
-        assert wire["changed_accounts"] == [flagged_transfer] and wire["reviewed_by"] == "bob"  # status v3
+        await review_and_release(rig, http, diverted)
 
         declined_id, again = await submit(("666000666", "1500.50"))  # E-0000's account changed as well
         assert again.review == "PENDING"
@@ -481,47 +559,8 @@ async def test_a_changed_account_holds_the_batch_until_an_approver_reviews_it(st
 
         await rig.approve(rig.approval_url(diverted))
         assert (await rig.to_state(diverted, FlowState.COMPLETED)).state == FlowState.COMPLETED
-        window = {"since": "2026-11-01T00:00:00Z", "until": "2027-01-01T00:00:00Z"}
-        reviews = (await http.get("/report", params=window, headers=AUTH)).json()["reviews"]
-        assert [(r["batch_id"], r["state"], r["reviewed_by"], r["transfers"]) for r in reviews] == sorted(
-            [
-                (
-                    diverted,
-                    "APPROVED",
-                    "bob",
-                    [
-                        {
-                            "index": 1,
-                            "employee_reference": "E-0001",
-                            "old_account": "****0301",
-                            "new_account": "****0666",
-                        }
-                    ],
-                ),
-                (
-                    declined_id,
-                    "DECLINED",
-                    "bob",
-                    [
-                        {
-                            "index": 0,
-                            "employee_reference": "E-0000",
-                            "old_account": "****0300",
-                            "new_account": "****0666",
-                        }
-                    ],
-                ),
-            ]
-        )
-
-        trail = (await http.get("/audit", params={"since": "2026-01-01T00:00:00Z"}, headers=AUTH)).json()["entries"]
-        assert [(e["actor"], e["action"], e["subject"]) for e in trail] == [
-            ("dispersion-intake", "changed_accounts_held", diverted),
-            ("bob", "request_approved", diverted),
-            ("dispersion-intake", "changed_accounts_held", declined_id),
-            ("bob", "request_declined", declined_id),
-            ("dispersion-intake", "changed_accounts_flagged", flagged_id),
-        ]
+        await check_reviews_report(http, diverted, declined_id)
+        await check_review_audit(http, diverted, declined_id, flagged_id)
 
 
 async def test_a_batch_stored_under_a_retry_id_before_the_rule_does_not_block_the_real_retry(store: Store) -> None:

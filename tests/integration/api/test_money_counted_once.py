@@ -122,6 +122,65 @@ def _from_events(rig: Rig, batch_ids: list[str]) -> dict[str, Decimal]:
     return sums
 
 
+async def _retried_twice(c: Both) -> str:
+    """A payroll whose one failure was retried, failed again, and was retried from the retry batch's page (the
+    second retry left waiting for approval); its batch id."""
+    rig = c.rig
+    third_doc = batch(transfers=(("200100300", "40.00"), ("200109902", "100.00")))
+    third = str(third_doc["batch_id"])
+    await rig.submit(third_doc)
+    assert await _approve(rig, third) == FlowState.COMPLETED
+    assert (await c.retry(third, confirm="yes")).status_code == 303  # same closed account: fails again
+    assert await _approve(rig, f"{third}.retry-1") == FlowState.FAILED  # its only transfer rejected: file failed
+    # A bad correction names the row and the employee, not a position in the retry batch.
+    bad = await c.retry(f"{third}.retry-1", account_1="2001-00377")
+    assert bad.status_code == 400 and "row #1 / E-0001" in unescape(bad.text), bad.text
+    # The retry's failure is retried from the retry batch's own page (a retry of a retry's failures).
+    page = await c.http.get(f"{c.console}/batches/{third}.retry-1")
+    assert 'id="correction-1"' in page.text and 'id="transfer-1"' in page.text  # the original transfer number
+    assert 'id="transfer-0"' not in page.text
+    made = await c.retry(f"{third}.retry-1", account_1="200100377", confirm="yes")
+    assert made.headers["location"] == f"/console/batches/{third}.retry-2?done=retry", made.text
+    await rig.to_state(f"{third}.retry-2", FlowState.AWAITING_AUTHORIZATION)  # left waiting: in progress
+    return third
+
+
+async def _report_and_overview_agree(c: Both, ids: list[str], expected: dict[str, Decimal]) -> None:
+    """The report's grand totals, the month's totals and the console's month-end row say `expected`."""
+    month = c.rig.clock.now().strftime("%Y-%m")
+    since, until = month_window(month)
+    window = {"since": since.date().isoformat(), "until": until.date().isoformat()}  # bare days: midnight UTC
+    report = await c.admin.get("/report", params=window, headers=AUTH)
+    assert report.status_code == 200, report.text
+    (grand,) = report.json()["grand_totals"]
+    assert grand["currency"] == "GTQ" and grand["batches"] == len(ids), str(grand)
+    assert {name: Decimal(grand[name]["amount"]) for name in BUCKETS} == expected
+    totals = await c.admin.get("/totals", params={"month": month}, headers=AUTH)
+    assert totals.json()["totals"] == report.json()["grand_totals"]
+
+    overview = await c.http.get(f"{c.console}/overview", params={"month": month})
+    row = re.search(r'<tr id="money-GTQ">(.*?)</tr>', overview.text, re.S)
+    assert row is not None, overview.text
+    shown = {
+        name: Decimal(re.search(rf'm-{name}"[^>]*><b>([\d,.]+)</b>', row.group(1)).group(1).replace(",", ""))  # type: ignore[union-attr]
+        for name in BUCKETS
+    }
+    assert shown == expected
+
+
+async def _search_finds_the_employee(c: Both, first: str, second: str, third: str) -> None:
+    """Search by employee reference, last digits of the account, amount."""
+    found = await c.admin.get("/find", params={"employee": "e-0002"}, headers=AUTH)
+    outcomes = {(t["batch_id"], t["outcome"], t["by"]) for t in found.json()["transfers"]}
+    assert (second, "PAID", f"{second}.retry-1") in outcomes and (first, "OUTSTANDING", None) in outcomes
+    by_account = await c.admin.get("/find", params={"account": "9902", "amount": "100.00"}, headers=AUTH)
+    assert [(t["batch_id"], t["index"], t["outcome"]) for t in by_account.json()["transfers"]] == [
+        (third, 1, "IN_PROGRESS")
+    ]
+    searched = await c.http.get(f"{c.console}/", params={"q": "E-0002"})
+    assert searched.text.count('class="found-row"') == 3 and "200109902" not in searched.text
+
+
 async def test_paid_failed_outstanding_agree_three_ways_and_the_original_reads_as_one_payroll(store: Store) -> None:
     async with both(store) as c:
         rig = c.rig
@@ -133,22 +192,7 @@ async def test_paid_failed_outstanding_agree_three_ways_and_the_original_reads_a
         assert done.status_code == 303, done.text
         assert await _approve(rig, f"{second}.retry-1") == FlowState.COMPLETED
 
-        third_doc = batch(transfers=(("200100300", "40.00"), ("200109902", "100.00")))
-        third = str(third_doc["batch_id"])
-        await rig.submit(third_doc)
-        assert await _approve(rig, third) == FlowState.COMPLETED
-        assert (await c.retry(third, confirm="yes")).status_code == 303  # same closed account: fails again
-        assert await _approve(rig, f"{third}.retry-1") == FlowState.FAILED  # its only transfer rejected: file failed
-        # A bad correction names the row and the employee, not a position in the retry batch.
-        bad = await c.retry(f"{third}.retry-1", account_1="2001-00377")
-        assert bad.status_code == 400 and "row #1 / E-0001" in unescape(bad.text), bad.text
-        # The retry's failure is retried from the retry batch's own page (a retry of a retry's failures).
-        page = await c.http.get(f"{c.console}/batches/{third}.retry-1")
-        assert 'id="correction-1"' in page.text and 'id="transfer-1"' in page.text  # the original transfer number
-        assert 'id="transfer-0"' not in page.text
-        made = await c.retry(f"{third}.retry-1", account_1="200100377", confirm="yes")
-        assert made.headers["location"] == f"/console/batches/{third}.retry-2?done=retry", made.text
-        await rig.to_state(f"{third}.retry-2", FlowState.AWAITING_AUTHORIZATION)  # left waiting: in progress
+        third = await _retried_twice(c)
 
         fourth_doc = batch()
         fourth = str(fourth_doc["batch_id"])
@@ -165,25 +209,7 @@ async def test_paid_failed_outstanding_agree_three_ways_and_the_original_reads_a
         }
         assert events == expected
 
-        month = rig.clock.now().strftime("%Y-%m")
-        since, until = month_window(month)
-        window = {"since": since.date().isoformat(), "until": until.date().isoformat()}  # bare days: midnight UTC
-        report = await c.admin.get("/report", params=window, headers=AUTH)
-        assert report.status_code == 200, report.text
-        (grand,) = report.json()["grand_totals"]
-        assert grand["currency"] == "GTQ" and grand["batches"] == len(ids), str(grand)
-        assert {name: Decimal(grand[name]["amount"]) for name in BUCKETS} == expected
-        totals = await c.admin.get("/totals", params={"month": month}, headers=AUTH)
-        assert totals.json()["totals"] == report.json()["grand_totals"]
-
-        overview = await c.http.get(f"{c.console}/overview", params={"month": month})
-        row = re.search(r'<tr id="money-GTQ">(.*?)</tr>', overview.text, re.S)
-        assert row is not None, overview.text
-        shown = {
-            name: Decimal(re.search(rf'm-{name}"[^>]*><b>([\d,.]+)</b>', row.group(1)).group(1).replace(",", ""))  # type: ignore[union-attr]
-            for name in BUCKETS
-        }
-        assert shown == expected
+        await _report_and_overview_agree(c, ids, expected)
 
         # The original after its retry: its failed transfer reads "paid by" the retry, nothing is outstanding,
         # and no retry form is offered.
@@ -198,13 +224,4 @@ async def test_paid_failed_outstanding_agree_three_ways_and_the_original_reads_a
             listing.text,
         )
 
-        # Search by employee reference, last digits of the account, amount.
-        found = await c.admin.get("/find", params={"employee": "e-0002"}, headers=AUTH)
-        outcomes = {(t["batch_id"], t["outcome"], t["by"]) for t in found.json()["transfers"]}
-        assert (second, "PAID", f"{second}.retry-1") in outcomes and (first, "OUTSTANDING", None) in outcomes
-        by_account = await c.admin.get("/find", params={"account": "9902", "amount": "100.00"}, headers=AUTH)
-        assert [(t["batch_id"], t["index"], t["outcome"]) for t in by_account.json()["transfers"]] == [
-            (third, 1, "IN_PROGRESS")
-        ]
-        searched = await c.http.get(f"{c.console}/", params={"q": "E-0002"})
-        assert searched.text.count('class="found-row"') == 3 and "200109902" not in searched.text
+        await _search_finds_the_employee(c, first, second, third)

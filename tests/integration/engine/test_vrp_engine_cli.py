@@ -74,25 +74,24 @@ async def approve(http: httpx.AsyncClient, link: str) -> httpx.Response:
     return await http.get(decided.headers["location"])
 
 
-async def test_mandate_then_payments_from_the_command_line(cli_sandbox: SandboxProcess, tmp_path: Path) -> None:
-    env = {**os.environ, "DISPERSION_STORE_KEY": generate_key(), "PYTHONUNBUFFERED": "1"}
-    config = str(cli_sandbox.directory / "dispersion.toml")
-    now = datetime.now(UTC)
-    mandate_file = tmp_path / "mandate.json"
-    mandate_file.write_text(
-        json.dumps(
-            {
-                "mandate_id": "M-CLI-1",
-                "currency": "GBP",
-                "creditor_account": CREDITOR,
-                "max_individual_amount": "300.00",
-                "periodic_limits": [{"amount": "1000.00", "period_type": "Month", "period_alignment": "Calendar"}],
-                "valid_from": (now - timedelta(days=1)).isoformat(),
-                "valid_to": (now + timedelta(days=90)).isoformat(),
-                "reference": "SWEEP-CLI",
-            }
-        )
-    )
+def write_json(path: Path, document: dict[str, object]) -> Path:
+    path.write_text(json.dumps(document))
+    return path
+
+
+def payment_request(payment_id: str, amount: str, end_to_end_id: str) -> dict[str, object]:
+    """A payment under the mandate M-CLI-1."""
+    return {
+        "payment_id": payment_id,
+        "mandate_id": "M-CLI-1",
+        "amount": amount,
+        "currency": "GBP",
+        "end_to_end_id": end_to_end_id,
+    }
+
+
+async def authorize_mandate(config: str, mandate_file: Path, env: dict[str, str]) -> None:
+    """`vrp mandate` prints the approval link and waits; the approver follows it; the command ends AUTHORIZED."""
     proc = await dispersion("vrp", "mandate", "--config", config, str(mandate_file), "--wait", "90", env=env)
     assert proc.stdout is not None
     link = None
@@ -111,45 +110,9 @@ async def test_mandate_then_payments_from_the_command_line(cli_sandbox: SandboxP
     assert proc.returncode == 0, err.decode()
     assert "mandate M-CLI-1: AUTHORIZED (consent vrp-" in out.decode()
 
-    again = await run("vrp", "mandate", "--config", config, str(mandate_file), env=env)
-    assert again[0] == 0 and "already exists: AUTHORIZED" in again[1]
 
-    payment = tmp_path / "payment.json"
-    payment.write_text(
-        json.dumps(
-            {
-                "payment_id": "P-CLI-1",
-                "mandate_id": "M-CLI-1",
-                "amount": "250.00",
-                "currency": "GBP",
-                "end_to_end_id": "E2E-CLI-1",
-            }
-        )
-    )
-    code, out_text, err_text = await run("vrp", "pay", "--config", config, str(payment), env=env)
-    assert code == 0, err_text
-    assert "payment P-CLI-1: COMPLETED, 250.00 GBP, domestic VRP obvrp-" in out_text
-    assert "bank status AcceptedSettlementCompleted" in out_text
-
-    too_much = tmp_path / "too-much.json"
-    too_much.write_text(
-        json.dumps(
-            {
-                "payment_id": "P-CLI-2",
-                "mandate_id": "M-CLI-1",
-                "amount": "300.01",
-                "currency": "GBP",
-                "end_to_end_id": "E2E-CLI-2",
-            }
-        )
-    )
-    code, out_text, _ = await run("vrp", "pay", "--config", config, str(too_much), env=env)
-    assert code == 1 and "payment P-CLI-2: REFUSED" in out_text and "MaximumIndividualAmount" in out_text
-
-    repeat = await run("vrp", "pay", "--config", config, str(payment), env=env)
-    assert repeat[0] == 0 and "already exists: COMPLETED" in repeat[1]
-    assert "differs" not in repeat[1]  # the rerun's requested_at is another moment: still the same instruction
-
+async def check_status(config: str, env: dict[str, str]) -> None:
+    """`vrp status` lists the mandate and both payments; `--json` gives the whole history in order."""
     code, out_text, _ = await run("vrp", "status", "--config", config, "M-CLI-1", env=env)
     assert code == 0
     assert "mandate M-CLI-1: AUTHORIZED" in out_text and "P-CLI-1: COMPLETED 250.00 GBP obvrp-" in out_text
@@ -164,6 +127,42 @@ async def test_mandate_then_payments_from_the_command_line(cli_sandbox: SandboxP
         "LIMIT_EXCEEDED",
     ]
 
+
+async def test_mandate_then_payments_from_the_command_line(cli_sandbox: SandboxProcess, tmp_path: Path) -> None:
+    env = {**os.environ, "DISPERSION_STORE_KEY": generate_key(), "PYTHONUNBUFFERED": "1"}
+    config = str(cli_sandbox.directory / "dispersion.toml")
+    now = datetime.now(UTC)
+    mandate = {
+        "mandate_id": "M-CLI-1",
+        "currency": "GBP",
+        "creditor_account": CREDITOR,
+        "max_individual_amount": "300.00",
+        "periodic_limits": [{"amount": "1000.00", "period_type": "Month", "period_alignment": "Calendar"}],
+        "valid_from": (now - timedelta(days=1)).isoformat(),
+        "valid_to": (now + timedelta(days=90)).isoformat(),
+        "reference": "SWEEP-CLI",
+    }
+    mandate_file = write_json(tmp_path / "mandate.json", mandate)
+    await authorize_mandate(config, mandate_file, env)
+
+    again = await run("vrp", "mandate", "--config", config, str(mandate_file), env=env)
+    assert again[0] == 0 and "already exists: AUTHORIZED" in again[1]
+
+    payment = write_json(tmp_path / "payment.json", payment_request("P-CLI-1", "250.00", "E2E-CLI-1"))
+    code, out_text, err_text = await run("vrp", "pay", "--config", config, str(payment), env=env)
+    assert code == 0, err_text
+    assert "payment P-CLI-1: COMPLETED, 250.00 GBP, domestic VRP obvrp-" in out_text
+    assert "bank status AcceptedSettlementCompleted" in out_text
+
+    too_much = write_json(tmp_path / "too-much.json", payment_request("P-CLI-2", "300.01", "E2E-CLI-2"))
+    code, out_text, _ = await run("vrp", "pay", "--config", config, str(too_much), env=env)
+    assert code == 1 and "payment P-CLI-2: REFUSED" in out_text and "MaximumIndividualAmount" in out_text
+
+    repeat = await run("vrp", "pay", "--config", config, str(payment), env=env)
+    assert repeat[0] == 0 and "already exists: COMPLETED" in repeat[1]
+    assert "differs" not in repeat[1]  # the rerun's requested_at is another moment: still the same instruction
+
+    await check_status(config, env)
     async with httpx.AsyncClient(base_url=cli_sandbox.base_url) as admin:
         counts = (await admin.get("/__sandbox/counts")).json()
     assert counts["vrp_consent"] == 1 and counts["domestic_vrp"] == 1

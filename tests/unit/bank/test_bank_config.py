@@ -212,6 +212,24 @@ def test_secret_and_redaction_helpers() -> None:
     assert redact_url("postgresql://u:p@h/db?sslmode=require") == "postgresql://u:***@h/db?sslmode=require"
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:p@DB-Host:5432/x", "postgresql://u:***@DB-Host:5432/x"),  # the host as written
+        ("postgresql://u:p@h1:5432,h2:5433/db", "postgresql://u:***@h1:5432,h2:5433/db"),  # a list of hosts
+        ("postgresql://u:p@[::1]:5432/db", "postgresql://u:***@[::1]:5432/db"),
+        ("postgresql://u:p@ss@h/db", "postgresql://u:***@h/db"),  # a raw @ in the password
+        ("postgresql://u:p/w@h/db", "postgresql://u:***@h/db"),  # a raw / in the password
+        ("postgresql://:pw@h/db", "postgresql://:***@h/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),  # no password: nothing to hide
+        ("postgresql://u:p@h/db?application_name=a@b", "postgresql://u:***@h/db?application_name=a@b"),
+        ("sqlite:///tmp/a:b@c.sqlite", "sqlite:///tmp/a:b@c.sqlite"),  # a path, not a user part
+    ],
+)
+def test_redact_url_hides_the_whole_password_and_keeps_the_rest_as_written(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
 def test_what_sandbox_init_writes_loads_unchanged(tmp_path: Path) -> None:
     from sandbox.init import main as init_main
 

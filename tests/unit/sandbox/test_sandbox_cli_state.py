@@ -144,6 +144,16 @@ async def cc_token(h: Harness, tpp: Tpp) -> str:
     return str(r.json()["access_token"])
 
 
+async def assertion_token(h: Harness, assertion: str) -> httpx.Response:
+    """A client-credentials token request authenticated by a client assertion (private_key_jwt)."""
+    return await h.http.post(
+        "/token",
+        data={"grand_type": "client_credentials", "scope": "payments openid",
+              "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+              "client_assertion": assertion},
+    )  # fmt: skip
+
+
 async def test_sqlite_state_survives_a_restart(tmp_path: Path) -> None:
     tpp = make_tpp("tpp-restart", 0)
     clock = ManualClock()
@@ -164,12 +174,7 @@ async def test_sqlite_state_survives_a_restart(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         tokens = r.json()
         used_assertion = tpp.assertion(h.now())
-        r = await h.http.post(
-            "/token",
-            data={"grand_type": "client_credentials", "scope": "payments openid",
-                  "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-                  "client_assertion": used_assertion},
-        )  # fmt: skip
+        r = await assertion_token(h, used_assertion)
         assert r.status_code == 200, r.text
         counts_before = {kind: h.bank.store.count(kind) for kind in (FILE_KIND, TOKEN_KIND)}
 
@@ -185,12 +190,7 @@ async def test_sqlite_state_survives_a_restart(tmp_path: Path) -> None:
         assert r.status_code == 201 and r.json()["Data"]["ConsentId"] == consent_id
         assert h.bank.store.count(FILE_KIND) == 2
         # Single-use things stay used: the assertion's jti (and the code, below).
-        r = await h.http.post(
-            "/token",
-            data={"grand_type": "client_credentials", "scope": "payments openid",
-                  "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-                  "client_assertion": used_assertion},
-        )  # fmt: skip
+        r = await assertion_token(h, used_assertion)
         assert r.status_code == 400 and r.json()["error"] == "invalid_client", r.text
         # The pending request_uri still opens the consent page.
         page = await h.http.get(
