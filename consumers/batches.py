@@ -32,9 +32,9 @@ import structlog
 from confluent_kafka import Message
 from opentelemetry.trace import SpanKind
 
-import schemas
 from consumers.loop import Accept, Reject, Retry
 from consumers.loop import Verdict as LoopVerdict
+from consumers.records import decoded
 from processor.domain.difference import batch_difference
 from processor.domain.duplicates import ALLOW_DUPLICATE_HEADER
 from processor.domain.file_states import FlowState
@@ -44,7 +44,7 @@ from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
 from processor.engine.intake import Guard, IntakeResult, accept_batch, prepare_batch
 from processor.engine.tracing import continued, traceparent_of
-from processor.kafka.wire import RegistryUnavailableError, WireCodec, WireSettings
+from processor.kafka.wire import WireCodec, WireSettings
 from processor.store import Flow, Store, StoreError
 from processor.store.lifecycle import Verdict as Verdict_
 from producers.dlq import REPLAY_OF_HEADER
@@ -231,15 +231,9 @@ class BatchHandler:
             return verdict
 
     def _handle(self, message: Message) -> LoopVerdict:
-        value = message.value()
-        if value is None:
-            return Reject("tombstone: the message has no value")
-        try:
-            record = self._codec.decode(value, message.topic())
-        except schemas.DecodeError as exc:
-            return Reject(f"undecodable: {exc}")
-        except RegistryUnavailableError as exc:
-            return Retry(f"schema registry unavailable: {exc}")
+        record = decoded(self._codec, message)
+        if isinstance(record, Reject | Retry):
+            return record
         where = MessageRef.of(message)
         try:
             outcome = self.intake(record, message=where)  # the decoded record is the engine's batch document

@@ -31,14 +31,14 @@ import structlog
 from confluent_kafka import Message
 from opentelemetry.trace import SpanKind
 
-import schemas
 from consumers.loop import Accept, Handler, Reject, Retry, Verdict
+from consumers.records import decoded
 from processor.domain.vrp_requests import InvalidRequestError
 from processor.domain.vrp_states import Mandate, Payment
 from processor.engine.tracing import continued, traceparent_of
 from processor.engine.vrp import VrpEngine
 from processor.kafka.settings import KafkaSettings
-from processor.kafka.wire import RegistryUnavailableError, WireCodec, WireSettings
+from processor.kafka.wire import WireCodec, WireSettings
 from processor.store import StoreError
 from schemas.topics import VRP_MANDATES_TOPIC, VRP_PAYMENTS_TOPIC
 
@@ -115,15 +115,9 @@ class _RecordHandler:
             return self._handle(message)
 
     def _handle(self, message: Message) -> Verdict:
-        value = message.value()
-        if value is None:
-            return Reject("tombstone: the message has no value")
-        try:
-            record = self._codec.decode(value, message.topic())
-        except schemas.DecodeError as exc:
-            return Reject(f"undecodable: {exc}")
-        except RegistryUnavailableError as exc:
-            return Retry(f"schema registry unavailable: {exc}")
+        record = decoded(self._codec, message)
+        if isinstance(record, Reject | Retry):
+            return record
         try:
             verdict = self._take(record)
         except StoreError as exc:

@@ -316,25 +316,10 @@ class OutboxRelay:
         done = self._settle()
         if self._fatal is not None:
             return done  # broken while serving callbacks: replaced next round
-        now = self.clock.now()
-        try:
-            claimed, handed = self.store.run(
-                lambda tx: (
-                    tx.outbox.claim(
-                        owner=self.owner,
-                        now=now,
-                        limit=self.batch_size,
-                        lease_seconds=self.lease_seconds,
-                        known=self._in_flight,  # produced already: not built again
-                    ),
-                    tx.outbox.handovers(owner=self.owner, now=now),
-                )
-            )
-        except StoreError as exc:
-            self.stats.store_errors += 1
-            RELAY_ERRORS.labels("store").inc()
-            log.warning("outbox_claim_failed", error=str(exc))
+        taken = self._claim()
+        if taken is None:
             return done
+        claimed, handed = taken
         blocked: set[tuple[str, str]] = set(self._suspects)
         found: set[str] = set()
         if handed:
@@ -390,6 +375,29 @@ class OutboxRelay:
         self._producer.poll(0)
         IN_FLIGHT.set(len(self._in_flight))
         return done
+
+    def _claim(self) -> tuple[list[OutboxEvent], list[Handover]] | None:
+        """This round's claimed events and the keys handed over to this owner, in one transaction; None when the
+        store failed (counted and logged: the round ends, the next one tries again)."""
+        now = self.clock.now()
+        try:
+            return self.store.run(
+                lambda tx: (
+                    tx.outbox.claim(
+                        owner=self.owner,
+                        now=now,
+                        limit=self.batch_size,
+                        lease_seconds=self.lease_seconds,
+                        known=self._in_flight,  # produced already: not built again
+                    ),
+                    tx.outbox.handovers(owner=self.owner, now=now),
+                )
+            )
+        except StoreError as exc:
+            self.stats.store_errors += 1
+            RELAY_ERRORS.labels("store").inc()
+            log.warning("outbox_claim_failed", error=str(exc))
+            return None
 
     def _take_over(self, handed: list[Handover]) -> tuple[set[tuple[str, str]], set[str]]:
         """Check Kafka for the handed keys' events and adopt the keys; returns (keys that must wait this round,

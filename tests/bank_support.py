@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from processor.bank.integration import Integration
+from processor.bank.transport import bank_transport
 from processor.cli.config import load_config
 from processor.devtools.approver import decision_post
 from processor.devtools.processes import eventually, port_of
@@ -271,6 +272,12 @@ class Sent:
     def form(self) -> dict[str, str]:
         """The urlencoded body as a dict."""
         return {k: v[0] for k, v in parse_qs(self.body.decode(), keep_blank_values=True).items()}
+
+
+def processor_transport() -> httpx.AsyncBaseTransport:
+    """A new transport of the kind the processor's bank client uses by default (`processor.bank.transport`)."""
+    limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
+    return bank_transport(limits) or httpx.AsyncHTTPTransport(limits=limits)
 
 
 class Recording(httpx.AsyncBaseTransport):

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair
+from bank_support import FINANCIAL_ID, Recording, integration_table, key_pair, processor_transport
 from manual_clock import ManualClock
 
 from processor.api.callback import callback_app
@@ -319,7 +319,7 @@ async def engine_rig(
         retry_max=8.0,
         duplicate_wait=0.5,
     )
-    sent = Recording(httpx.AsyncHTTPTransport())
+    sent = Recording(processor_transport())
     box: list[Checkpoint] = [_no_checkpoint]
     engine = build_engine(
         config,

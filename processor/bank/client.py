@@ -108,8 +108,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         self.integration = integration
         self.clock: Clock = clock or SystemClock()
         t = integration.timeouts
-        # httpcore looks at every pooled connection on each request, so a pool much larger than the calls really
-        # in flight costs CPU on every call (see docs/benchmarks.md); more calls wait for a free one.
+        # At most max_connections calls in flight to the bank; more wait for a free connection (the pool timeout).
         limits = httpx.Limits(
             max_connections=integration.max_connections, max_keepalive_connections=integration.max_connections
         )

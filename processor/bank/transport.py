@@ -1,41 +1,118 @@
-"""The bank client's HTTP transport: httpx's own, with a connection pool that does not look at every connection on
-every request.
+"""The bank client's HTTP transport: httpx's interface over aiohttp's connection pool and HTTP/1.1 parser.
 
-On every request start and end httpcore's pool (`AsyncConnectionPool._assign_requests_to_connections`) looks at
-each pooled connection: whether it is closed, whether it expired (for an idle one: is its socket readable, the
-server having closed it), and, for each idle one, counts the idle ones again (quadratic). With 16 connections and
-thousands of bank calls that was 2 million `is_idle` calls and 100,000 `poll()` system calls per 300 month-end
-batches, each `poll()` releasing and taking back the GIL from the processor's other threads (docs/benchmarks.md).
+httpx's own transport (httpcore's pool on anyio) cost 1.07-1.68 ms of client CPU per bank call, aiohttp's 0.45
+(docs/benchmarks.md), so `AiohttpTransport` is an `httpx.AsyncBaseTransport`: the rest of the processor keeps
+httpx (requests, responses, headers, the OpenTelemetry instrumentation that wraps `handle_async_request`).
 
-`LeanPool` keeps httpcore's pool and its whole sweep, but runs that sweep at most once per `SWEEP_INTERVAL`; in
-between, a request is given the first idle connection to its origin whose socket is not readable (one `poll()` for
-the connection handed out, so a connection the server closed is still never reused), else a new one. The idle
-check itself is `CheapIdleCheck`: one `poll()` of the socket found when the connection opened, where httpcore's
-anyio stream built anyio's whole attribute dictionary (a `getpeername()` included) for every question.
+What it keeps of httpx's transport:
+- the request exactly as httpx built it: request line, headers in httpx's order and spelling (aiohttp adds none:
+  no Accept, User-Agent or Content-Type of its own), the body's bytes as they are (no copy), a streamed body
+  streamed;
+- the response's raw headers and body (aiohttp decompresses nothing; httpx decodes as before), streamed to httpx;
+- TLS: httpx's default context (`httpx.create_ssl_context()`: SSL_CERT_FILE / SSL_CERT_DIR, else certifi),
+  ALPN `http/1.1`; no cookies kept, no redirects followed, no proxy (`bank_transport` falls back to httpx's own
+  transport when the environment names proxies);
+- the pool: `max_connections`, `keepalive_expiry`; a connection the server closed, or whose response was not read
+  to its end, is not reused; aiohttp's silent resend of an idempotent request on a reused connection that broke is
+  switched off, so one request is one send and the bank client's retry policy alone decides about another;
+- timeouts per request from httpx's `timeout` extension: connect (TCP and TLS), read (each read, from the end of
+  the body on), write (the whole body, as httpcore writes a bytes body in one operation) and pool. aiohttp bounds
+  the wait for a free connection and the connect together: that deadline is pool + connect.
+
+Errors are httpx's, chosen by whether the request may have reached the bank (processor.bank.client reads them;
+docs/bank-client.md "Transport errors"). Not sent: `ConnectTimeout` (aiohttp's `ConnectionTimeoutError`: the wait
+for a connection or the connect), `ConnectError` (`ClientConnectorError`: DNS, refused, TLS handshake, certificate;
+raised only by the connector, before a byte of the request is written). Anything later may have been acted on:
+`ReadTimeout` (`ServerTimeoutError`, the read timeout), `WriteTimeout` (the body's write deadline),
+`RemoteProtocolError` (`ServerDisconnectedError`, `ClientPayloadError`, an unparsable response) and `ReadError`
+for every other aiohttp error, whatever the phase (`ClientOSError` such as a reset, a connection closed while
+writing) — where aiohttp cannot tell, the answer is "may have been sent".
 """
-
-# The `timeout` parameters are httpcore's network interface, passed through unchanged.
-# ruff: noqa: ASYNC109
 
 from __future__ import annotations
 
+import asyncio
 import select
 import socket
 import ssl
-import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpcore
+import aiohttp
 import httpx
+from aiohttp import payload
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.connector import Connection
+from aiohttp.http_writer import StreamWriter
+from aiohttp.tracing import Trace
+from multidict import CIMultiDict
+from yarl import URL
 
-SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
+# aiohttp adds these unless told not to; httpx has already put in the request what it sends.
+_NOT_ADDED = frozenset({"Accept", "Accept-Encoding", "User-Agent", "Content-Type"})
+_COALESCE_BELOW = 65_536  # a body up to this size leaves in one write with the headers
+_MAX_HEAD_LINE = 16_384  # h11's limit for a whole response head is 16 KiB; aiohttp's default per line is 8 KiB
+
+
+def mapped_error(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
+    """The httpx error for an aiohttp one: `ConnectError`/`ConnectTimeout` only when nothing was sent."""
+    message = f"{type(exc).__name__}: {exc}"
+    kind: type[httpx.TransportError]
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        kind = httpx.ConnectTimeout
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        kind = httpx.ConnectError
+    elif isinstance(exc, aiohttp.ServerTimeoutError):
+        kind = httpx.ReadTimeout
+    elif isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
+        kind = httpx.RemoteProtocolError
+    elif isinstance(exc, aiohttp.InvalidURL):
+        kind = httpx.UnsupportedProtocol  # refused before connecting, as httpx refuses a URL it cannot send to
+    else:
+        kind = httpx.ReadError
+    return kind(message, request=request)
+
+
+class _RequestBody(payload.Payload):
+    """The request's bytes as aiohttp writes them: not copied (aiohttp's `BytesPayload` slices them to the
+    Content-Length, and joins headers and body into one buffer before Python 3.12.9), and within the write timeout:
+    the deadline `scope` is armed for the write and lifted after it (None once the request has its answer)."""
+
+    _autoclose = True  # nothing to close
+
+    def __init__(self, value: bytes, scope: asyncio.Timeout | None, seconds: float | None) -> None:
+        super().__init__(value, content_type=None)  # its Content-Type is not sent (`_NOT_ADDED`)
+        self._size = len(value)
+        self.scope = scope
+        self._seconds = seconds
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        """The body as text (aiohttp's interface)."""
+        return bytes(self._value).decode(encoding, errors)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        """Write the whole body."""
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
+        """Write the body (at most `content_length` bytes) before the deadline."""
+        view = memoryview(self._value)
+        if content_length is not None:
+            view = view[:content_length]
+        if self.scope is not None and self._seconds is not None:
+            self.scope.reschedule(asyncio.get_running_loop().time() + self._seconds)
+        if len(view) > _COALESCE_BELOW and isinstance(writer, StreamWriter):
+            writer.send_headers()  # a big body is not joined to the headers (a copy of it)
+        await writer.write(view)
+        if self.scope is not None:
+            self.scope.reschedule(None)
 
 
 def socket_readable(sock: socket.socket | None) -> bool:
     """Whether a read would not block: data, or the end of the stream. A missing or closed socket counts as
-    readable, so the pool drops the connection (as httpcore does)."""
+    readable, so the pool drops the connection."""
     fileno = -1 if sock is None else sock.fileno()
     if fileno < 0:
         return True
@@ -44,116 +121,146 @@ def socket_readable(sock: socket.socket | None) -> bool:
     return bool(poller.poll(0))
 
 
-class _Stream(httpcore.AsyncNetworkStream):
-    """A network stream that answers `is_readable` from its socket; everything else goes to the inner one."""
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, which reuses an idle connection unless the event loop has already seen it closed; this
+    one also polls the socket of the connection it hands out (one `poll()`), so a connection whose end (or stray
+    bytes) has arrived since the loop last looked is closed, not reused for a request it would lose."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: socket.socket | None = inner.get_extra_info("socket")
+    async def _get(self, key: ConnectionKey, traces: list[Trace]) -> Connection | None:
+        while True:
+            connection = await super()._get(key, traces)
+            transport = None if connection is None else connection.transport
+            if connection is None or not socket_readable(
+                None if transport is None else transport.get_extra_info("socket")
+            ):
+                return connection
+            connection.close()
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
+class _ResponseBody(httpx.AsyncByteStream):
+    """aiohttp's response body as httpx reads it: chunks as they arrive; closing gives the connection back (or
+    closes it when the body was not read to its end)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
+        self._response = response
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except aiohttp.ClientError as exc:
+            raise mapped_error(exc, self._request) from exc
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(
-        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return socket_readable(self._socket)
-        return self._inner.get_extra_info(info)
+        self._response.release()
 
 
-class CheapIdleCheck(httpcore.AsyncNetworkBackend):
-    """A network backend (httpcore's anyio one by default) whose streams answer `is_readable` cheaply."""
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """httpx's transport interface over one aiohttp `ClientSession` (made on the first request, in its loop)."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
-        self._inner = inner or httpcore.AnyIOBackend()
+    def __init__(self, *, max_connections: int, keepalive_expiry: float | None) -> None:
+        self._max_connections = max_connections
+        self._keepalive_expiry = keepalive_expiry
+        self._ssl = httpx.create_ssl_context()
+        self._ssl.set_alpn_protocols(["http/1.1"])  # as httpcore offers it for HTTP/1.1
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[SocketOption] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context every connection uses."""
+        return self._ssl
 
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[SocketOption] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.connect_unix_socket(path, timeout, socket_options))
+    def _open(self) -> aiohttp.ClientSession:
+        connector = _Connector(
+            limit=self._max_connections,
+            limit_per_host=0,
+            keepalive_timeout=self._keepalive_expiry,
+            ssl=self._ssl,
+            use_dns_cache=False,  # resolve per new connection, as httpx does
+        )
+        session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=_NOT_ADDED,
+            auto_decompress=False,
+            trust_env=False,
+            max_line_size=_MAX_HEAD_LINE,
+            max_field_size=_MAX_HEAD_LINE,
+        )
+        # aiohttp resends a GET/PUT/DELETE once when a reused connection breaks; a resend is the bank client's call
+        # (and a failure of the second try would hide that the first one was sent).
+        session._retry_connection = False
+        return session
 
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    def _timeout(self, timeouts: dict[str, float | None]) -> aiohttp.ClientTimeout:
+        connect, read, pool = timeouts.get("connect"), timeouts.get("read"), timeouts.get("pool")
+        key = (connect, read, pool)
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            wait = None if connect is None or pool is None else connect + pool
+            timeout = aiohttp.ClientTimeout(total=None, connect=wait, sock_connect=connect, sock_read=read)
+            self._timeouts[key] = timeout
+        return timeout
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send `request`; the response's body is read by httpx from the stream."""
+        session = self._session or self._open()
+        self._session = session
+        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        headers = CIMultiDict((name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw)
+        body: Any
+        try:
+            content = request.content
+        except httpx.RequestNotRead:  # a streamed body: aiohttp writes it chunked and says so itself
+            body = request.stream
+            headers.popall("Transfer-Encoding", None)
+        else:
+            body = content or None
+        write = timeouts.get("write")
+        try:
+            async with asyncio.timeout(None) as scope:
+                if isinstance(body, bytes):
+                    body = _RequestBody(body, scope, write)
+                try:
+                    response = await session.request(
+                        request.method,
+                        URL(str(request.url), encoded=True),
+                        headers=headers,
+                        data=body,
+                        allow_redirects=False,
+                        timeout=self._timeout(timeouts),
+                    )
+                finally:
+                    if isinstance(body, _RequestBody):
+                        body.scope = None
+        except aiohttp.ClientError as exc:
+            raise mapped_error(exc, request) from exc
+        except TimeoutError as exc:  # the body's write deadline (aiohttp's own timeouts are ClientErrors)
+            raise httpx.WriteTimeout(f"the request body was not written within {write} s", request=request) from exc
+        version = response.version or aiohttp.HttpVersion11
+        return httpx.Response(
+            response.status,
+            headers=response.raw_headers,
+            stream=_ResponseBody(response, request),
+            extensions={
+                "http_version": f"HTTP/{version.major}.{version.minor}".encode(),
+                "reason_phrase": (response.reason or "").encode("latin-1"),
+            },
+        )
+
+    async def aclose(self) -> None:
+        """Close the pool's connections; a later request opens a new pool (as httpx's own transport does)."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
 
-SWEEP_INTERVAL = 1.0  # seconds between two full sweeps of httpcore's pool (expired and surplus idle connections)
-
-
-class LeanPool(httpcore.AsyncConnectionPool):
-    """httpcore's pool, its full sweep at most once per `SWEEP_INTERVAL` and a cheap assignment in between."""
-
-    _next_sweep = 0.0
-
-    def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
-        now = time.monotonic()
-        if now >= self._next_sweep:
-            self._next_sweep = now + SWEEP_INTERVAL
-            return super()._assign_requests_to_connections()
-        closing: list[httpcore.AsyncConnectionInterface] = []
-        self._connections[:] = [c for c in self._connections if not c.is_closed()]
-        for pool_request in self._requests:
-            if pool_request.is_queued():
-                connection = self._connection_for(pool_request.request.url.origin, closing)
-                if connection is not None:
-                    pool_request.assign_to_connection(connection)
-        return closing
-
-    def _connection_for(
-        self, origin: httpcore.Origin, closing: list[httpcore.AsyncConnectionInterface]
-    ) -> httpcore.AsyncConnectionInterface | None:
-        """httpcore's three cases in its order: an available connection to the origin (checked for expiry, which
-        polls its socket, only now), a new one below `max_connections`, or a new one in place of an idle one."""
-        for connection in list(self._connections):
-            if connection.can_handle_request(origin) and connection.is_available():
-                if not connection.has_expired():
-                    return connection
-                self._connections.remove(connection)
-                closing.append(connection)
-        if len(self._connections) >= self._max_connections:
-            idle = next((c for c in self._connections if c.is_idle()), None)
-            if idle is None:
-                return None  # stays queued until a connection is released
-            self._connections.remove(idle)
-            closing.append(idle)
-        connection = self.create_connection(origin)
-        self._connections.append(connection)
-        return connection
-
-
-def bank_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport | None:
-    """httpx's transport with `limits`, its connection pool a `LeanPool` on `CheapIdleCheck`; None (use httpx's
-    default, which honours them) when the environment names proxies.
-
-    httpx has no option for the pool's class or network backend, so both are set on the pool httpx built (the
-    class changed in place keeps every setting httpx gave it); should a later httpx or httpcore not build that
-    pool, the transport is returned unchanged (correct, only slower)."""
+def bank_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
+    """The bank client's transport for `limits` (max_connections, keepalive_expiry; every connection may stay
+    idle in the pool, as the bank client sets max_keepalive_connections to max_connections); None (use httpx's
+    own transport, which honours them) when the environment names proxies."""
     if urllib.request.getproxies():
         return None
-    transport = httpx.AsyncHTTPTransport(limits=limits)
-    pool = getattr(transport, "_pool", None)
-    if type(pool) is httpcore.AsyncConnectionPool and isinstance(
-        getattr(pool, "_network_backend", None), httpcore.AsyncNetworkBackend
-    ):
-        pool._network_backend = CheapIdleCheck(pool._network_backend)
-        pool.__class__ = LeanPool
-    return transport
+    return AiohttpTransport(max_connections=limits.max_connections or 0, keepalive_expiry=limits.keepalive_expiry)

@@ -313,36 +313,15 @@ async def get_report(bank: Bank, request: Request) -> Response:
 
 def routes(bank: Bank) -> list[BaseRoute]:
     """The flow A routes, named for fault injection."""
+    table = (
+        ("/file-payment-consents", create_consent, "POST", "file-payment-consents.create"),
+        ("/file-payment-consents/{consent_id}/file", upload_file, "POST", "file-payment-consents.upload"),
+        ("/file-payment-consents/{consent_id}", get_consent, "GET", "file-payment-consents.get"),
+        ("/file-payments", create_payment, "POST", "file-payments.create"),
+        ("/file-payments/{file_payment_id}", get_payment, "GET", "file-payments.get"),
+        ("/file-payments/{file_payment_id}/report-file", get_report, "GET", "file-payments.report"),
+    )
     return [
-        Route(
-            f"{PREFIX}/file-payment-consents",
-            partial(create_consent, bank),
-            methods=["POST"],
-            name="file-payment-consents.create",
-        ),
-        Route(
-            f"{PREFIX}/file-payment-consents/{{consent_id}}/file",
-            partial(upload_file, bank),
-            methods=["POST"],
-            name="file-payment-consents.upload",
-        ),
-        Route(
-            f"{PREFIX}/file-payment-consents/{{consent_id}}",
-            partial(get_consent, bank),
-            methods=["GET"],
-            name="file-payment-consents.get",
-        ),
-        Route(f"{PREFIX}/file-payments", partial(create_payment, bank), methods=["POST"], name="file-payments.create"),
-        Route(
-            f"{PREFIX}/file-payments/{{file_payment_id}}",
-            partial(get_payment, bank),
-            methods=["GET"],
-            name="file-payments.get",
-        ),
-        Route(
-            f"{PREFIX}/file-payments/{{file_payment_id}}/report-file",
-            partial(get_report, bank),
-            methods=["GET"],
-            name="file-payments.report",
-        ),
+        Route(f"{PREFIX}{path}", partial(handler, bank), methods=[method], name=name)
+        for path, handler, method, name in table
     ]

@@ -13,8 +13,10 @@ outcome (the retry's too), read with the CloudEvents SDK.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from cloudevents.core.bindings.kafka import KafkaMessage, from_binary
@@ -25,6 +27,7 @@ from processor_support import (
     ApproveEach,
     Deployment,
     DeploymentFactory,
+    TopicLog,
     deployment_factory_fixture,  # noqa: F401  (the fixture deployment_factory)
     e2e_database_fixture,  # noqa: F401  (the fixture e2e_database)
     unique_id,
@@ -79,58 +82,62 @@ def ledger_reads(deployment: Deployment, a: str, c: str) -> None:
         print(event.key, [(name, value) for name, value in event.headers], event.record)
 
 
-def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
-    kafka_bootstrap: str, deployment_factory: DeploymentFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DISPERSION_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
-    tables = {"admin": {"token_env": "DISPERSION_TEST_ADMIN_TOKEN"}, "controls": {"four_eyes": False}}
-    deployment = deployment_factory(kafka_bootstrap, tables=tables)  # one person: four eyes is issue 19's test
-    instance = deployment.start(0)
-    statuses = deployment.topic_log(STATUS_TOPIC)
-    approve = ApproveEach(deployment.approver(), lambda: instance.url)
-    since = datetime.now(UTC) - timedelta(minutes=1)
+@dataclass
+class Documents:
+    """The pain.001 documents of the run and their batch ids."""
+
+    sap_id: str
+    oracle_id: str
+    payday: date
+    sap: Path
+    oracle: Path
+    mismatch: Path
+
+    @property
+    def keys(self) -> tuple[str, str, str]:
+        """The batches: SAP's due block, SAP's later block, Oracle's run."""
+        return f"{self.sap_id}/NOV-A", f"{self.sap_id}/NOV-B", f"{self.oracle_id}/PAYRUN-7"
+
+
+def write_documents(directory: Path) -> Documents:
+    """A pain.001.001.03 as SAP writes it, a pain.001.001.09 as Oracle writes it, and one whose control sum does not
+    match."""
     today, payday = datetime.now(UTC).date(), datetime.now(UTC).date() + timedelta(days=5)
-    sap_id, oracle_id = unique_id("F110"), unique_id("ORA")
-    sap = deployment.directory / "sap.xml"
-    sap.write_bytes(
-        sap_pain001(
-            sap_id,
-            [
-                Block(
-                    "NOV-A",
-                    today,
-                    "100200300",
-                    [
-                        Tx("E2E-A1", "1500.50", IBAN, email="ana@example.com"),
-                        Tx("E2E-A2", "2000.00", "200100301", email="bruno@example.com"),
-                        Tx("E2E-A3", "750.25", "200109902", email="carla@example.com"),  # 9902: closed, AC04
-                    ],
-                ),
-                Block("NOV-B", payday, "100200300", [Tx("E2E-B1", "3200.00", "200100304")]),
-            ],
-        )
+    docs = Documents(
+        unique_id("F110"),
+        unique_id("ORA"),
+        payday,
+        directory / "sap.xml",
+        directory / "oracle.xml",
+        directory / "m.xml",
     )
-    oracle = deployment.directory / "oracle.xml"
-    oracle.write_bytes(
-        oracle_pain001(
-            oracle_id,
-            [Block("PAYRUN-7", today, "100200300", [Tx("O-1", "99.99", "200100305"), Tx("O-2", "10.01", IBAN)])],
-        )
+    due = [
+        Tx("E2E-A1", "1500.50", IBAN, email="ana@example.com"),
+        Tx("E2E-A2", "2000.00", "200100301", email="bruno@example.com"),
+        Tx("E2E-A3", "750.25", "200109902", email="carla@example.com"),  # 9902: closed, AC04
+    ]
+    later = [Tx("E2E-B1", "3200.00", "200100304")]
+    docs.sap.write_bytes(
+        sap_pain001(docs.sap_id, [Block("NOV-A", today, "100200300", due), Block("NOV-B", payday, "100200300", later)])
     )
-    mismatch = deployment.directory / "mismatch.xml"
-    mismatch.write_bytes(
+    oracle_block = Block("PAYRUN-7", today, "100200300", [Tx("O-1", "99.99", "200100305"), Tx("O-2", "10.01", IBAN)])
+    docs.oracle.write_bytes(oracle_pain001(docs.oracle_id, [oracle_block]))
+    docs.mismatch.write_bytes(
         oracle_pain001(unique_id("BAD"), [Block("X", today, "100200300", [Tx("X-1", "1", "2")])], total="2")
     )
+    return docs
 
-    refused = shown(dispersion(deployment, "submit", str(mismatch), "--quiet"))
+
+def submit_and_pay(deployment: Deployment, docs: Documents, statuses: TopicLog, approve: ApproveEach) -> None:
+    """The mismatching document is refused; the due batches are paid, the later one approved and not paid yet."""
+    refused = shown(dispersion(deployment, "submit", str(docs.mismatch), "--quiet"))
     assert refused.code == 1 and "GrpHdr/CtrlSum: says 2, the amounts add up to 1" in refused.err
-    submitted = shown(dispersion(deployment, "submit", str(sap), "--quiet"))
+    submitted = shown(dispersion(deployment, "submit", str(docs.sap), "--quiet"))
     assert submitted.code == 0, submitted.err
-    assert f"submitted batch {sap_id}/NOV-B: 1 transactions, control sum 3200.00 GTQ, to be paid on {payday}" in (
-        submitted.out
-    )
-    assert dispersion(deployment, "submit", str(oracle), "--quiet").code == 0
-    a, b, c = f"{sap_id}/NOV-A", f"{sap_id}/NOV-B", f"{oracle_id}/PAYRUN-7"
+    line = f"submitted batch {docs.sap_id}/NOV-B: 1 transactions, control sum 3200.00 GTQ, to be paid on {docs.payday}"
+    assert line in submitted.out
+    assert dispersion(deployment, "submit", str(docs.oracle), "--quiet").code == 0
+    a, b, c = docs.keys
     statuses.wait_until(
         lambda log: all(log.find(key, "COMPLETED") for key in (a, c)) and log.find(b, "AUTHORIZED") is not None,
         timeout=120,
@@ -139,10 +146,17 @@ def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
     )
     assert statuses.find(b, "COMPLETED") is None  # paid on its day, not before
 
+
+def report_status_before_and_after_the_retry(
+    deployment: Deployment, docs: Documents, statuses: TopicLog, approve: ApproveEach
+) -> None:
+    """`pain002` reports the partly paid batch (PART, RJCT AC04); after `retry-failed` pays that transfer, ACSC
+    naming the retry."""
+    a = docs.keys[0]
     part = shown(dispersion(deployment, "pain002", "--batch", a))
     assert part.code == 0, part.err
     root = valid(part.out, "pain.002.001.03")
-    assert texts(root, "pain.002.001.03", "CstmrPmtStsRpt/OrgnlGrpInfAndSts/OrgnlMsgId") == [sap_id]
+    assert texts(root, "pain.002.001.03", "CstmrPmtStsRpt/OrgnlGrpInfAndSts/OrgnlMsgId") == [docs.sap_id]
     assert texts(root, "pain.002.001.03", "CstmrPmtStsRpt/OrgnlGrpInfAndSts/GrpSts") == ["PART"]
     tx = "CstmrPmtStsRpt/OrgnlPmtInfAndSts/TxInfAndSts"
     assert texts(root, "pain.002.001.03", f"{tx}/OrgnlEndToEndId") == ["E2E-A1", "E2E-A2", "E2E-A3"]
@@ -165,8 +179,11 @@ def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
     unknown = dispersion(deployment, "pain002", "--batch", "no-such-batch")
     assert unknown.code == 1 and "batch no-such-batch is unknown" in unknown.err
 
-    ledger_reads(deployment, a, c)
 
+def book_with_camt054(deployment: Deployment, docs: Documents, since: datetime) -> None:
+    """`camt054` (.02 and .08) books every paid batch, its totals equal to `report`'s; accounts masked unless
+    asked for in clear."""
+    a, _, c = docs.keys
     until = datetime.now(UTC) + timedelta(minutes=1)
     window = ("--since", since.isoformat(), "--until", until.isoformat())
     report = dispersion(deployment, "report", *window, "--format", "json")
@@ -181,10 +198,28 @@ def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
         assert sum((Decimal(e) for e in entries), Decimal(0)) == paid_total == Decimal("4360.75")
         assert texts(root, message, "BkToCstmrDbtCdtNtfctn/Ntfctn/Ntry/NtryRef") == [a, c, f"{a}.retry-1"]
         batches = "BkToCstmrDbtCdtNtfctn/Ntfctn/Ntry/NtryDtls/Btch"
-        assert texts(root, message, f"{batches}/MsgId") == [sap_id, oracle_id, sap_id]  # the retry: its original's
+        expected_ids = [docs.sap_id, docs.oracle_id, docs.sap_id]  # the retry: its original's
+        assert texts(root, message, f"{batches}/MsgId") == expected_ids
         assert texts(root, message, f"{batches}/PmtInfId") == ["NOV-A", "PAYRUN-7", "NOV-A"]
         accounts = "BkToCstmrDbtCdtNtfctn/Ntfctn/Ntry/NtryDtls/TxDtls/RltdPties/CdtrAcct/Id/IBAN"
         assert texts(root, message, accounts) == [IBAN, IBAN]
     masked = dispersion(deployment, "camt054", *window)
     assert "200100301" not in masked.out and "****0301" in masked.out
+
+
+def test_pain001_from_sap_and_oracle_paid_reported_and_booked(
+    kafka_bootstrap: str, deployment_factory: DeploymentFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DISPERSION_TEST_ADMIN_TOKEN", ADMIN_TOKEN)
+    tables = {"admin": {"token_env": "DISPERSION_TEST_ADMIN_TOKEN"}, "controls": {"four_eyes": False}}
+    deployment = deployment_factory(kafka_bootstrap, tables=tables)  # one person: four eyes is issue 19's test
+    instance = deployment.start(0)
+    statuses = deployment.topic_log(STATUS_TOPIC)
+    approve = ApproveEach(deployment.approver(), lambda: instance.url)
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    docs = write_documents(deployment.directory)
+    submit_and_pay(deployment, docs, statuses, approve)
+    report_status_before_and_after_the_retry(deployment, docs, statuses, approve)
+    ledger_reads(deployment, docs.keys[0], docs.keys[2])
+    book_with_camt054(deployment, docs, since)
     assert instance.terminate() == 0

@@ -37,6 +37,7 @@ from processor_support import (
     ApproveEach,
     Deployment,
     DeploymentFactory,
+    ProcessorProcess,
     TopicLog,
     count_rows,
     deployment_factory_fixture,  # noqa: F401  (the fixture deployment_factory)
@@ -183,6 +184,133 @@ ANA_TOKEN, BOB_TOKEN = "month-end-ana-operator-0123456789", "month-end-bob-appro
 AS_ANA, AS_BOB = {"DISPERSION_ADMIN_TOKEN": ANA_TOKEN}, {"DISPERSION_ADMIN_TOKEN": BOB_TOKEN}
 
 
+@dataclass
+class MonthEnd:
+    """The deployment of the month-end day and what its steps share."""
+
+    deployment: Deployment
+    instance: ProcessorProcess
+    statuses: TopicLog
+    approve: ApproveEach
+    batch_id: str
+    since: datetime
+
+    @property
+    def retry_id(self) -> str:
+        return f"{self.batch_id}.retry-1"
+
+    def run(self, *argv: str, env: dict[str, str] | None = None) -> Ran:
+        """`dispersion ARGV...`, its real output printed for docs/operations.md."""
+        ran = dispersion(self.deployment, *argv, env=env)
+        print(f"--- exit {ran.code}\n{ran.out}{ran.err}")
+        return ran
+
+
+def pay_with_a_closed_account(m: MonthEnd) -> None:
+    """A batch with a closed account exits 4 and names the failed transfer."""
+    rows = [("200100300", "1500.50"), ("200100301", "2000.00"), ("200109902", "750.250")]  # 9902: closed account
+    path = export(m.deployment.directory / "payroll-november.csv", rows)
+    submitted = m.run("submit", str(path), *ORIGIN, "--batch-id", m.batch_id, "--quiet")
+    assert submitted.code == 0, submitted.err
+    assert ", control sum 4250.75 GTQ -> " in submitted.out
+    m.statuses.wait_until(has(m.batch_id, "COMPLETED"), timeout=90, what="COMPLETED", each=m.approve)
+    paid = m.run("status", "--batch", m.batch_id, "--until-terminal", "--timeout", "60")
+    assert paid.code == 4, paid.out + paid.err  # completed with a failed transfer
+    assert "paid=2 (3500.50) failed=1 (750.25)" in paid.out
+
+
+def retry_with_four_eyes(m: MonthEnd) -> None:
+    """`retry-failed` with a correction by ana waits as a request that ana may not approve and bob does; it pays
+    only that transfer."""
+    deployment, batch_id, retry_id = m.deployment, m.batch_id, m.retry_id
+    corrections = deployment.directory / "corrections.csv"
+    corrections.write_text("index,account_number\n2,200100303\n")
+    fix = ("retry-failed", "--batch", batch_id, "--corrections", str(corrections))
+    posing = m.run(*fix, "--requested-by", "bob", env=AS_ANA)
+    assert posing.code == 1 and "requested_by must be the token's own name (ana)" in posing.err
+    retried = m.run(*fix, "--requested-by", "ana", env=AS_ANA)
+    assert retried.code == 5, retried.out + retried.err  # waits for a second person
+    assert "transfer 2: ****9902 -> ****0303" in retried.out and "dispersion requests approve 1" in retried.out
+    assert m.statuses.find(retry_id, "RECEIVED") is None and deployment.bank_counts()["file_consent"] == 1
+    pending = m.run("requests", "list", env=AS_BOB)
+    assert pending.code == 0 and f"1  PENDING  retry  {batch_id}  asked by ana" in pending.out
+    own = m.run("requests", "approve", "1", env=AS_ANA)
+    assert own.code == 1 and "another approver or admin must approve it" in own.err
+    approved = m.run("requests", "approve", "1", env=AS_BOB)
+    assert approved.code == 0, approved.err
+    assert "approved by bob" in approved.out and f"-> {retry_id}" in approved.out
+    m.statuses.wait_until(has(retry_id, "COMPLETED"), timeout=90, what="the retry COMPLETED", each=m.approve)
+    retry_paid = m.run("status", "--batch", retry_id, "--until-terminal", "--timeout", "60")
+    assert retry_paid.code == 0, retry_paid.out + retry_paid.err
+    completed = m.statuses.find(retry_id, "COMPLETED")
+    assert completed is not None and completed.record["retry_of"] == batch_id
+    nothing = m.run("retry-failed", "--batch", batch_id)
+    assert nothing.code == 1 and f"batch {batch_id} has no failed transfer: nothing created" in nothing.out
+    assert deployment.bank_counts()["file_payment"] == 2  # the original and the retry
+
+
+def report_and_find(m: MonthEnd) -> None:
+    """`report` totals are the status events' amounts; `find` names the retry that paid the failure."""
+    batch_id, retry_id = m.batch_id, m.retry_id
+    until = datetime.now(UTC) + timedelta(minutes=1)
+    report = m.run("report", "--since", m.since.isoformat(), "--until", until.isoformat(), "--format", "csv")
+    assert report.code == 0, report.err
+    lines = list(csv.DictReader(io.StringIO(report.out)))
+    assert [(line["batch_id"], line["index"], line["status"]) for line in lines] == [
+        (batch_id, "0", "COMPLETED"),
+        (batch_id, "1", "COMPLETED"),
+        (batch_id, "2", "FAILED"),
+        (retry_id, "2", "COMPLETED"),  # a retry keeps the original transfer numbers
+    ]
+    assert lines[2]["reason_code"] == "AC04" and lines[2]["amount"] == "750.25"
+    for key in (batch_id, retry_id):
+        event = m.statuses.find(key, "COMPLETED")
+        assert event is not None
+        count = event.record["transfers_completed"] + event.record["transfers_failed"]
+        total = f"total {key} GTQ: {count} transfer{'' if count == 1 else 's'}"
+        total += f", {event.record['transfers_completed']} paid {event.record['amount_completed']}"
+        total += f", {event.record['transfers_failed']} failed {event.record['amount_failed']}"
+        assert total in report.err.splitlines()
+    grand = [line for line in report.err.splitlines() if line.startswith("grand total GTQ")]
+    assert len(grand) == 1 and ", outstanding 0 0.00," in grand[0], report.err  # the retry paid the failure
+    assert "net outstanding GTQ: 0.00" in report.err.splitlines()
+    found = m.run("find", "--employee", "E-0002")
+    assert found.code == 0, found.err
+    assert f"{batch_id}  #2  E-0002  ****9902  750.25 GTQ  paid by {retry_id}" in found.out
+
+
+def replay_a_dead_letter_and_read_the_audit(m: MonthEnd) -> None:
+    """An invalid batch's dead letter is listed, replayed (recorded), refused a second time, and dead-lettered
+    again with the chain visible; `audit` shows who did what with their roles."""
+    letters = m.deployment.topic_log(DLQ_TOPIC)
+    bad_id = unique_id("BAD")
+    bad = payroll_batch(bad_id, [("200100300", "10.00")])
+    bad["integration"] = "bank-not-configured"
+    m.deployment.producer().send(BATCHES_TOPIC, bad_id, bad)
+    letters.wait_until(lambda log: any(e.key == bad_id for e in log.events), timeout=60, what="the dead letter")
+    listed = m.run("dlq", "list", "--batch", bad_id)
+    assert listed.code == 0 and len(listed.out.splitlines()) == 1, listed.err
+    letter_id = listed.out.split()[0]
+    replayed = m.run("dlq", "replay", letter_id, "--reason", "bank-not-configured added")
+    assert replayed.code == 0, replayed.err
+    refused = m.run("dlq", "replay", letter_id, "--reason", "again")
+    assert refused.code == 1 and "already replayed" in refused.err
+    letters.wait_until(lambda log: len([e for e in log.events if e.key == bad_id]) == 2, timeout=60, what="again")
+    chain = m.run("dlq", "show", letter_id)
+    assert chain.code == 0, chain.err
+    assert "replayed " in chain.out and "by " in chain.out and "(bank-not-configured added)" in chain.out
+    assert "dead-lettered again as " in chain.out
+    trail = m.run("audit", "--since", m.since.isoformat(), env=AS_BOB)
+    assert trail.code == 0, trail.err
+    actions = [line.split("  ")[1:3] for line in trail.out.splitlines()]
+    assert actions == [
+        ["ana (operator)", "retry_requested"],
+        ["bob (approver)", "request_approved"],
+        ["admin (admin)", "replay"],
+    ]
+    assert "200100303" not in trail.out and '"new_account": "****0303"' in trail.out
+
+
 def test_a_month_end_day(
     kafka_bootstrap: str, deployment_factory: DeploymentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,104 +324,16 @@ def test_a_month_end_day(
     admin = {"token_env": "DISPERSION_TEST_ADMIN_TOKEN", "tokens": tokens}
     deployment = deployment_factory(kafka_bootstrap, tables={"admin": admin})
     instance = deployment.start(0)
-    statuses = deployment.topic_log(STATUS_TOPIC)
-    letters = deployment.topic_log(DLQ_TOPIC)
-    approve = ApproveEach(deployment.approver(), lambda: instance.url)
-    batch_id = unique_id("NOV")
-    since = datetime.now(UTC) - timedelta(minutes=1)
-    rows = [("200100300", "1500.50"), ("200100301", "2000.00"), ("200109902", "750.250")]  # 9902: closed account
-    path = export(deployment.directory / "payroll-november.csv", rows)
-
-    def shown(ran: Ran) -> Ran:
-        print(f"--- exit {ran.code}\n{ran.out}{ran.err}")  # the real output, for docs/operations.md
-        return ran
-
-    submitted = shown(dispersion(deployment, "submit", str(path), *ORIGIN, "--batch-id", batch_id, "--quiet"))
-    assert submitted.code == 0, submitted.err
-    assert ", control sum 4250.75 GTQ -> " in submitted.out
-    statuses.wait_until(has(batch_id, "COMPLETED"), timeout=90, what="COMPLETED", each=approve)
-    paid = shown(dispersion(deployment, "status", "--batch", batch_id, "--until-terminal", "--timeout", "60"))
-    assert paid.code == 4, paid.out + paid.err  # completed with a failed transfer
-    assert "paid=2 (3500.50) failed=1 (750.25)" in paid.out
-
-    corrections = deployment.directory / "corrections.csv"
-    corrections.write_text("index,account_number\n2,200100303\n")
-    fix = ("retry-failed", "--batch", batch_id, "--corrections", str(corrections))
-    posing = shown(dispersion(deployment, *fix, "--requested-by", "bob", env=AS_ANA))
-    assert posing.code == 1 and "requested_by must be the token's own name (ana)" in posing.err
-    retried = shown(dispersion(deployment, *fix, "--requested-by", "ana", env=AS_ANA))
-    assert retried.code == 5, retried.out + retried.err  # waits for a second person
-    retry_id = f"{batch_id}.retry-1"
-    assert "transfer 2: ****9902 -> ****0303" in retried.out and "dispersion requests approve 1" in retried.out
-    assert statuses.find(retry_id, "RECEIVED") is None and deployment.bank_counts()["file_consent"] == 1
-    pending = shown(dispersion(deployment, "requests", "list", env=AS_BOB))
-    assert pending.code == 0 and f"1  PENDING  retry  {batch_id}  asked by ana" in pending.out
-    own = shown(dispersion(deployment, "requests", "approve", "1", env=AS_ANA))
-    assert own.code == 1 and "another approver or admin must approve it" in own.err
-    approved = shown(dispersion(deployment, "requests", "approve", "1", env=AS_BOB))
-    assert approved.code == 0, approved.err
-    assert "approved by bob" in approved.out and f"-> {retry_id}" in approved.out
-    statuses.wait_until(has(retry_id, "COMPLETED"), timeout=90, what="the retry COMPLETED", each=approve)
-    retry_paid = shown(dispersion(deployment, "status", "--batch", retry_id, "--until-terminal", "--timeout", "60"))
-    assert retry_paid.code == 0, retry_paid.out + retry_paid.err
-    completed = statuses.find(retry_id, "COMPLETED")
-    assert completed is not None and completed.record["retry_of"] == batch_id
-    nothing = shown(dispersion(deployment, "retry-failed", "--batch", batch_id))
-    assert nothing.code == 1 and f"batch {batch_id} has no failed transfer: nothing created" in nothing.out
-    assert deployment.bank_counts()["file_payment"] == 2  # the original and the retry
-
-    until = datetime.now(UTC) + timedelta(minutes=1)
-    report = shown(
-        dispersion(deployment, "report", "--since", since.isoformat(), "--until", until.isoformat(), "--format", "csv")
+    day = MonthEnd(
+        deployment=deployment,
+        instance=instance,
+        statuses=deployment.topic_log(STATUS_TOPIC),
+        approve=ApproveEach(deployment.approver(), lambda: instance.url),
+        batch_id=unique_id("NOV"),
+        since=datetime.now(UTC) - timedelta(minutes=1),
     )
-    assert report.code == 0, report.err
-    lines = list(csv.DictReader(io.StringIO(report.out)))
-    assert [(line["batch_id"], line["index"], line["status"]) for line in lines] == [
-        (batch_id, "0", "COMPLETED"),
-        (batch_id, "1", "COMPLETED"),
-        (batch_id, "2", "FAILED"),
-        (retry_id, "2", "COMPLETED"),  # a retry keeps the original transfer numbers
-    ]
-    assert lines[2]["reason_code"] == "AC04" and lines[2]["amount"] == "750.25"
-    for key in (batch_id, retry_id):
-        event = statuses.find(key, "COMPLETED")
-        assert event is not None
-        count = event.record["transfers_completed"] + event.record["transfers_failed"]
-        total = f"total {key} GTQ: {count} transfer{'' if count == 1 else 's'}"
-        total += f", {event.record['transfers_completed']} paid {event.record['amount_completed']}"
-        total += f", {event.record['transfers_failed']} failed {event.record['amount_failed']}"
-        assert total in report.err.splitlines()
-    grand = [line for line in report.err.splitlines() if line.startswith("grand total GTQ")]
-    assert len(grand) == 1 and ", outstanding 0 0.00," in grand[0], report.err  # the retry paid the failure
-    assert "net outstanding GTQ: 0.00" in report.err.splitlines()
-    found = shown(dispersion(deployment, "find", "--employee", "E-0002"))
-    assert found.code == 0, found.err
-    assert f"{batch_id}  #2  E-0002  ****9902  750.25 GTQ  paid by {retry_id}" in found.out
-
-    bad_id = unique_id("BAD")
-    bad = payroll_batch(bad_id, [("200100300", "10.00")])
-    bad["integration"] = "bank-not-configured"
-    deployment.producer().send(BATCHES_TOPIC, bad_id, bad)
-    letters.wait_until(lambda log: any(e.key == bad_id for e in log.events), timeout=60, what="the dead letter")
-    listed = shown(dispersion(deployment, "dlq", "list", "--batch", bad_id))
-    assert listed.code == 0 and len(listed.out.splitlines()) == 1, listed.err
-    letter_id = listed.out.split()[0]
-    replayed = shown(dispersion(deployment, "dlq", "replay", letter_id, "--reason", "bank-not-configured added"))
-    assert replayed.code == 0, replayed.err
-    refused = shown(dispersion(deployment, "dlq", "replay", letter_id, "--reason", "again"))
-    assert refused.code == 1 and "already replayed" in refused.err
-    letters.wait_until(lambda log: len([e for e in log.events if e.key == bad_id]) == 2, timeout=60, what="again")
-    chain = shown(dispersion(deployment, "dlq", "show", letter_id))
-    assert chain.code == 0, chain.err
-    assert "replayed " in chain.out and "by " in chain.out and "(bank-not-configured added)" in chain.out
-    assert "dead-lettered again as " in chain.out
-    trail = shown(dispersion(deployment, "audit", "--since", since.isoformat(), env=AS_BOB))
-    assert trail.code == 0, trail.err
-    actions = [line.split("  ")[1:3] for line in trail.out.splitlines()]
-    assert actions == [
-        ["ana (operator)", "retry_requested"],
-        ["bob (approver)", "request_approved"],
-        ["admin (admin)", "replay"],
-    ]
-    assert "200100303" not in trail.out and '"new_account": "****0303"' in trail.out
+    pay_with_a_closed_account(day)
+    retry_with_four_eyes(day)
+    report_and_find(day)
+    replay_a_dead_letter_and_read_the_audit(day)
     assert instance.terminate() == 0

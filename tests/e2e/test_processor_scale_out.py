@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import httpx
 import pytest
@@ -155,9 +156,40 @@ def held_by(deployment: Deployment, instance: ProcessorProcess) -> dict[str, int
     }
 
 
-def test_three_instances_pay_every_batch_exactly_once_when_one_is_killed(
-    kafka_bootstrap: str, deployment_factory: DeploymentFactory, record_property: Callable[[str, object], None]
-) -> None:
+@dataclass
+class ScaleOutRun:
+    """The three instances, the batches produced, and what was seen when the victim was killed."""
+
+    deployment: Deployment
+    statuses: TopicLog
+    approvers: Approvers
+    batch_ids: list[str]
+    started: float
+    killed_at: dict[str, float] = field(default_factory=dict)
+    in_flight: dict[str, int] = field(default_factory=dict)
+    delivered_before_kill: Counter[str] = field(default_factory=Counter)
+    elapsed: float = 0.0
+
+    @property
+    def victim(self) -> ProcessorProcess:
+        """The instance the published links and the registered redirect point at."""
+        return self.deployment.processors[0]
+
+    def each(self, events: list[Event]) -> None:
+        for event in events:
+            if event.status == "AUTHORIZATION_REQUIRED":
+                self.approvers.submit(event.key, str(event.record["authorization_url"]))
+        self.approvers.check()
+        if not self.killed_at and len(self.statuses.keys_with("COMPLETED")) >= KILL_AFTER_COMPLETED:
+            self.approvers.retire(self.victim.name)
+            self.delivered_before_kill.update(self.approvers.delivered_by)
+            self.victim.kill()
+            self.killed_at["t"] = time.monotonic() - self.started
+            self.in_flight.update(held_by(self.deployment, self.victim))
+
+
+def start_and_produce(kafka_bootstrap: str, deployment_factory: DeploymentFactory) -> ScaleOutRun:
+    """Three ready instances and every batch produced."""
     started = time.monotonic()
     deployment = deployment_factory(kafka_bootstrap, instances=INSTANCES, partitions=6)
     for index in range(INSTANCES):
@@ -172,38 +204,14 @@ def test_three_instances_pay_every_batch_exactly_once_when_one_is_killed(
     for i, batch_id in enumerate(batch_ids):
         producer.send(BATCHES_TOPIC, batch_id, payroll_batch(batch_id, three if i % 2 else two), flush=False)
     producer.flush()
+    return ScaleOutRun(deployment, statuses, Approvers(deployment), batch_ids, started)
 
-    approvers = Approvers(deployment)
-    victim = deployment.processors[0]  # the instance the published links and the registered redirect point at
-    killed_at: dict[str, float] = {}
-    in_flight: dict[str, int] = {}
-    delivered_before_kill: Counter[str] = Counter()
 
-    def each(events: list[Event]) -> None:
-        for event in events:
-            if event.status == "AUTHORIZATION_REQUIRED":
-                approvers.submit(event.key, str(event.record["authorization_url"]))
-        approvers.check()
-        if not killed_at and len(statuses.keys_with("COMPLETED")) >= KILL_AFTER_COMPLETED:
-            approvers.retire(victim.name)
-            delivered_before_kill.update(approvers.delivered_by)
-            victim.kill()
-            killed_at["t"] = time.monotonic() - started
-            in_flight.update(held_by(deployment, victim))
-
-    def all_completed(log: TopicLog) -> bool:
-        return len(log.keys_with("COMPLETED") & set(batch_ids)) == BATCHES
-
-    try:
-        statuses.wait_until(all_completed, timeout=300, what=f"{BATCHES} batches COMPLETED", each=each)
-        approvers.check()
-    finally:
-        approvers.close()
-    statuses.poll(2.0)  # late duplicates, if any, would show up now
-    elapsed = time.monotonic() - started
-
-    assert killed_at, "the instance was never killed"
-    assert victim.process.returncode == -9
+def check_events_once_and_in_order(run: ScaleOutRun) -> int:
+    """Events in order, no status message repeated, ids agreeing; returns the raw duplicates (0)."""
+    statuses, batch_ids = run.statuses, run.batch_ids
+    assert run.killed_at, "the instance was never killed"
+    assert run.victim.process.returncode == -9
     out_of_order = {b: statuses.statuses(b) for b in batch_ids if statuses.statuses(b) != FILE_FLOW}
     assert out_of_order == {}, f"{len(out_of_order)} batches with other event sequences"
     # A relay killed between the broker's acknowledgement and marking does not cause a second publication: the
@@ -215,32 +223,58 @@ def test_three_instances_pay_every_batch_exactly_once_when_one_is_killed(
         events = statuses.deduplicated(batch_id)
         assert len({e.record["consent_id"] for e in events}) == 1
         assert events[-1].record["file_payment_id"] == events[-2].record["file_payment_id"] is not None
+    return raw_duplicates
+
+
+def check_bank_store_and_survivors(run: ScaleOutRun) -> None:
+    """Paid once at the bank, completed and published in the store; both survivors took callbacks and stop
+    cleanly."""
+    deployment, approvers, victim = run.deployment, run.approvers, run.victim
     counts = deployment.bank_counts()
     assert (counts["file_consent"], counts["file_payment"]) == (BATCHES, BATCHES), counts
     assert count_rows(deployment.store_url, "SELECT COUNT(*) FROM flows WHERE state = 'COMPLETED'") == BATCHES
     # The last COMPLETED status may arrive while the dispersion.transfers events written in its transaction are still
     # being relayed: the backlog must drain (bounded), and an event left unpublished still fails here.
     unpublished = "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL"
-    drained_by = time.monotonic() + 60
-    while (backlog := count_rows(deployment.store_url, unpublished)) and time.monotonic() < drained_by:
-        time.sleep(0.5)
-    assert backlog == 0
+    eventually(
+        lambda: count_rows(deployment.store_url, unpublished) == 0, what="the outbox drained", timeout=60, interval=0.5
+    )
 
     survivors = [p for p in deployment.processors.values() if p is not victim]
-    assert delivered_before_kill[victim.name] > 0, approvers.delivered_by
+    assert run.delivered_before_kill[victim.name] > 0, approvers.delivered_by
     for survivor in survivors:
         assert approvers.delivered_by[survivor.name] > 0, approvers.delivered_by
     exits = {p.name: p.terminate() for p in survivors}
     assert set(exits.values()) == {0}, deployment.logs()
 
+
+def test_three_instances_pay_every_batch_exactly_once_when_one_is_killed(
+    kafka_bootstrap: str, deployment_factory: DeploymentFactory, record_property: Callable[[str, object], None]
+) -> None:
+    run = start_and_produce(kafka_bootstrap, deployment_factory)
+
+    def all_completed(log: TopicLog) -> bool:
+        return len(log.keys_with("COMPLETED") & set(run.batch_ids)) == BATCHES
+
+    try:
+        run.statuses.wait_until(all_completed, timeout=300, what=f"{BATCHES} batches COMPLETED", each=run.each)
+        run.approvers.check()
+    finally:
+        run.approvers.close()
+    run.statuses.poll(2.0)  # late duplicates, if any, would show up now
+    run.elapsed = time.monotonic() - run.started
+
+    raw_duplicates = check_events_once_and_in_order(run)
+    check_bank_store_and_survivors(run)
+
     report = {
-        "elapsed_s": round(elapsed, 1),
-        "killed_at_s": round(killed_at["t"], 1),
-        "raw_status_messages": len(statuses.events),
+        "elapsed_s": round(run.elapsed, 1),
+        "killed_at_s": round(run.killed_at["t"], 1),
+        "raw_status_messages": len(run.statuses.events),
         "raw_duplicates": raw_duplicates,
-        "approval_retries": approvers.retries,
-        "held_by_victim_at_kill": in_flight,
-        "callbacks_per_instance": dict(approvers.delivered_by),
+        "approval_retries": run.approvers.retries,
+        "held_by_victim_at_kill": run.in_flight,
+        "callbacks_per_instance": dict(run.approvers.delivered_by),
     }
     for name, value in report.items():
         record_property(name, value)

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -200,10 +201,71 @@ def in_payment(log: TopicLog, batch_ids: list[str]) -> list[str]:
     return [b for b in batch_ids if b in authorized and b not in completed]
 
 
-def test_a_sigterm_under_load_hands_every_batch_over_and_pays_each_exactly_once(
-    kafka_bootstrap: str, deployment_factory: DeploymentFactory, record_property: Callable[[str, object], None]
-) -> None:
-    started = time.monotonic()
+@dataclass
+class SigtermRun:
+    """The state of one run: the deployment, the batches produced, the approvers and what was seen on the way."""
+
+    deployment: Deployment
+    statuses: TopicLog
+    producer: Any
+    approvers: Approvers
+    batches_topic: str
+    started: float = field(default_factory=time.monotonic)
+    batch_ids: list[str] = field(default_factory=list)
+    at_signal: dict[str, Any] = field(default_factory=dict)
+    chosen: list[ProcessorProcess] = field(default_factory=list)
+    second: list[str] = field(default_factory=list)
+    third: list[str] = field(default_factory=list)
+    victim_owned: set[int] = field(default_factory=set)
+    signalled: float = 0.0
+    exit_seconds: float = 0.0
+    elapsed: float = 0.0
+    left_behind: dict[str, int] = field(default_factory=dict)
+    resumed: int = 0
+
+    @property
+    def victim(self) -> ProcessorProcess:
+        return self.chosen[0]
+
+    @property
+    def survivor(self) -> ProcessorProcess:
+        return next(p for p in self.deployment.processors.values() if p is not self.victim)
+
+    def produce(self, count: int, tag: str) -> list[str]:
+        two = [("200100300", "100.10"), ("200100301", "200.20")]
+        ids = [unique_id(f"{tag}{i:02d}") for i in range(count)]
+        for batch_id in ids:
+            self.producer.send(BATCHES_TOPIC, batch_id, payroll_batch(batch_id, two), flush=False)
+        self.producer.flush()
+        self.batch_ids.extend(ids)
+        return ids
+
+    def each(self, events: list[Event]) -> None:
+        for event in events:
+            if event.status == "AUTHORIZATION_REQUIRED":
+                self.approvers.submit(event.key, str(event.record["authorization_url"]))
+        self.approvers.check()
+
+    def victim_busy(self, log: TopicLog) -> bool:
+        """The moment to strike, and at whom: several batches between AUTHORIZED and COMPLETED, and an instance
+        that consumes `payroll.batches` (the sticky assignor often gives all of its partitions to one member and
+        only VRP partitions to the other) whose worker is in the middle of payment steps: polling a pending
+        payment and waiting for a slow payment creation."""
+        if len(in_payment(log, self.batch_ids)) < 4:
+            return False
+        for instance in self.deployment.processors.values():
+            if not owned_partitions(instance, self.batches_topic):
+                continue
+            held = leased_by(self.deployment, instance)
+            if held["slow_creates_leased"] >= 1 and held["polls_leased"] >= 1:
+                self.at_signal.update(held)
+                self.chosen.append(instance)
+                return True
+        return False
+
+
+def start_two_instances(kafka_bootstrap: str, deployment_factory: DeploymentFactory) -> SigtermRun:
+    """Two dynamic members on a slowed-down sandbox, both ready; nothing produced yet."""
     deployment = deployment_factory(
         kafka_bootstrap,
         instances=2,
@@ -218,107 +280,77 @@ def test_a_sigterm_under_load_hands_every_batch_over_and_pays_each_exactly_once(
         deployment.start(index, wait=False)
     for instance in deployment.processors.values():
         instance.wait_ready()
-    batches_topic = deployment.topics[BATCHES_TOPIC]
-    statuses = deployment.topic_log(STATUS_TOPIC)
-    producer = deployment.producer()
-    batch_ids: list[str] = []
-    two = [("200100300", "100.10"), ("200100301", "200.20")]
+    return SigtermRun(
+        deployment=deployment,
+        statuses=deployment.topic_log(STATUS_TOPIC),
+        producer=deployment.producer(),
+        approvers=Approvers(deployment),
+        batches_topic=deployment.topics[BATCHES_TOPIC],
+    )
 
-    def produce(count: int, tag: str) -> list[str]:
-        ids = [unique_id(f"{tag}{i:02d}") for i in range(count)]
-        for batch_id in ids:
-            producer.send(BATCHES_TOPIC, batch_id, payroll_batch(batch_id, two), flush=False)
-        producer.flush()
-        batch_ids.extend(ids)
-        return ids
 
-    approvers = Approvers(deployment)
+def strike_and_drain(run: SigtermRun) -> None:
+    """Both instances pay until the victim genuinely holds work; SIGTERM; the victim exits on its own; the survivor
+    takes every partition and consumes a third wave; every batch completes."""
+    statuses, each = run.statuses, run.each
+    # 1. Both instances consume and pay; wait until the victim genuinely holds work.
+    statuses.wait_until(run.victim_busy, timeout=60, what="a consumer in the middle of payment steps", each=each)
+    victim, survivor = run.victim, run.survivor
+    run.second = run.produce(SECOND_WAVE, "T2-")
+    run.at_signal["in_payment"] = len(in_payment(statuses, run.batch_ids))
+    run.at_signal["completed"] = len(statuses.keys_with("COMPLETED"))
+    run.victim_owned = owned_partitions(victim, run.batches_topic)
+    run.signalled = time.monotonic()
+    victim.process.terminate()  # SIGTERM
 
-    def each(events: list[Event]) -> None:
-        for event in events:
-            if event.status == "AUTHORIZATION_REQUIRED":
-                approvers.submit(event.key, str(event.record["authorization_url"]))
-        approvers.check()
+    # 2. The victim drains and exits on its own (approvals and payments go on meanwhile).
+    statuses.wait_until(
+        lambda _log: not victim.alive, timeout=EXIT_DEADLINE, what="the victim's exit after SIGTERM", each=each
+    )
+    run.exit_seconds = time.monotonic() - run.signalled
+    run.left_behind = leased_by(run.deployment, victim)
 
-    produce(FIRST_WAVE, "T1-")
-    at_signal: dict[str, Any] = {}
-
-    chosen: list[ProcessorProcess] = []
-
-    def victim_busy(log: TopicLog) -> bool:
-        """The moment to strike, and at whom: several batches between AUTHORIZED and COMPLETED, and an instance
-        that consumes `payroll.batches` (the sticky assignor often gives all of its partitions to one member and
-        only VRP partitions to the other) whose worker is in the middle of payment steps: polling a pending
-        payment and waiting for a slow payment creation."""
-        if len(in_payment(log, batch_ids)) < 4:
-            return False
-        for instance in deployment.processors.values():
-            if not owned_partitions(instance, batches_topic):
-                continue
-            held = leased_by(deployment, instance)
-            if held["slow_creates_leased"] >= 1 and held["polls_leased"] >= 1:
-                at_signal.update(held)
-                chosen.append(instance)
-                return True
+    # 3. The survivor owns every partition and consumes what is produced from now on.
+    def owns_all() -> bool:
+        if owned_partitions(survivor, run.batches_topic) == set(range(PARTITIONS)):
+            return True
+        statuses.poll(0.3)
+        each([])
         return False
 
-    try:
-        # 1. Both instances consume and pay; wait until the victim genuinely holds work.
-        statuses.wait_until(victim_busy, timeout=60, what="a consumer in the middle of payment steps", each=each)
-        victim = chosen[0]
-        survivor = next(p for p in deployment.processors.values() if p is not victim)
-        second = produce(SECOND_WAVE, "T2-")
-        at_signal["in_payment"] = len(in_payment(statuses, batch_ids))
-        at_signal["completed"] = len(statuses.keys_with("COMPLETED"))
-        victim_owned = owned_partitions(victim, batches_topic)
-        signalled = time.monotonic()
-        victim.process.terminate()  # SIGTERM
+    eventually(owns_all, what=f"the survivor owning all {PARTITIONS} partitions", timeout=30, interval=0)
+    run.third = run.produce(THIRD_WAVE, "T3-")
 
-        # 2. The victim drains and exits on its own (approvals and payments go on meanwhile).
-        statuses.wait_until(
-            lambda _log: not victim.alive, timeout=EXIT_DEADLINE, what="the victim's exit after SIGTERM", each=each
-        )
-        exit_seconds = time.monotonic() - signalled
-        left_behind = leased_by(deployment, victim)
+    def all_completed(log: TopicLog) -> bool:
+        return set(run.batch_ids) <= log.keys_with("COMPLETED")
 
-        # 3. The survivor owns every partition and consumes what is produced from now on.
+    statuses.wait_until(all_completed, timeout=120, what=f"{TOTAL} batches COMPLETED", each=each)
+    run.approvers.check()
 
-        def owns_all() -> bool:
-            if owned_partitions(survivor, batches_topic) == set(range(PARTITIONS)):
-                return True
-            statuses.poll(0.3)
-            each([])
-            return False
 
-        eventually(owns_all, what=f"the survivor owning all {PARTITIONS} partitions", timeout=30, interval=0)
-        third = produce(THIRD_WAVE, "T3-")
-
-        def all_completed(log: TopicLog) -> bool:
-            return set(batch_ids) <= log.keys_with("COMPLETED")
-
-        statuses.wait_until(all_completed, timeout=120, what=f"{TOTAL} batches COMPLETED", each=each)
-        approvers.check()
-    finally:
-        approvers.close()
-    statuses.poll(2.0)  # a late duplicate would show up now
-    elapsed = time.monotonic() - started
-
-    # The victim: exit 0, a graceful stop in its log, nothing of the store still leased to it.
-    assert victim.process.returncode == 0, deployment.logs()
+def check_the_victim_stopped_gracefully(run: SigtermRun) -> list[dict[str, Any]]:
+    """Exit 0, a graceful stop in its log, nothing of the store still leased to it; every callback answered 200."""
+    victim = run.victim
+    assert victim.process.returncode == 0, run.deployment.logs()
     victim_log = log_events(victim)
     names = [e.get("event") for e in victim_log]
     assert "processor_stopping" in names and "processor_stopped" in names, victim.log()[-3000:]
     assert "processor_stopped_after_failure" not in names
     assert "consumer_stopped" in names and "outbox_relay_stopped" in names, victim.log()[-3000:]
-    assert set(left_behind.values()) == {0}, left_behind
+    assert set(run.left_behind.values()) == {0}, run.left_behind
     errors = [e for e in victim_log if e.get("level") in ("error", "critical")]
     assert errors == [], errors[:5]
 
     # Every callback answered 200: a redirect delivered to the victim while it shut down was not lost.
-    assert approvers.refused == [], approvers.refused
-    assert len(approvers.futures) == TOTAL
+    assert run.approvers.refused == [], run.approvers.refused
+    assert len(run.approvers.futures) == TOTAL
+    return victim_log
 
-    # Every batch: exactly one event per status in the raw log (no redelivery at all), in order.
+
+def check_every_batch_once_in_order(run: SigtermRun) -> None:
+    """Exactly one event per status in the raw log (no redelivery at all), in order; one consent and one file
+    payment per batch at the bank."""
+    statuses, batch_ids = run.statuses, run.batch_ids
     assert len(batch_ids) == len(set(batch_ids)) == TOTAL
     raw = {b: [e.status for e in statuses.by_key(b)] for b in batch_ids}
     wrong = {b: seq for b, seq in raw.items() if seq != FILE_FLOW}
@@ -334,11 +366,13 @@ def test_a_sigterm_under_load_hands_every_batch_over_and_pays_each_exactly_once(
         assert events[-1].record["file_payment_id"] == events[-2].record["file_payment_id"] is not None
 
     # The bank: one consent and one file payment per batch.
-    counts = deployment.bank_counts()
+    counts = run.deployment.bank_counts()
     assert (counts["file_consent"], counts["file_payment"]) == (TOTAL, TOTAL), counts
 
-    # The store and the group: everything paid, published, consumed and committed.
-    url = deployment.store_url
+
+def check_store_group_and_survivor(run: SigtermRun) -> None:
+    """Everything paid, published, consumed and committed; the survivor consumed the third wave and stops cleanly."""
+    url, survivor = run.deployment.store_url, run.survivor
     assert count_rows(url, "SELECT COUNT(*) FROM flows") == TOTAL
     assert count_rows(url, "SELECT COUNT(*) FROM flows WHERE state = 'COMPLETED'") == TOTAL
     assert count_rows(url, "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL") == 0
@@ -347,34 +381,57 @@ def test_a_sigterm_under_load_hands_every_batch_over_and_pays_each_exactly_once(
     # The victim's slow payment creations were cancelled at the end of the grace period and resumed elsewhere
     # with the same idempotency key (attempts > 1), which found the payment the bank had made instead of paying
     # again (the bank's count above).
-    resumed = count_rows(url, f"{creates} AND attempts > 1")
-    assert resumed >= at_signal["slow_creates_leased"] >= 1, (resumed, at_signal)
+    run.resumed = count_rows(url, f"{creates} AND attempts > 1")
+    assert run.resumed >= run.at_signal["slow_creates_leased"] >= 1, (run.resumed, run.at_signal)
     assert "resuming a call whose outcome is unknown" in survivor.log()
-    offsets = committed(deployment.bootstrap, deployment.group_id, batches_topic, partitions=PARTITIONS)
+    deployment = run.deployment
+    offsets = committed(deployment.bootstrap, deployment.group_id, run.batches_topic, partitions=PARTITIONS)
     assert sum(offsets.values()) == TOTAL, offsets
 
     # The survivor consumed the third wave (it is the only member left) and stops cleanly too.
     assert survivor.alive
-    assert all(statuses.find(b, "AUTHORIZATION_REQUIRED") is not None for b in third)
+    assert all(run.statuses.find(b, "AUTHORIZATION_REQUIRED") is not None for b in run.third)
     assert survivor.terminate() == 0, survivor.log()[-3000:]
 
-    report = {
-        "elapsed_s": round(elapsed, 1),
-        "victim_exit_s": round(exit_seconds, 1),
-        "held_by_victim_at_sigterm": at_signal,
+
+def report(run: SigtermRun, victim_log: list[dict[str, Any]], record_property: Callable[[str, object], None]) -> None:
+    """The run's figures as test properties and on stdout."""
+    approvers, victim = run.approvers, run.victim
+    figures = {
+        "elapsed_s": round(run.elapsed, 1),
+        "victim_exit_s": round(run.exit_seconds, 1),
+        "held_by_victim_at_sigterm": run.at_signal,
         "victim": victim.name,
-        "victim_partitions_at_sigterm": sorted(victim_owned),
+        "victim_partitions_at_sigterm": sorted(run.victim_owned),
         "victim_messages_handled": next(
             (e.get("handled") for e in victim_log if e.get("event") == "consumer_stopped"), None
         ),
-        "second_wave": len(second),
-        "creates_resumed": resumed,
+        "second_wave": len(run.second),
+        "creates_resumed": run.resumed,
         "callbacks_per_instance": dict(approvers.delivered_by),
         "victim_callbacks_after_sigterm": sum(
-            1 for t, n in approvers.delivered_at if n == victim.name and t > signalled
+            1 for t, n in approvers.delivered_at if n == victim.name and t > run.signalled
         ),
         "transport_retries": approvers.transport_retries,
     }
-    for name, value in report.items():
+    for name, value in figures.items():
         record_property(name, value)
-    print(f"\nsigterm: {report}")
+    print(f"\nsigterm: {figures}")
+
+
+def test_a_sigterm_under_load_hands_every_batch_over_and_pays_each_exactly_once(
+    kafka_bootstrap: str, deployment_factory: DeploymentFactory, record_property: Callable[[str, object], None]
+) -> None:
+    run = start_two_instances(kafka_bootstrap, deployment_factory)
+    run.produce(FIRST_WAVE, "T1-")
+    try:
+        strike_and_drain(run)
+    finally:
+        run.approvers.close()
+    run.statuses.poll(2.0)  # a late duplicate would show up now
+    run.elapsed = time.monotonic() - run.started
+
+    victim_log = check_the_victim_stopped_gracefully(run)
+    check_every_batch_once_in_order(run)
+    check_store_group_and_survivor(run)
+    report(run, victim_log, record_property)

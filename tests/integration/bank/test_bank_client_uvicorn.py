@@ -22,6 +22,7 @@ from bank_support import (
     file_initiation,
     file_payload,
     make_integration,
+    processor_transport,
     sandbox_rig,
     uvicorn_thread,
     with_references,
@@ -56,7 +57,7 @@ def served() -> Iterator[Served]:
 @pytest.fixture
 async def client(served: Served) -> AsyncIterator[tuple[BankClient, Recording, Sleeps]]:
     served.sandbox.set_faults([])
-    sent = Recording(httpx.AsyncHTTPTransport())
+    sent = Recording(processor_transport())
     sleeps = Sleeps()
     bank = await BankClient.start(
         make_integration(served.base, timeouts={"read": 0.5}),

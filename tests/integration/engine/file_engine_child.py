@@ -19,8 +19,7 @@ import signal
 import sys
 from datetime import datetime
 
-import httpx
-from bank_support import integration_table
+from bank_support import integration_table, processor_transport
 from engine_support import instant_sleep
 from test_engine_crashes import SETTINGS, Tripwire
 
@@ -65,7 +64,7 @@ async def main(args: dict[str, str]) -> int:
         clock=FixedClock(datetime.fromisoformat(args["now"])),
         settings=SETTINGS,
         checkpoint=hit,
-        bank_options={"sleep": instant_sleep, "transport": Tripwire(httpx.AsyncHTTPTransport(), hit)},
+        bank_options={"sleep": instant_sleep, "transport": Tripwire(processor_transport(), hit)},
     )
     owner = f"child-{os.getpid()}"
     for _ in range(10):

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
-from bank_support import Recording
+from bank_support import Recording, processor_transport
 from sandbox_process import SandboxProcess
 from vrp_engine_support import (
     VRP_DELAY,
@@ -34,7 +33,7 @@ async def test_two_instances_refresh_one_consent_once_and_both_payments_complete
         before = store.run(lambda tx: tx.tokens.get(consent_id), write=False)
         assert before is not None and before.refresh_token is not None
         await rig.advance(432_001)  # the access token is dead on both clocks
-        sent = Recording(httpx.AsyncHTTPTransport())
+        sent = Recording(processor_transport())
         (first_engine, first), (second_engine, second) = (rig.new_engine(transport=sent) for _ in range(2))
         try:
             # A slow token endpoint keeps the first refresh in flight while the other instance wants one too.
@@ -72,7 +71,7 @@ async def test_a_refresh_refused_because_a_crossing_grant_spent_the_token_uses_t
         before = store.run(lambda tx: tx.tokens.get(consent_id), write=False)
         assert before is not None
         await rig.advance(432_001)
-        sent = Recording(httpx.AsyncHTTPTransport())
+        sent = Recording(processor_transport())
         (first_engine, first), (second_engine, second) = (rig.new_engine(transport=sent) for _ in range(2))
         try:
             await rig.faults([{"operation": "token", "fault": "latency", "latency_ms": 1000}])

@@ -1,15 +1,51 @@
-"""The bank client's transport: idle pooled connections are checked with one poll of their socket, and a
-connection the server closed while idle is never reused (real sockets on loopback)."""
+"""The bank client's transport: which httpx error each aiohttp failure becomes (only a failure before a byte was
+sent may say "not sent"), the idle-connection check, and the fallback to httpx's own transport behind a proxy.
+Over real loopback HTTP: tests/integration/bank/test_bank_transport.py."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 
+import aiohttp
 import httpx
 import pytest
+from aiohttp.client_reqrep import ConnectionKey
 
-from processor.bank.transport import CheapIdleCheck, bank_transport, socket_readable
+from processor.bank.client import _transport_error
+from processor.bank.transport import AiohttpTransport, bank_transport, mapped_error, socket_readable
+
+KEY = ConnectionKey("bank.example", 443, True, True, None, None, None)
+REFUSED = OSError(111, "Connection refused")
+
+# Every aiohttp failure the transport can meet, the httpx error it becomes and whether the bank client then
+# counts the request as possibly acted on.
+CASES: list[tuple[BaseException, type[httpx.TransportError], bool]] = [
+    (aiohttp.ConnectionTimeoutError("connect or pool wait"), httpx.ConnectTimeout, False),
+    (aiohttp.ClientConnectorError(KEY, REFUSED), httpx.ConnectError, False),
+    (aiohttp.ClientConnectorDNSError(KEY, OSError(-2, "Name or service not known")), httpx.ConnectError, False),
+    (aiohttp.ClientConnectorCertificateError(KEY, ValueError("unknown issuer")), httpx.ConnectError, False),
+    (aiohttp.ClientConnectorSSLError(KEY, OSError(1, "handshake")), httpx.ConnectError, False),
+    (aiohttp.InvalidURL("bank.example"), httpx.UnsupportedProtocol, False),
+    (aiohttp.SocketTimeoutError("sock_read"), httpx.ReadTimeout, True),
+    (aiohttp.ServerTimeoutError("read"), httpx.ReadTimeout, True),
+    (aiohttp.ServerDisconnectedError(), httpx.RemoteProtocolError, True),
+    (aiohttp.ClientPayloadError("truncated body"), httpx.RemoteProtocolError, True),
+    (aiohttp.ClientOSError(104, "Connection reset by peer"), httpx.ReadError, True),
+    (aiohttp.ClientConnectionResetError("Cannot write to closing transport"), httpx.ReadError, True),
+    (aiohttp.ClientConnectionError("Connection closed"), httpx.ReadError, True),
+    (aiohttp.ClientError("anything else"), httpx.ReadError, True),
+]
+
+
+@pytest.mark.parametrize(("error", "mapped", "ambiguous"), CASES, ids=[type(case[0]).__name__ for case in CASES])
+def test_only_errors_before_sending_are_not_ambiguous(
+    error: BaseException, mapped: type[httpx.TransportError], ambiguous: bool
+) -> None:
+    request = httpx.Request("POST", "https://bank.example/open-banking/v3.1/pisp/file-payment-consents")
+    result = mapped_error(error, request)
+    assert type(result) is mapped
+    assert result.request is request
+    assert _transport_error(result, "A1", "interaction").ambiguous is ambiguous
 
 
 def test_a_socket_is_readable_when_data_or_the_end_is_waiting() -> None:
@@ -28,49 +64,11 @@ def test_a_socket_is_readable_when_data_or_the_end_is_waiting() -> None:
     assert socket_readable(closed)
 
 
-async def _server(close_after_first: bool) -> tuple[asyncio.AbstractServer, list[int]]:
-    """An HTTP/1.1 server answering 200 with keep-alive; optionally closing each connection after its first
-    answer, while the client holds it idle in its pool. Counts connections."""
-    connections: list[int] = []
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(1)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                assert head.startswith(b"GET ")
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok")
-                await writer.drain()
-                if close_after_first:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    return server, connections
-
-
-@pytest.mark.parametrize("close_after_first", [False, True])
-async def test_pooled_connections_are_reused_until_the_server_closes_them(close_after_first: bool) -> None:
-    server, connections = await _server(close_after_first)
-    port = server.sockets[0].getsockname()[1]
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    transport = bank_transport(limits)
-    assert transport is not None
-    async with server, httpx.AsyncClient(transport=transport) as client:
-        for _ in range(3):
-            answer = await client.get(f"http://127.0.0.1:{port}/")
-            assert answer.text == "ok"
-            await asyncio.sleep(0.05)  # the server's close (if any) reaches our socket while it is idle
-    assert len(connections) == (3 if close_after_first else 1)
-
-
-def test_the_transport_uses_the_cheap_check_unless_proxies_are_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_transport_is_aiohttps_unless_proxies_are_configured(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     transport = bank_transport(httpx.Limits(max_connections=2))
-    assert transport is not None
-    assert isinstance(transport._pool._network_backend, CheapIdleCheck)  # the wiring this module exists for
+    assert isinstance(transport, AiohttpTransport)
+    assert transport.ssl_context.verify_mode.name == "CERT_REQUIRED" and transport.ssl_context.check_hostname
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     assert bank_transport(httpx.Limits(max_connections=2)) is None  # httpx's default then honours the proxy
