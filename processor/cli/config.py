@@ -140,7 +140,7 @@ def _read(model: type[M], file: Path, environ: Mapping[str, str], *, lenient: bo
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             path = tuple(str(part) for part in error["loc"] if part != "[key]")  # a bad name: the name's path
-            if not _failed(resolved, path):
+            if not isinstance(error.get("input"), _Failed):
                 problems.append((path, _message(model, path, error)))
     finally:
         LOADING.reset(token)
@@ -196,15 +196,6 @@ def _resolve_env_keys(
     return out
 
 
-def _failed(data: Mapping[str, Any], path: KeyPath) -> bool:
-    node: Any = data
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return isinstance(node, _Failed)
-
-
 # -- messages --------------------------------------------------------------------------------------------------
 
 
@@ -229,8 +220,6 @@ def _walk(model: type[BaseModel], path: KeyPath) -> tuple[Any, Any]:
 def _message(model: type[BaseModel], path: KeyPath, error: Any) -> str:
     """Our wording of a pydantic error (never with a secret's value: only its type is named)."""
     kind, given, ctx = error["type"], error.get("input"), error.get("ctx") or {}
-    if kind == "config":
-        return str(error["msg"])
     if path == ("integrations",) and kind in ("missing", "too_short"):
         return AT_LEAST_ONE_INTEGRATION
     if kind == "missing":

@@ -69,6 +69,7 @@ from processor.bank import IssuerMismatch
 from processor.cli.common import QuietServer, bind, inherited, listen_address
 from processor.cli.config import Config, default_config_path, load_config
 from processor.cli.logs import configure_logging
+from processor.cli.malloc import tune_malloc
 from processor.cli.telemetry import Telemetry, start_telemetry
 from processor.domain.settings import ConfigError
 from processor.engine.assembly import Engine, build_engine
@@ -376,6 +377,7 @@ def console_line(auth: ConsoleAuth | None, public_url: str, source: str) -> str:
 def main(argv: list[str]) -> int:
     """Run `dispersion processor`."""
     args = parser().parse_args(argv)
+    tune_malloc()  # large freed buffers go back to the system (a 100,000-transfer batch: processor/cli/malloc.py)
     instance = args.instance or f"{socket.gethostname()}-{os.getpid()}"
     configure_logging(args.log_format, level=getattr(logging, args.log_level.upper()), instance=instance)
     try:

@@ -47,7 +47,7 @@ from processor.domain.file_states import RESUBMITTABLE_STATES, BatchStatus, Flow
 from processor.domain.identity import content_sha256, document_content_sha256
 from processor.domain.kinds import Kind
 from processor.domain.outcomes import batch_id_problem
-from processor.domain.payload import build_file_payload
+from processor.domain.payload import file_facts
 from processor.domain.roles import Controls
 from processor.domain.schedule import Calendar
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits, validated
@@ -182,7 +182,8 @@ def prepare_batch(
         if late is not None:
             problems.append(late)
     try:
-        payload = build_file_payload(validated(batch, limits))
+        # The file's hash, count and sum, hashed slice by slice: the file itself is built by A1 and A2.
+        payload = file_facts(validated(batch, limits))
     except _Invalid as exc:
         problems.append(exc.report.summary(limit=REASON_LIMIT))
         return PreparedBatch(
@@ -199,7 +200,7 @@ def prepare_batch(
         "; ".join(problems) or None,
         batch.file_reference,
         payload.file_hash,
-        int(payload.number_of_transactions),
+        payload.number_of_transactions,
         payload.control_sum,
         identity,
         batch.execute_on,

@@ -127,7 +127,8 @@ def test_env_keys_still_work_and_an_override_beats_them(tmp_path: Path) -> None:
     # BANK_SECRET unset but the key overridden: the override wins, the missing variable is not an error
     overridden = load_config(path, environ={"DISPERSION__INTEGRATIONS__SANDBOX__CLIENT_SECRET": ENV_SECRET})
     assert overridden.integrations["sandbox"].client_secret.reveal() == ENV_SECRET
-    assert "environment variable BANK_SECRET is not set or empty" in failure(path)
+    unset = "integrations.sandbox.client_secret_env: environment variable BANK_SECRET is not set or empty"
+    assert failure(path) == f"{path}:16: {unset}"  # once: not again as a missing or mistyped client_secret
     # a K_env key now works for numbers too, and inside [kafka.client]
     numbers = (
         CONFIG.replace("concurrency = 4", 'concurrency_env = "WORKERS"')

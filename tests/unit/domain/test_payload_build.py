@@ -20,6 +20,7 @@ from processor.domain.payload import (
     PayloadSettings,
     _render,
     build_file_payload,
+    file_facts,
     file_hash,
     prepare_file_payload,
 )
@@ -257,8 +258,16 @@ def test_large_batches_across_render_slices(count: int) -> None:
         )
         for i in range(count)
     )
-    payload = prepare_file_payload(sample_batch(transactions=transfers))
+    checked = validated(sample_batch(transactions=transfers))
+    payload = build_file_payload(checked)
     assert payload.canonical == canonicalize(payload.to_dict())
+    # What the intake stores, hashed slice by slice without building the file, is the built file's.
+    facts = file_facts(checked)
+    assert (facts.file_hash, facts.number_of_transactions, facts.control_sum) == (
+        file_hash(canonicalize(payload.to_dict())),
+        count,
+        payload.control_sum,
+    )
     assert payload.upload_json(CONSENT_ID) == canonicalize(payload.to_dict(CONSENT_ID))
     rows = json.loads(payload.canonical)["data"]["transaction"]
     assert len(rows) == count and rows[-1]["destinationAccount"]["accountNumber"] == f"A{count - 1}"

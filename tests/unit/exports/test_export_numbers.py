@@ -78,6 +78,37 @@ def test_the_reason_shows_the_profiles_format() -> None:
     assert "this profile expects numbers like 1.234,56" in str(refused.value)
 
 
+PLAIN_EXPECTED = "expected a decimal number such as 1500.50 ('.' as decimal separator, no thousands separator)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(" 1500.50 ", "1500.50"), ("10", "10"), ("-3", "-3")],  # a minus is read; validation refuses it with its reason
+)
+def test_our_layouts_plain_numbers_are_read(text: str, expected: str) -> None:
+    """`NumberStyle(plain=True)`, the amounts of our own layout (the built-in profile `our_layout`)."""
+    assert format(parse_amount(text, NumberStyle(plain=True)), "f") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", "is empty"),
+        ("1,500.50", PLAIN_EXPECTED),
+        ("+3", PLAIN_EXPECTED),
+        ("(3)", PLAIN_EXPECTED),
+        ("3-", PLAIN_EXPECTED),
+        (".5", PLAIN_EXPECTED),
+        ("5.", PLAIN_EXPECTED),
+        (chr(0x661), PLAIN_EXPECTED),  # an Arabic-Indic digit one: ASCII digits only
+    ],
+)
+def test_anything_else_is_refused_in_our_layout(text: str, reason: str) -> None:
+    with pytest.raises(NumberError) as refused:
+        parse_amount(text, NumberStyle(plain=True))
+    assert str(refused.value) == reason
+
+
 def test_a_style_needs_two_different_known_separators() -> None:
     with pytest.raises(ValueError, match="must differ"):
         NumberStyle(decimal=",", thousands=",")
