@@ -48,7 +48,9 @@ def add_wait_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _ask(client: AdminClient, where: dict[str, Any], deadline: float) -> dict[str, Any] | None:
-    """The verdict, once the processor has one; None when `deadline` passed first."""
+    """The verdict, once the processor has one; None when `deadline` passed first with the processor answering
+    "not yet". When the last attempt could not reach the admin API, its error is raised instead: how long the
+    refusal took to arrive must not decide which of the two the operator is told."""
     while True:
         try:
             answer: dict[str, Any] = client.call("GET", "/intake", params=where)
@@ -56,10 +58,12 @@ def _ask(client: AdminClient, where: dict[str, Any], deadline: float) -> dict[st
         except AdminRefusalError as exc:
             if exc.status != 404:
                 raise
-        except CliError:
-            if time.monotonic() >= deadline:
-                raise
+            unreachable: CliError | None = None
+        except CliError as exc:
+            unreachable = exc
         if time.monotonic() >= deadline:
+            if unreachable is not None:
+                raise unreachable
             return None
         time.sleep(0.3)
 
