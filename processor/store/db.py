@@ -35,6 +35,7 @@ import queue
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -295,6 +296,23 @@ class Database:
     def __repr__(self) -> str:
         return f"Database({self.target!r})"
 
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch a new SQLite connection's file to WAL. Switching needs the file to itself, and SQLite answers
+        "database is locked" at once, without its busy handler, while another connection opening the same new file
+        holds it (instances starting together): try again within the busy timeout, then fail as a busy store."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not ("locked" in str(exc) or "busy" in str(exc)):
+                    raise StoreError(str(exc)) from exc
+                if time.monotonic() >= deadline:
+                    conn.close()
+                    raise StoreBusyError(str(exc)) from exc
+            time.sleep(0.02)
+
     def _open(self) -> sqlite3.Connection | psycopg.Connection[Row]:
         if self.target.dialect == "sqlite":
             conn = sqlite3.connect(
@@ -306,7 +324,7 @@ class Database:
             conn.row_factory = _dict_factory
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if self.target.location != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
+                self._wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             return conn

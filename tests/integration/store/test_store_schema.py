@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from store_fixtures import T0, StoreTarget
@@ -12,6 +13,7 @@ from store_fixtures import T0, StoreTarget
 from processor.domain.ledger import BUCKETS
 from processor.engine.ledger import payroll_of
 from processor.store import MIGRATIONS, MigrationError, migrate
+from processor.store.db import connect
 from processor.store.money import MoneyReads
 from processor.store.schema import Migration
 
@@ -89,6 +91,29 @@ def test_instances_starting_together_migrate_exactly_once(store_target: StoreTar
         t.join(60)
     assert errors == []
     assert sorted(results) == [[], [], [], [m.version for m in MIGRATIONS]]
+
+
+def test_instances_opening_a_new_sqlite_file_together_all_open_it(tmp_path: Path) -> None:
+    # Each connection switches the file to WAL; SQLite refuses that at once ("database is locked", no busy wait)
+    # while another connection opening the same new file holds it. Many rounds, because the race is narrow.
+    errors: list[BaseException] = []
+    for round_ in range(60):
+        url = f"sqlite:///{tmp_path / f'store-{round_}.db'}"
+        start = threading.Barrier(4)
+
+        def run(url: str = url, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                connect(url, pool_size=1).close()
+            except BaseException as exc:  # collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert errors == []
 
 
 def test_an_edited_applied_migration_is_refused(store_target: StoreTarget) -> None:
