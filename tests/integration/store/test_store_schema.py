@@ -79,9 +79,10 @@ def test_instances_starting_together_migrate_exactly_once(store_target: StoreTar
     def run() -> None:
         try:
             with store_target.connect(pool_size=1) as db:
-                start.wait()
+                start.wait(60)
                 results.append(migrate(db))
         except BaseException as exc:  # collected and asserted below
+            start.abort()  # the others stop waiting for this one (their BrokenBarrierError is collected too)
             errors.append(exc)
 
     threads = [threading.Thread(target=run) for _ in range(4)]
@@ -102,7 +103,7 @@ def test_instances_opening_a_new_sqlite_file_together_all_open_it(tmp_path: Path
         start = threading.Barrier(4)
 
         def run(url: str = url, start: threading.Barrier = start) -> None:
-            start.wait()
+            start.wait(60)
             try:
                 connect(url, pool_size=1).close()
             except BaseException as exc:  # collected and asserted below
