@@ -30,7 +30,7 @@ from typing import Any
 
 import processor.store.outbox as outbox_module
 import producers.relay as relay_module
-from processor.engine.transfer_events import cloud_event_headers, transfer_payloads
+from processor.engine.transfer_events import cloud_event_headers, document_transfers, transfer_payloads
 from processor.store import OutboxEvent
 from processor.store.values import dump_json
 from producers import avro_json
@@ -79,7 +79,8 @@ def batch_events(batch: int, count: int) -> list[OutboxEvent]:
         {"index": i, "employee_reference": f"E-{i:06d}", "amount": f"{1000 + i}.{i % 100:02d}", "status": "COMPLETED"}
         for i in range(count)
     ]
-    payloads = transfer_payloads(batch_id, document, results, ended="COMPLETED", reason=None, occurred_at=OCCURRED)
+    transfers = document_transfers(batch_id, document)
+    payloads = transfer_payloads(transfers, results, ended="COMPLETED", reason=None, occurred_at=OCCURRED)
     events = [
         OutboxEvent(
             id=batch * 1000 + index,

@@ -49,61 +49,33 @@ def cloud_event_headers(event_id: str, outcome: str, batch_id: str, index: int, 
     }
 
 
-def transfer_payloads(
-    batch_id: str,
-    document: Mapping[str, Any],
-    results: Sequence[Mapping[str, Any]] | None,
-    *,
-    ended: str,
-    reason: str | None,
-    occurred_at: str,
-    original_indexes: Sequence[int] = (),
-    retry_of: str | None = None,
-    from_pain001: bool = False,
-) -> Iterator[dict[str, Any]]:
-    """The `dispersion.transfers` payloads of a batch document that ended `ended` (pure, one at a time). With the
-    bank's `results`, one per transfer the bank settled or rejected; without, every transfer FAILED with the batch's
-    `reason` (COMPLETED when the batch completed with a report we could not read). `retry_of`: the original batch of
-    a retry, from its retry record. `from_pain001`: the employee reference is the EndToEndId."""
-    origin = document.get("origin_account")
-    origin = origin if isinstance(origin, Mapping) else {}
-    items = document.get("transactions")
-    rows = (_document_row(item) for item in (items if isinstance(items, list) else []))
-    parts = _Parts(batch_id, str(origin.get("currency") or ""), str(origin.get("account_number") or ""), occurred_at)
-    return _payloads(parts, rows, results, ended, reason, original_indexes, retry_of, from_pain001)
-
-
-def batch_transfer_payloads(
-    batch: PayrollBatch,
-    results: Sequence[Mapping[str, Any]] | None,
-    *,
-    ended: str,
-    reason: str | None,
-    occurred_at: str,
-    original_indexes: Sequence[int] = (),
-    retry_of: str | None = None,
-    from_pain001: bool = False,
-) -> Iterator[dict[str, Any]]:
-    """`transfer_payloads` of a parsed batch: the same payloads, read from its transfers (no dict per transfer)."""
-    origin = batch.origin
-    rows = ((t.employee_reference, t.amount, t.currency, t.account_number) for t in batch.transactions)
-    parts = _Parts(batch.batch_id, origin.currency, origin.number, occurred_at)
-    return _payloads(parts, rows, results, ended, reason, original_indexes, retry_of, from_pain001)
+# employee reference, amount (Decimal, or as the document has it), destination currency, destination account
+_Row = tuple[Any, Any, str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class _Parts:
-    """What every transfer event of one batch shares."""
+class Transfers:
+    """A batch's transfers as its events read them: what every event shares, and one row per transfer."""
 
     batch_id: str
     currency: str  # the origin account's ("" when it has none: each transfer's own)
     origin_account: str
-    occurred_at: str
+    rows: Iterable[_Row]
 
 
-_Row = tuple[
-    Any, Any, str, str
-]  # employee reference, amount (Decimal, or as the document has it), destination currency, destination account
+def document_transfers(batch_id: str, document: Mapping[str, Any]) -> Transfers:
+    """The transfers of a stored batch document (a dict per transfer, read one at a time)."""
+    origin = document.get("origin_account")
+    origin = origin if isinstance(origin, Mapping) else {}
+    items = document.get("transactions")
+    rows = (_document_row(item) for item in (items if isinstance(items, list) else []))
+    return Transfers(batch_id, str(origin.get("currency") or ""), str(origin.get("account_number") or ""), rows)
+
+
+def batch_transfers(batch: PayrollBatch) -> Transfers:
+    """The transfers of a parsed batch: the same rows as its stored document gives, without a dict per transfer."""
+    rows = ((t.employee_reference, t.amount, t.currency, t.account_number) for t in batch.transactions)
+    return Transfers(batch.batch_id, batch.origin.currency, batch.origin.number, rows)
 
 
 def _document_row(item: Any) -> _Row:
@@ -116,20 +88,25 @@ def _document_row(item: Any) -> _Row:
     )
 
 
-def _payloads(
-    parts: _Parts,
-    rows: Iterable[_Row],
+def transfer_payloads(
+    transfers: Transfers,
     results: Sequence[Mapping[str, Any]] | None,
+    *,
     ended: str,
     reason: str | None,
-    original_indexes: Sequence[int],
-    retry_of: str | None,
-    from_pain001: bool,
+    occurred_at: str,
+    original_indexes: Sequence[int] = (),
+    retry_of: str | None = None,
+    from_pain001: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """One payload per transfer with an outcome, built as they are read (a 100,000-transfer batch's payloads never
-    all exist at once: the outbox takes them 1000 at a time)."""
+    """The `dispersion.transfers` payloads of a batch that ended `ended` (pure), one per transfer with an outcome,
+    built as they are read (a 100,000-transfer batch's payloads never all exist at once: the outbox takes them 1000
+    at a time). With the bank's `results`, one per transfer the bank settled or rejected; without, every transfer
+    FAILED with the batch's `reason` (COMPLETED when the batch completed with a report we could not read).
+    `retry_of`: the original batch of a retry, from its retry record. `from_pain001`: the employee reference is the
+    EndToEndId."""
     by_index = {int(r["index"]): r for r in results or ()}
-    for index, (reference, amount, currency, destination) in enumerate(rows):
+    for index, (reference, amount, currency, destination) in enumerate(transfers.rows):
         if results is not None:
             result = by_index.get(index)
             if result is None or result.get("status") not in ("COMPLETED", "FAILED"):
@@ -141,21 +118,21 @@ def _payloads(
             outcome, why = "FAILED", reason or f"the batch ended {ended}"
         code, text = split_reason(why) if outcome == "FAILED" else (None, None)
         yield {
-            "event_id": transfer_event_id(parts.batch_id, index, outcome),
-            "batch_id": parts.batch_id,
+            "event_id": transfer_event_id(transfers.batch_id, index, outcome),
+            "batch_id": transfers.batch_id,
             "index": index,
             "employee_reference": reference,
             "end_to_end_id": reference if from_pain001 else None,
             "amount": amount if type(amount) is Decimal else Decimal(str(amount)),
-            "currency": parts.currency or currency,
-            "origin_account": parts.origin_account,
+            "currency": transfers.currency or currency,
+            "origin_account": transfers.origin_account,
             "destination_account": destination,
             "outcome": outcome,
             "reason_code": code,
             "reason": text,
             "retry_of": retry_of,
             "original_index": original_indexes[index] if index < len(original_indexes) else None,
-            "occurred_at": parts.occurred_at,
+            "occurred_at": occurred_at,
         }
 
 
@@ -181,35 +158,30 @@ def end_flow(
     )
     if event is None or target not in _ENDS:
         return updated
-    document = None if batch is not None else tx.flows.payload_document(flow.batch_id)
-    if batch is None and not isinstance(document, Mapping):
-        return updated
+    if batch is not None:
+        transfers, source = batch_transfers(batch), batch.source
+    else:
+        document = tx.flows.payload_document(flow.batch_id)
+        if not isinstance(document, Mapping):
+            return updated
+        transfers, source = document_transfers(flow.batch_id, document), str(document.get("source") or "")
     retry = tx.operator.retry(flow.batch_id)
     if retry is not None:
         original = tx.flows.payload_document(retry.original_batch_id)
         source = str(original.get("source") or "") if isinstance(original, Mapping) else ""
         del original
-    elif batch is not None:
-        source = batch.source
-    else:
-        assert isinstance(document, Mapping)
-        source = str(document.get("source") or "")
     results = event.payload.get("transaction_results")
     occurred_at = str(event.payload.get("occurred_at") or iso_ms(now))
-    shared: dict[str, Any] = {
-        "ended": str(target),
-        "reason": event.payload.get("reason"),
-        "occurred_at": occurred_at,
-        "original_indexes": retry.transfer_indexes if retry is not None else (),
-        "retry_of": retry.original_batch_id if retry is not None else None,
-        "from_pain001": "pain.001" in source,  # `submit` names the message in the batch's source
-    }
-    outcomes = results if isinstance(results, list) else None
-    if batch is not None:
-        payloads = batch_transfer_payloads(batch, outcomes, **shared)
-    else:
-        assert isinstance(document, Mapping)
-        payloads = transfer_payloads(flow.batch_id, document, outcomes, **shared)
+    payloads = transfer_payloads(
+        transfers,
+        results if isinstance(results, list) else None,
+        ended=str(target),
+        reason=event.payload.get("reason"),
+        occurred_at=occurred_at,
+        original_indexes=retry.transfer_indexes if retry is not None else (),
+        retry_of=retry.original_batch_id if retry is not None else None,
+        from_pain001="pain.001" in source,  # `submit` names the message in the batch's source
+    )
     events = (
         NewEvent(
             payload,

@@ -38,7 +38,7 @@ from registry_fixtures import register_subjects
 import schemas
 from processor.cli import status as statuscli
 from processor.cli import submit
-from processor.engine.transfer_events import transfer_payloads
+from processor.engine.transfer_events import document_transfers, transfer_payloads
 from processor.kafka.settings import KafkaSettings
 from processor.kafka.wire import WireCodec, WireSettings
 
@@ -694,8 +694,7 @@ def test_status_details_of_a_retry_batch_number_its_transfers_as_in_the_original
         ],
     }
     events = transfer_payloads(
-        "NOV-7.retry-1",
-        document,
+        document_transfers("NOV-7.retry-1", document),
         paid,
         ended="COMPLETED",
         reason=None,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from processor.domain.batch import batch_from_dict, loads_exact
-from processor.engine.transfer_events import batch_transfer_payloads, transfer_payloads
+from processor.engine.transfer_events import batch_transfers, document_transfers, transfer_payloads
 
 DOCUMENT: dict[str, Any] = {
     "batch_id": "NOV-9",
@@ -59,8 +59,8 @@ def test_the_parsed_batch_gives_the_stored_documents_payloads(
         "retry_of": "NOV-1",
         "from_pain001": True,
     }
-    from_document = transfer_payloads("NOV-9", document, results, **common)
-    from_batch = batch_transfer_payloads(batch_from_dict(document), results, **common)
+    from_document = transfer_payloads(document_transfers("NOV-9", document), results, **common)
+    from_batch = transfer_payloads(batch_transfers(batch_from_dict(document)), results, **common)
     assert isinstance(from_document, GeneratorType) and isinstance(from_batch, GeneratorType)
     expected = list(from_document)
     assert list(from_batch) == expected
