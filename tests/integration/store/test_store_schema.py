@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -71,26 +72,36 @@ def test_store_open_migrates_and_reopening_keeps_data(store_target: StoreTarget)
         assert tx.flows.require("b-1").integration == "bank"
 
 
-def test_instances_starting_together_migrate_exactly_once(store_target: StoreTarget) -> None:
-    results: list[list[int]] = []
+def _together(work: Callable[[threading.Barrier], None], count: int = 4) -> list[BaseException]:
+    """Run `work` on `count` threads that wait at one barrier (`work` waits where the race should start); the
+    exceptions they raised. A thread that fails breaks the barrier, so the others do not wait for it forever."""
     errors: list[BaseException] = []
-    start = threading.Barrier(4)
+    start = threading.Barrier(count)
 
     def run() -> None:
         try:
-            with store_target.connect(pool_size=1) as db:
-                start.wait(60)
-                results.append(migrate(db))
-        except BaseException as exc:  # collected and asserted below
-            start.abort()  # the others stop waiting for this one (their BrokenBarrierError is collected too)
+            work(start)
+        except BaseException as exc:  # collected and asserted by the caller
+            start.abort()
             errors.append(exc)
 
-    threads = [threading.Thread(target=run) for _ in range(4)]
+    threads = [threading.Thread(target=run) for _ in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert errors == []
+    return errors
+
+
+def test_instances_starting_together_migrate_exactly_once(store_target: StoreTarget) -> None:
+    results: list[list[int]] = []
+
+    def run(start: threading.Barrier) -> None:
+        with store_target.connect(pool_size=1) as db:
+            start.wait(60)
+            results.append(migrate(db))
+
+    assert _together(run) == []
     assert sorted(results) == [[], [], [], [m.version for m in MIGRATIONS]]
 
 
@@ -100,20 +111,12 @@ def test_instances_opening_a_new_sqlite_file_together_all_open_it(tmp_path: Path
     errors: list[BaseException] = []
     for round_ in range(60):
         url = f"sqlite:///{tmp_path / f'store-{round_}.db'}"
-        start = threading.Barrier(4)
 
-        def run(url: str = url, start: threading.Barrier = start) -> None:
+        def run(start: threading.Barrier, url: str = url) -> None:
             start.wait(60)
-            try:
-                connect(url, pool_size=1).close()
-            except BaseException as exc:  # collected and asserted below
-                errors.append(exc)
+            connect(url, pool_size=1).close()
 
-        threads = [threading.Thread(target=run) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        errors += _together(run)
     assert errors == []
 
 
