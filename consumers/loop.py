@@ -154,21 +154,24 @@ class ConsumerFencedError(KafkaException):
     (two instances with one name). Fatal: the consumer cannot continue."""
 
 
-def _record_lag(stats_json: str) -> None:
+def _record_lag(stats_json: str, assigned: set[tuple[str, int]]) -> None:
+    # Only partitions this member owns now: statistics gathered before a revoke can be served after it (close()
+    # serves queued callbacks), and would bring back the series the revoke removed.
     try:
         stats = json.loads(stats_json)
         for topic, data in stats.get("topics", {}).items():
             for partition, pdata in data.get("partitions", {}).items():
                 lag = pdata.get("consumer_lag", -1)
-                if partition != "-1" and isinstance(lag, int) and lag >= 0:
+                if partition != "-1" and (topic, int(partition)) in assigned and isinstance(lag, int) and lag >= 0:
                     CONSUMER_LAG.labels(topic, partition).set(lag)
     except (ValueError, AttributeError):
         pass  # statistics are best effort
 
 
-def _forget_lag(partitions: list[TopicPartition]) -> None:
+def _forget_lag(partitions: list[TopicPartition], assigned: set[tuple[str, int]]) -> None:
     # Another member reports these now; a series left behind would show a stale lag forever.
     for p in partitions:
+        assigned.discard((p.topic, p.partition))
         with contextlib.suppress(KeyError):
             CONSUMER_LAG.remove(p.topic, str(p.partition))
 
@@ -196,7 +199,8 @@ class AtLeastOnceConsumer:
         self.poll_timeout = poll_timeout
         self.max_backoff = max_backoff
         self.poison_attempts = poison_attempts
-        self._consumer = new_consumer({"stats_cb": _record_lag, **config})
+        self._assigned: set[tuple[str, int]] = set()
+        self._consumer = new_consumer({"stats_cb": lambda stats: _record_lag(stats, self._assigned), **config})
         self._group_id = str(config.get("group.id", ""))
         self._instance_id = config.get("group.instance.id")
         self._done: dict[tuple[str, int], int] = {}  # handled, not yet committed: next offset per partition
@@ -216,19 +220,20 @@ class AtLeastOnceConsumer:
             self._subscribed = True
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._assigned.update((p.topic, p.partition) for p in partitions)
         log.info("partitions_assigned", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(p.topic, p.partition) for p in partitions}
         self.commit(only=revoked)
-        _forget_lag(partitions)
+        _forget_lag(partitions, self._assigned)
         log.info("partitions_revoked", partitions=sorted(f"{t}[{p}]" for t, p in revoked))
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Another member owns them now; what we handled is redelivered there and recognised as duplicates.
         for p in partitions:
             self._done.pop((p.topic, p.partition), None)
-        _forget_lag(partitions)
+        _forget_lag(partitions, self._assigned)
         log.warning("partitions_lost", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     # -- committing ---------------------------------------------------------------------------------------------
