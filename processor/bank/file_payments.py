@@ -21,6 +21,11 @@ from processor.bank.models import (
     loads_echo,
 )
 
+Initiation = Mapping[str, Any] | bytes | tuple[bytes, ...]
+"""`Data.Initiation` of A1 and A3: data with Decimal amounts, its JSON bytes, or its JSON bytes in parts (e.g.
+`FilePayload.initiation_parts()`: a large file is then copied once, into the request body, and never
+re-serialised)."""
+
 
 class FilePayments(BankCalls):
     """A1-A5 and the report file, over the client's resource calls."""
@@ -28,16 +33,15 @@ class FilePayments(BankCalls):
     # -- flow A --------------------------------------------------------------------------------------------
 
     async def create_file_consent(
-        self, initiation: Mapping[str, Any] | bytes, *, idempotency_key: str, echo_file: bool = True
+        self, initiation: Initiation, *, idempotency_key: str, echo_file: bool = True
     ) -> FileConsent:
-        """A1: create a file payment consent (`Data.Initiation` as data with Decimal amounts, or as its JSON
-        bytes, e.g. `FilePayload.initiation_json()`, which spares re-serialising a large file).
+        """A1: create a file payment consent (`initiation`: see `Initiation`).
 
         `echo_file=False`: the answer's `Initiation.SupplementaryData` (the bank's echo of the whole file) is
         read without keeping its transfers (each becomes None; see `models.loads_echo`), which spares about
         135 MiB for 100,000 transfers. The same option exists on A3, A4 and A5."""
         op = "A1 create file-payment-consent"
-        body = orjson.dumps({"Data": {"Initiation": _json_part(initiation)}})
+        body = _initiation_body({}, initiation)
         reply = await self._resource(
             op, "POST", f"{PISP}/file-payment-consents", fapi=False, body=body, idempotency_key=idempotency_key
         )
@@ -62,7 +66,7 @@ class FilePayments(BankCalls):
     async def create_file_payment(
         self,
         consent_id: str,
-        initiation: Mapping[str, Any] | bytes,
+        initiation: Initiation,
         *,
         access_token: str,
         idempotency_key: str,
@@ -72,7 +76,7 @@ class FilePayments(BankCalls):
         """A3: create the file payment with the consent's auth-code token; Initiation (data or JSON bytes, as
         for A1) must equal the consent's."""
         op = "A3 create file-payment"
-        body = orjson.dumps({"Data": {"ConsentId": consent_id, "Initiation": _json_part(initiation)}})
+        body = _initiation_body({"ConsentId": consent_id}, initiation)
         reply = await self._resource(
             op,
             "POST",
@@ -125,7 +129,7 @@ class FilePayments(BankCalls):
     async def find_file_payment(
         self,
         consent_id: str,
-        initiation: Mapping[str, Any] | bytes,
+        initiation: Initiation,
         *,
         access_token: str,
         idempotency_key: str,
@@ -150,11 +154,15 @@ def _loader(echo_file: bool) -> Callable[[bytes], Any]:
     return loads if echo_file else loads_echo
 
 
-def _json_part(value: Mapping[str, Any] | bytes) -> orjson.Fragment:
-    """A body part given as data (checked and serialised by `dumps`) or as JSON bytes (checked to be one JSON
-    object, then embedded as they are)."""
-    if isinstance(value, bytes):
-        if not value.lstrip().startswith(b"{"):
+def _initiation_body(members: dict[str, str], initiation: Initiation) -> bytes:
+    """`{"Data": {**members, "Initiation": initiation}}` as bytes. An Initiation given as data is checked and
+    serialised by `dumps`; as JSON bytes or parts, checked to start one JSON object, then embedded as it is."""
+    parts = (initiation,) if isinstance(initiation, bytes) else initiation
+    if isinstance(parts, tuple):
+        if not parts or not parts[0].lstrip().startswith(b"{"):
             raise TypeError("a JSON body part given as bytes must be a JSON object")
-        return orjson.Fragment(value)
-    return orjson.Fragment(dumps(value))
+        # The members before it serialised by orjson with a null Initiation, which the parts replace: the same
+        # bytes orjson writes around a Fragment, and the file joined once.
+        head = orjson.dumps({"Data": {**members, "Initiation": None}})
+        return b"".join((head[: -len(b"null}}")], *parts, b"}}"))
+    return orjson.dumps({"Data": {**members, "Initiation": orjson.Fragment(dumps(parts))}})

@@ -152,11 +152,12 @@ class FilePayload:
             "ControlSum": self.control_sum,
         }
 
-    def initiation_json(self) -> bytes:
-        """`Data.Initiation` as JSON bytes, reusing the canonical payload bytes for `SupplementaryData`."""
-        return orjson.dumps(
+    def initiation_parts(self) -> tuple[bytes, bytes, bytes]:
+        """`Data.Initiation` as JSON bytes in three parts to be joined: the canonical payload bytes themselves (for
+        `SupplementaryData`) between the small opening and the other members. A large file's request body is then
+        its only copy besides `canonical` (joined once, into the body), never an Initiation copy in between."""
+        rest = orjson.dumps(
             {
-                "SupplementaryData": orjson.Fragment(self.canonical),
                 "FileType": FILE_TYPE,
                 "FileHash": self.file_hash,
                 "FileReference": self.file_reference,
@@ -164,6 +165,14 @@ class FilePayload:
                 "ControlSum": orjson.Fragment(_plain_decimal(self.control_sum)),
             }
         )
+        return b'{"SupplementaryData":', self.canonical, b"," + rest[1:]
+
+    def initiation_sha256(self) -> str:
+        """The SHA-256 (hex) of `Data.Initiation`'s JSON bytes, hashed part by part (no joined copy)."""
+        digest = hashlib.sha256()
+        for part in self.initiation_parts():
+            digest.update(part)
+        return digest.hexdigest()
 
     def upload_json(self, consent_id: str) -> bytes:
         """The upload body (A2) as JSON bytes (canonical form)."""

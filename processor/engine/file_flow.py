@@ -24,6 +24,7 @@ import structlog
 
 from processor.bank import BankClient, BankError
 from processor.bank import errors as bank_errors
+from processor.bank.file_payments import Initiation
 from processor.bank.models import FilePayment
 from processor.domain.file_states import BatchStatus, FlowState, move, outcome_of_bank_status
 from processor.domain.kinds import Kind
@@ -304,7 +305,7 @@ class FileFlow(LeasedFlow[Flow]):
 
     @staticmethod
     async def _create_or_find(
-        bank: BankClient, consent_id: str, initiation: bytes, token: str, key: str
+        bank: BankClient, consent_id: str, initiation: Initiation, token: str, key: str
     ) -> FilePayment:
         try:
             return await bank.create_file_payment(

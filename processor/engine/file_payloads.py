@@ -3,7 +3,6 @@ flows (A1 and A2 of one flow build it once)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from functools import cached_property
 
@@ -18,8 +17,9 @@ log = structlog.get_logger("processor.engine.file")
 
 
 class Prepared:
-    """A flow's file payload, and the `Data.Initiation` of A1 and A3 as JSON bytes (the canonical file reused,
-    never re-serialised), built on first use: A2 never needs it."""
+    """A flow's file payload, and the `Data.Initiation` of A1 and A3 as JSON bytes in parts (the canonical file
+    itself between two small pieces: never a second copy of a large file; the bank client joins them once, into
+    the request body) and their hash, built on first use: A2 never needs them."""
 
     def __init__(self, payload: FilePayload) -> None:
         self.payload = payload
@@ -27,12 +27,12 @@ class Prepared:
         self.transactions = len(payload.source.batch.transactions)
 
     @cached_property
-    def initiation(self) -> bytes:
-        return self.payload.initiation_json()
+    def initiation(self) -> tuple[bytes, bytes, bytes]:
+        return self.payload.initiation_parts()
 
     @cached_property
     def initiation_sha256(self) -> str:
-        return hashlib.sha256(self.initiation).hexdigest()
+        return self.payload.initiation_sha256()
 
 
 class FilePayloads:

@@ -40,6 +40,10 @@ log = structlog.get_logger("processor.engine.side_effect")
 
 R = TypeVar("R")
 V = TypeVar("V")
+Q = TypeVar("Q", bytes, tuple[bytes, ...])
+
+Request = bytes | tuple[bytes, ...]
+"""A call's request body: bytes, or bytes in parts sent joined (a file is then not copied to be hashed)."""
 
 Refusal = BankError | TokenUnavailableError
 """Why a creating call ended for good: the bank's refusal, or no token to make it with."""
@@ -56,7 +60,7 @@ class Guarded(Generic[T]):
         self.effect: SideEffect | None = None
         self._digest = ""
 
-    async def begin(self, request: bytes, *, keep: bool = True, digest: str | None = None) -> SideEffect:
+    async def begin(self, request: Request, *, keep: bool = True, digest: str | None = None) -> SideEffect:
         """Record the call before it is made (committed); see `SideEffects.begin`. `request`: the bytes the
         call sends, kept with the record (`keep=False`: only their hash, `digest` when known, for a body too
         large to keep: a file)."""
@@ -65,7 +69,7 @@ class Guarded(Generic[T]):
 
     async def begin_with(
         self,
-        request: bytes,
+        request: Request,
         also: Callable[[StoreTx, SideEffect], V] | None,
         *,
         keep: bool = True,
@@ -73,9 +77,9 @@ class Guarded(Generic[T]):
     ) -> tuple[SideEffect, V | None]:
         """`begin`, with `also(tx, effect)` written in the same transaction (e.g. the key on the row)."""
         now = self.flow.now()
-        digest = digest or hashlib.sha256(request).hexdigest()
+        digest = digest or _sha256(request)
         self._digest = digest
-        body = request if keep else None
+        body = (request if isinstance(request, bytes) else b"".join(request)) if keep else None
 
         def work(tx: StoreTx) -> tuple[SideEffect, V | None]:
             effect = tx.side_effects.begin(
@@ -96,7 +100,7 @@ class Guarded(Generic[T]):
             )
         return effect, extra
 
-    def request(self, rebuilt: bytes) -> bytes | None:
+    def request(self, rebuilt: Q) -> Q | bytes | None:
         """The bytes to send under the record's key: those the first attempt sent (kept with the record), or
         `rebuilt` (the request given to `begin`) when it is byte for byte what was first sent (same hash). None
         when the request changed since (a new configuration or code between attempts): sending it would be
@@ -183,3 +187,10 @@ class Guarded(Generic[T]):
             reason=reason,
         )
         return await self.flow.retry_later(item, owner, reason, ambiguous=self.operation)
+
+
+def _sha256(request: Request) -> str:
+    digest = hashlib.sha256()
+    for part in (request,) if isinstance(request, bytes) else request:
+        digest.update(part)
+    return digest.hexdigest()

@@ -243,3 +243,67 @@ def test_the_fast_row_path_and_the_generic_reader_agree() -> None:
     assert fast == generic
     assert [t.amount for t in fast.transactions][:3] == [Decimal(7), Decimal("0.10"), Decimal("12.50")]
     assert [t.account_type for t in fast.transactions][-2:] == ["SAVINGS", "MONETARY"]
+
+
+def _generic(text: str) -> PayrollBatch | dict[str, str]:
+    """The batch read the way that never takes a row while parsing: the whole document as dicts, then read."""
+    try:
+        return batch_from_dict(loads_exact(text))
+    except BatchParseError as exc:
+        return problems(exc)
+
+
+def _parsed(text: str) -> PayrollBatch | dict[str, str]:
+    try:
+        return batch_from_json(text)
+    except BatchParseError as exc:
+        return problems(exc)
+
+
+ROW = {
+    "destination_account": {"account_number": "3000000009", "currency": "GTQ", "email": "eva@example.com"},
+    "amount": "10.00",
+}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # the stored form: decimal strings, read while parsing
+        {"transactions": [ROW, {**ROW, "amount": "1e3"}, {**ROW, "amount": 1.5}, {**ROW, "note": "x"}]},
+        {"transactions": [{**ROW, "destination_account": ROW}]},  # a row where a destination account belongs
+        {"origin_account": ROW},  # a row where the origin account belongs
+        {"transactions": ROW},  # a row where the list belongs
+        {"batch_id": ROW},
+    ],
+    ids=["stored", "bad-rows", "row-as-destination", "row-as-origin", "row-as-list", "row-as-id"],
+)
+def test_rows_read_while_parsing_give_what_reading_the_whole_document_gives(changes: dict[str, Any]) -> None:
+    text = json.dumps(batch_dict(**changes), default=str)
+    assert _parsed(text) == _generic(text)
+
+
+def test_a_document_that_is_a_row_is_refused_as_before() -> None:
+    text = json.dumps(ROW)
+    assert _parsed(text) == _generic(text)
+    assert "batch_id" in _parsed(text)
+
+
+def test_the_stored_form_is_read_on_the_fast_path_while_parsing() -> None:
+    import processor.domain.batch as module
+
+    calls = 0
+    original = module._Reader.mapping
+
+    def counting(self: Any, data: object, path: str) -> Any:
+        nonlocal calls
+        calls += path.startswith("transactions[")
+        return original(self, data, path)
+
+    module._Reader.mapping = counting  # type: ignore[method-assign]
+    try:
+        batch = batch_from_json(json.dumps(batch_dict(), default=str))
+    finally:
+        module._Reader.mapping = original  # type: ignore[method-assign]
+    assert calls == 0  # no row went through the problem-collecting reader
+    assert [t.amount for t in batch.transactions] == [Decimal("1500.50"), Decimal("250.00")]

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+import orjson
 import pytest
 import rfc8785
 
@@ -140,9 +141,16 @@ def test_consent_metadata() -> None:
     assert FILE_TYPE == "UK.OBIE.PaymentInitiation.4.0"
 
 
-def test_initiation_json_is_the_same_object_with_exact_numbers() -> None:
+def test_initiation_parts_join_to_the_same_object_with_exact_numbers() -> None:
     payload = prepare_file_payload(sample_batch())
-    raw = payload.initiation_json()
+    parts = payload.initiation_parts()
+    assert parts[1] is payload.canonical  # the file itself, not a copy
+    raw = b"".join(parts)
+    assert payload.initiation_sha256() == hashlib.sha256(raw).hexdigest()
+    # The bytes orjson writes for the Initiation with the file embedded (what A1 and A3 sent before the parts).
+    assert raw == orjson.dumps(
+        {**payload.initiation(), "SupplementaryData": orjson.Fragment(payload.canonical), "ControlSum": 1600.6}
+    )
     parsed = loads_exact(raw)
     assert parsed["ControlSum"] == Decimal("1600.6")
     assert parsed["SupplementaryData"] == payload.initiation()["SupplementaryData"]

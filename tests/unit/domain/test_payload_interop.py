@@ -54,7 +54,7 @@ def test_the_sandbox_accepts_our_consent_and_upload(data: list[tuple[str, str, D
         Transfer(f"GT{i}", kind, "GTQ", email, amount, concept) for i, (email, kind, amount, concept) in enumerate(data)
     ]
     payload = prepare_file_payload(batch_of(transfers))
-    initiation = loads(payload.initiation_json())
+    initiation = loads(b"".join(payload.initiation_parts()))
     summary = filecheck.check_initiation(initiation, max_transactions=100_000)
     assert summary.count == len(transfers)
     assert summary.control_sum == payload.control_sum
@@ -67,7 +67,7 @@ def test_the_sandbox_accepts_our_consent_and_upload(data: list[tuple[str, str, D
 def test_the_sandbox_rejects_a_tampered_upload() -> None:
     transfers = [Transfer(f"GT{i}", "SAVINGS", "GTQ", f"e{i}@example.com", Decimal("10.50"), "x") for i in range(3)]
     payload = prepare_file_payload(batch_of(transfers))
-    initiation = loads(payload.initiation_json())
+    initiation = loads(b"".join(payload.initiation_parts()))
     changed = prepare_file_payload(batch_of([*transfers[:2], replace(transfers[2], amount=Decimal("10.51"))]))
     with pytest.raises(filecheck.CheckError):
         filecheck.verify_upload(loads(changed.upload_json(CONSENT_ID)), initiation, CONSENT_ID, 100_000)

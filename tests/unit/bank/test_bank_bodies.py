@@ -1,0 +1,35 @@
+"""A1 and A3's request bodies are the same bytes whichever form `Data.Initiation` is given in: data, JSON bytes, or
+JSON bytes in parts (the file joined once, into the body)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from processor.bank.file_payments import _initiation_body
+from processor.bank.models import loads
+
+INITIATION = {
+    "SupplementaryData": {"data": {"transaction": [{"amount": Decimal("10.50"), "concept": "Nómina"}]}},
+    "FileType": "UK.OBIE.PaymentInitiation.4.0",
+    "ControlSum": Decimal("10.50"),
+}
+
+
+@pytest.mark.parametrize("members", [{}, {"ConsentId": "PFC-1"}], ids=["A1", "A3"])
+def test_every_form_of_the_initiation_gives_the_same_body(members: dict[str, str]) -> None:
+    from_data = _initiation_body(members, INITIATION)
+    inner = from_data[from_data.index(b'"Initiation":') + len(b'"Initiation":') : -2]
+    assert loads(inner) == INITIATION
+    assert _initiation_body(members, inner) == from_data
+    parts = (inner[:10], inner[10:25], inner[25:])
+    assert _initiation_body(members, parts) == from_data
+    assert loads(from_data) == {"Data": {**members, "Initiation": INITIATION}}
+    assert b'"ControlSum":10.50' in from_data  # amounts stay exact JSON numbers
+
+
+@pytest.mark.parametrize("bad", [b"[1]", (b" 1", b"}"), ()], ids=["array", "number", "empty"])
+def test_bytes_that_do_not_start_an_object_are_refused(bad: bytes | tuple[bytes, ...]) -> None:
+    with pytest.raises(TypeError, match="must be a JSON object"):
+        _initiation_body({}, bad)
