@@ -6,6 +6,7 @@ Two set-ups: the sandbox app in a uvicorn thread (manual clock and fault plan re
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -229,3 +230,27 @@ async def test_flow_a_against_the_sandbox_process_with_a_lost_payment_answer(san
         clock.offset += timedelta(seconds=601)
         assert (await bank.get_file_consent(consent.consent_id)).status == "Consumed"
         assert (await admin(base, "GET", "/counts"))["access_token"] == fetched + 1  # one client-credentials token
+
+
+async def test_a_call_leaves_no_cycle_holding_its_request_and_answer(sandbox_process: SandboxProcess) -> None:
+    """httpx ties each response to its stream and back: unless the client unbinds it, the request (a file's body)
+    and the answer (the bank's echo of the file) stay in memory until the cyclic collector happens to run."""
+    integration = load_config(sandbox_process.directory / "dispersion.toml").integrations["sandbox"]
+    bank = await BankClient.start(integration, sleep=Sleeps(), clock=ShiftedClock())
+    async with bank:
+        await bank.create_file_consent(file_initiation(file_payload()), idempotency_key=new_idempotency_key())
+        gc.collect()
+        gc.disable()
+        try:
+            consent = await bank.create_file_consent(
+                file_initiation(file_payload()), idempotency_key=new_idempotency_key()
+            )
+            assert (await bank.get_file_consent(consent.consent_id)).status == "AwaitingUpload"
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            left = [type(o).__name__ for o in gc.garbage if isinstance(o, httpx.Response | httpx.Request)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert left == []
