@@ -42,7 +42,7 @@ from processor.domain.roles import Controls
 from processor.domain.schedule import Calendar
 from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
-from processor.engine.intake import Guard, IntakeResult, accept_batch, prepare_batch
+from processor.engine.intake import Guard, Handed, IntakeResult, accept_batch, prepare_batch
 from processor.engine.tracing import continued, traceparent_of
 from processor.kafka.wire import WireCodec, WireSettings
 from processor.store import Flow, Store, StoreError
@@ -98,7 +98,7 @@ class BatchIntake(Protocol):
     bank; raises `StoreError` when the store cannot be reached (the handler answers Retry). `message`: where it
     was read (its verdict is kept for `dispersion submit`), and whether it is a replay."""
 
-    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome: ...
+    def __call__(self, document: Handed, *, message: MessageRef | None = None) -> IntakeOutcome: ...
 
 
 class EngineIntake:
@@ -125,8 +125,9 @@ class EngineIntake:
         self.clock: Clock = clock or SystemClock()
         self._runner = asyncio.Runner()
 
-    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome:
-        """Store the batch (or recognise it), classify the result and keep the verdict where `message` was read."""
+    def __call__(self, document: Handed, *, message: MessageRef | None = None) -> IntakeOutcome:
+        """Store the batch (or recognise it), classify the result and keep the verdict where `message` was read.
+        The document is handed over: a new batch's is let go of before its INSERT (`Handed`)."""
         now = self.clock.now()
         result = self._runner.run(
             accept_batch(
@@ -158,7 +159,7 @@ class EngineIntake:
             self.store.run(lambda tx: tx.lifecycle.record_verdict(verdict))
         return outcome
 
-    def _classify(self, result: IntakeResult, document: Mapping[str, Any], now: datetime) -> IntakeOutcome:
+    def _classify(self, result: IntakeResult, handed: Handed, now: datetime) -> IntakeOutcome:
         flow = result.flow
         batch_id = flow.batch_id if flow is not None else None
         attempt = flow.attempt if flow is not None else None
@@ -168,6 +169,7 @@ class EngineIntake:
             if result.held is not None:
                 return IntakeOutcome("held", batch_id, result.held, attempt)
             return IntakeOutcome("accepted", batch_id, "a new attempt" if result.restarted else None, attempt)
+        document = handed.document  # a known batch: the intake kept it
         if result.status == FlowState.INVALID:
             # Stored as INVALID before: dead-letter again (the first dead letter may have been lost in a crash).
             again = prepare_batch(
@@ -235,8 +237,10 @@ class BatchHandler:
         if isinstance(record, Reject | Retry):
             return record
         where = MessageRef.of(message)
+        handed = Handed(record)  # the decoded record is the engine's batch document, handed over: held by it alone
+        del record
         try:
-            outcome = self.intake(record, message=where)  # the decoded record is the engine's batch document
+            outcome = self.intake(handed, message=where)
         except StoreError as exc:
             return Retry(str(exc))
         if outcome.verdict in ("invalid", "conflict"):

@@ -31,6 +31,7 @@ from kafka_layer_support import (
 import schemas
 from consumers.batches import BatchHandler, IntakeOutcome, MessageRef
 from consumers.loop import AtLeastOnceConsumer
+from processor.engine.intake import Handed
 from processor.kafka.clients import consumer_config, producer_config
 from processor.kafka.settings import KafkaSettings
 from processor.store import StoreError
@@ -50,8 +51,8 @@ class FlakyIntake:
         self.calls: list[str] = []
         self.accepted: list[str] = []
 
-    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome:
-        batch_id = str(document["batch_id"])
+    def __call__(self, document: Handed, *, message: MessageRef | None = None) -> IntakeOutcome:
+        batch_id = str(document.document["batch_id"])
         self.calls.append(batch_id)
         if batch_id in self.bugs:
             raise self.bugs[batch_id]

@@ -30,6 +30,7 @@ from registry_fixtures import register_subjects
 from store_fixtures import StoreTarget
 
 from consumers.batches import EngineIntake, IntakeOutcome, MessageRef
+from processor.engine.intake import Handed
 from processor.kafka.clients import producer_config
 from processor.kafka.settings import KafkaSettings
 from processor.kafka.wire import WireCodec, WireSettings
@@ -47,7 +48,7 @@ class RecordingIntake:
         self.engine = EngineIntake(store)
         self.verdicts: list[tuple[str | None, str]] = []
 
-    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome:
+    def __call__(self, document: Handed, *, message: MessageRef | None = None) -> IntakeOutcome:
         outcome = self.engine(document, message=message)
         self.verdicts.append((outcome.batch_id, outcome.verdict))
         return outcome

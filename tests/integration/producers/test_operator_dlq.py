@@ -14,7 +14,7 @@ the broker, the consumer group, the dead-letter producer, the store and the admi
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ from processor.api.admin_input import token_digest
 from processor.devtools.processes import eventually
 from processor.domain.file_states import FlowState
 from processor.domain.roles import AdminToken, Role
+from processor.engine.intake import Handed
 from processor.kafka.clients import consumer_config, producer_config
 from processor.kafka.settings import KafkaSettings
 from processor.store import Store
@@ -60,7 +61,7 @@ class DefectiveIntake:
         self.intake = intake
         self.broken = threading.Event()
 
-    def __call__(self, document: Mapping[str, Any], *, message: MessageRef | None = None) -> IntakeOutcome:
+    def __call__(self, document: Handed, *, message: MessageRef | None = None) -> IntakeOutcome:
         if self.broken.is_set():
             raise RuntimeError("intake defect: KeyError 'origin_account' in a code path")
         return self.intake(document, message=message)
