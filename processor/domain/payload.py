@@ -167,13 +167,6 @@ class FilePayload:
         )
         return b'{"SupplementaryData":', self.canonical, b"," + rest[1:]
 
-    def initiation_sha256(self) -> str:
-        """The SHA-256 (hex) of `Data.Initiation`'s JSON bytes, hashed part by part (no joined copy)."""
-        digest = hashlib.sha256()
-        for part in self.initiation_parts():
-            digest.update(part)
-        return digest.hexdigest()
-
     def upload_json(self, consent_id: str) -> bytes:
         """The upload body (A2) as JSON bytes (canonical form)."""
         return self.render(_consent_reference(consent_id))

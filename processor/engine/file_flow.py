@@ -91,7 +91,7 @@ class FileFlow(LeasedFlow[Flow]):
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
         initiation, file_hash = prepared.initiation, prepared.payload.file_hash
         guard = Guarded(self, flow.batch_id, Operation.CREATE_CONSENT)
-        effect = await guard.begin(initiation, keep=False, digest=prepared.initiation_sha256)
+        effect = await guard.begin(initiation, keep=False)
         del prepared  # a payload too large for the cache is freed before the bank's (large) answer is read
         if effect.done and effect.resource_id:
             return await self._consent_created(flow, owner, guard, effect.resource_id, file_hash)
@@ -271,7 +271,7 @@ class FileFlow(LeasedFlow[Flow]):
             return await self._fail(flow, owner, reason)
         initiation, currency = prepared.initiation, prepared.currency
         guard = Guarded(self, flow.batch_id, Operation.CREATE_PAYMENT)
-        effect = await guard.begin(initiation, keep=False, digest=prepared.initiation_sha256)
+        effect = await guard.begin(initiation, keep=False)
         del prepared
         if effect.done and effect.resource_id:
             return await self._initiated(flow, owner, guard, effect.resource_id, PAYMENT_PENDING, currency)

@@ -19,7 +19,7 @@ log = structlog.get_logger("processor.engine.file")
 class Prepared:
     """A flow's file payload, and the `Data.Initiation` of A1 and A3 as JSON bytes in parts (the canonical file
     itself between two small pieces: never a second copy of a large file; the bank client joins them once, into
-    the request body) and their hash, built on first use: A2 never needs them."""
+    the request body), built on first use: A2 never needs them."""
 
     def __init__(self, payload: FilePayload) -> None:
         self.payload = payload
@@ -29,10 +29,6 @@ class Prepared:
     @cached_property
     def initiation(self) -> tuple[bytes, bytes, bytes]:
         return self.payload.initiation_parts()
-
-    @cached_property
-    def initiation_sha256(self) -> str:
-        return self.payload.initiation_sha256()
 
 
 class FilePayloads:

@@ -60,11 +60,11 @@ class Guarded(Generic[T]):
         self.effect: SideEffect | None = None
         self._digest = ""
 
-    async def begin(self, request: Request, *, keep: bool = True, digest: str | None = None) -> SideEffect:
+    async def begin(self, request: Request, *, keep: bool = True) -> SideEffect:
         """Record the call before it is made (committed); see `SideEffects.begin`. `request`: the bytes the
-        call sends, kept with the record (`keep=False`: only their hash, `digest` when known, for a body too
-        large to keep: a file)."""
-        effect, _ = await self.begin_with(request, None, keep=keep, digest=digest)
+        call sends, kept with the record (`keep=False`: only their hash, for a body too large to keep: a file,
+        hashed part by part when given in parts)."""
+        effect, _ = await self.begin_with(request, None, keep=keep)
         return effect
 
     async def begin_with(
@@ -73,11 +73,10 @@ class Guarded(Generic[T]):
         also: Callable[[StoreTx, SideEffect], V] | None,
         *,
         keep: bool = True,
-        digest: str | None = None,
     ) -> tuple[SideEffect, V | None]:
         """`begin`, with `also(tx, effect)` written in the same transaction (e.g. the key on the row)."""
         now = self.flow.now()
-        digest = digest or _sha256(request)
+        digest = _sha256(request)
         self._digest = digest
         body = (request if isinstance(request, bytes) else b"".join(request)) if keep else None
 
