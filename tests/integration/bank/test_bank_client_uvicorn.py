@@ -236,7 +236,11 @@ async def test_a_call_leaves_no_cycle_holding_its_request_and_answer(sandbox_pro
     """httpx ties each response to its stream and back: unless the client unbinds it, the request (a file's body)
     and the answer (the bank's echo of the file) stay in memory until the cyclic collector happens to run."""
     integration = load_config(sandbox_process.directory / "dispersion.toml").integrations["sandbox"]
-    bank = await BankClient.start(integration, sleep=Sleeps(), clock=ShiftedClock())
+    clock = ShiftedClock()  # in step with the module's sandbox process, whose clock another test moves
+    clock.offset = (
+        datetime.fromtimestamp((await admin(sandbox_process.base, "GET", "/clock"))["epoch"], UTC) - clock.now()
+    )
+    bank = await BankClient.start(integration, sleep=Sleeps(), clock=clock)
     async with bank:
         await bank.create_file_consent(file_initiation(file_payload()), idempotency_key=new_idempotency_key())
         gc.collect()
