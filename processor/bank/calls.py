@@ -109,7 +109,7 @@ class BankCalls(Protocol):
         path: str,
         *,
         fapi: bool,
-        body: bytes | None = None,
+        body: Body = None,
         idempotency_key: str | None = None,
         token: str | None = None,
         customer_ip: str | None = None,

@@ -420,7 +420,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         path: str,
         *,
         fapi: bool,
-        body: bytes | None = None,
+        body: Body = None,
         idempotency_key: str | None = None,
         token: str | None = None,
         customer_ip: str | None = None,

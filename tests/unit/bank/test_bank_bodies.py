@@ -3,7 +3,9 @@ JSON bytes in parts (the file joined once, into the body)."""
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -17,14 +19,23 @@ INITIATION = {
 }
 
 
+def _built(members: dict[str, str], initiation: Any) -> bytes:
+    """The body as one attempt sends it: built by the builder the call is given."""
+    build = _initiation_body(members, initiation)
+    assert callable(build)  # built per attempt, so no attempt's bytes outlive its exchange
+    body = asyncio.run(build())
+    assert asyncio.run(build()) == body  # every attempt sends the same bytes
+    return body
+
+
 @pytest.mark.parametrize("members", [{}, {"ConsentId": "PFC-1"}], ids=["A1", "A3"])
 def test_every_form_of_the_initiation_gives_the_same_body(members: dict[str, str]) -> None:
-    from_data = _initiation_body(members, INITIATION)
+    from_data = _built(members, INITIATION)
     inner = from_data[from_data.index(b'"Initiation":') + len(b'"Initiation":') : -2]
     assert loads(inner) == INITIATION
-    assert _initiation_body(members, inner) == from_data
+    assert _built(members, inner) == from_data
     parts = (inner[:10], inner[10:25], inner[25:])
-    assert _initiation_body(members, parts) == from_data
+    assert _built(members, parts) == from_data
     assert loads(from_data) == {"Data": {**members, "Initiation": INITIATION}}
     assert b'"ControlSum":10.50' in from_data  # amounts stay exact JSON numbers
 

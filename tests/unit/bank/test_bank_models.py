@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from processor.bank.models import (
+    ECHO_STREAM_BYTES,
     DomesticVrp,
     FileConsent,
     FilePaymentReport,
@@ -140,27 +142,72 @@ def test_report_lines_when_json_and_raw_otherwise() -> None:
     assert raw.lines == () and raw.body == b"a,b\n1,2\n" and raw.data is None
 
 
-def test_a_file_echo_is_read_without_its_transfers() -> None:
+def _echo_answer(transfers: int, concept: str = "Salary") -> bytes:
     rows = ",".join(
         '{"originAccount": {"accountNumber": "3001", "accountType": "MONETARY", "currency": "GTQ"},'
         f' "destinationAccount": {{"accountNumber": "{i}", "accountType": "MONETARY", "currency": "GTQ"}},'
-        ' "transferInfo": {"transactionType": "CREDIT", "transactionAmount": 10.25, "reference": ""}}'
-        for i in range(3)
+        f' "transferInfo": {{"concept": "{concept}", "transactionAmount": 10.25, "reference": ""}}}}'
+        for i in range(transfers)
     )
-    body = (
+    return (
         '{"Data": {"ConsentId": "pay-fi-1", "Status": "AwaitingUpload", "CreationDateTime": "2026-11-23T00:00:00Z",'
         ' "StatusUpdateDateTime": "2026-11-23T00:00:00Z", "Initiation": {"SupplementaryData": {"data":'
         ' {"transaction": [' + rows + ']}}, "FileType": "UK.OBIE.PaymentInitiation.3.1", "FileHash": "abc",'
-        ' "NumberOfTransactions": "3", "ControlSum": 30.75}}, "Links": {"Self": "http://bank/x"}}'
+        f' "NumberOfTransactions": "{transfers}", "ControlSum": 30.75, "Extra": [1, 2.50, {{"x": null}}]}}}},'
+        ' "Links": {"Self": "http://bank/x"}}'
     ).encode()
+
+
+@pytest.mark.parametrize("transfers", [3, 6000], ids=["parsed whole", "streamed"])
+def test_a_file_echo_is_read_without_its_transfers(transfers: int) -> None:
+    body = _echo_answer(transfers)
+    assert (len(body) >= ECHO_STREAM_BYTES) == (transfers > 3)
     echo = loads_echo(body)
-    assert echo["Data"]["Initiation"]["SupplementaryData"] == {"data": {"transaction": [None, None, None]}}
+    expected = loads(body)
+    expected["Data"]["Initiation"]["SupplementaryData"] = None
+    assert echo == expected
+    assert echo["Data"]["Initiation"]["Extra"] == [1, Decimal("2.50"), {"x": None}]
     consent, full = FileConsent.parse(echo, "iid"), FileConsent.parse(loads(body), "iid")
     read = ("consent_id", "status", "file_type", "file_hash", "number_of_transactions", "control_sum", "links_self")
     assert [getattr(consent, name) for name in read] == [getattr(full, name) for name in read]
     assert consent.control_sum == Decimal("30.75") and consent.links_self == "http://bank/x"
-    with pytest.raises(ValueError, match="NaN is not JSON"):
-        loads_echo(b'{"Data": NaN}')
+
+
+@pytest.mark.parametrize("body", [b'{"Data": NaN}', b'{"Data": {"Initiation": {}}', b'{"Data": 1} []', b"\xff"])
+def test_an_echo_that_is_not_json_is_refused_either_way(body: bytes) -> None:
+    for raw in (body, body + b" " * ECHO_STREAM_BYTES):  # parsed whole, then streamed
+        with pytest.raises(ValueError, match=r"JSON|Expecting|Extra data|codec"):
+            loads_echo(raw)
+
+
+@pytest.mark.parametrize(
+    ("initiation", "kept"),
+    [
+        ('{"SupplementaryData": "text", "F": 1}', {"SupplementaryData": None, "F": 1}),
+        ('{"SupplementaryData": [1, [2, {"a": 3}]], "B": true}', {"SupplementaryData": None, "B": True}),
+        (
+            '{"SupplementaryDataX": {"a": 1}, "SupplementaryData": {"a": {"b": [1]}}}',
+            {"SupplementaryDataX": {"a": 1}, "SupplementaryData": None},
+        ),
+    ],
+)
+def test_only_the_echoed_file_is_dropped(initiation: str, kept: dict[str, Any]) -> None:
+    body = ('{"Data": {"Initiation": ' + initiation + '}, "Items": [{"SupplementaryData": 1}]}').encode()
+    for raw in (body, body + b" " * ECHO_STREAM_BYTES):
+        assert loads_echo(raw) == {"Data": {"Initiation": kept}, "Items": [{"SupplementaryData": 1}]}
+
+
+def test_a_large_echo_never_exists_whole_as_text() -> None:
+    """json.loads decodes the body into a str first: as large as the body, twice as large when a name holds a
+    character past U+00FF. The streamed reading stays far under it."""
+    body = _echo_answer(12_000, concept="Salario Ő")
+    tracemalloc.start()
+    try:
+        loads_echo(body)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(body) / 2, (peak, len(body))  # json.loads: over 2x the body
 
 
 def _set(where: tuple[str, ...], key: str, value: object) -> Any:
