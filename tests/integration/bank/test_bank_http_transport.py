@@ -10,6 +10,7 @@ import datetime
 import socket
 import ssl
 import struct
+import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +185,29 @@ async def test_a_streamed_request_body_is_sent_chunked(client: httpx.AsyncClient
         assert (await client.post(server.url, content=parts())).text == "ok"
     assert b"\r\nTransfer-Encoding: chunked\r\n" in server.heads[0]
     assert server.bodies == [b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"]
+
+
+async def test_a_big_request_body_is_not_copied_into_the_event_loops_buffer(client: httpx.AsyncClient) -> None:
+    """Written whole, the part of a large body the socket does not take at once is copied into the transport's
+    buffer (most of a 40 MB file); written a slice at a time after the socket took the one before, at most a slice."""
+    body = b"x" * 24_000_000
+
+    async def slow_reader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        await server.read_request(reader, body=False)
+        left = len(body)
+        while left:
+            left -= len(await reader.read(65_536))
+            await asyncio.sleep(0)
+        writer.write(OK)
+
+    async with Server(slow_reader) as server:
+        tracemalloc.start()
+        try:
+            assert (await client.post(server.url, content=body)).text == "ok"
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 6_000_000, peak
 
 
 async def test_a_big_response_body_arrives_whole_and_streams(client: httpx.AsyncClient) -> None:
