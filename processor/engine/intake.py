@@ -128,12 +128,15 @@ def _json_default(value: object) -> object:
 
 
 def _as_text(raw: str | bytes | Mapping[str, Any]) -> str:
-    """The batch as JSON text to store (kept verbatim when it came as text)."""
+    """The batch as JSON text to store (kept verbatim when it came as text; a decoded record written in ASCII)."""
     if isinstance(raw, bytes):
         return raw.decode("utf-8")
     if isinstance(raw, str):
         return raw
-    return json.dumps(raw, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+    # ASCII (a name's "ó" as \u00f3): the database driver then sends a copy of the text's own bytes, where a text
+    # holding one character past ASCII is first encoded to UTF-8 at twice its size (for 100,000 transfers a
+    # 69 MiB transient against 25: docs/benchmarks.md, "Fourth pass").
+    return json.dumps(raw, default=_json_default, ensure_ascii=True, separators=(",", ":"))
 
 
 def readable_batch_id(document: Any) -> str | None:
@@ -471,6 +474,12 @@ class _Checks:
     def prepare(self, raw: str | bytes | Mapping[str, Any], now: datetime) -> PreparedBatch:
         return prepare_batch(raw, integrations=self.integrations, limits=self.limits, now=now, calendars=self.calendars)
 
+    def prepare_taken(self, box: list[Raw], now: datetime) -> PreparedBatch:
+        """`prepare` of the document taken out of `box`: once this returns, nothing holds it. (The executor's work
+        item keeps its arguments until its thread comes back to it, which may be after the store's transaction
+        began: given the document itself, a 100,000-transfer record could outlive its check into the INSERT.)"""
+        return self.prepare(box.pop(), now)
+
 
 def requested_at(document: Any) -> datetime | None:
     """The document's `requested_at` (an Avro instant, or ISO 8601 text), None when unreadable."""
@@ -514,11 +523,13 @@ async def _accept(store: Store, given: Raw | Handed, *, now: datetime, checks: _
             return await store.arun(
                 lambda tx: restart_batch(tx, prepared, existing, now=now, traceparent=traceparent, guard=checks.guard)
             )
-    prepared = await asyncio.to_thread(checks.prepare, raw, now)
-    # A new batch: from here on its text and parsed batch are what count (see `Handed`).
+    # A new batch: once checked, its text and parsed batch are what count (see `Handed`), so the document is handed
+    # to the check in a box it takes it out of.
+    box = [raw]
     del raw, document
     if isinstance(given, Handed):
         given.drop()
+    prepared = await asyncio.to_thread(checks.prepare_taken, box, now)
     return await store.arun(
         lambda tx: store_batch(
             tx, prepared, now=now, traceparent=traceparent, guard=checks.guard, controls=checks.controls

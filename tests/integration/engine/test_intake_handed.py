@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from engine_support import batch
 
+from processor.domain.batch import batch_from_dict, batch_from_json
 from processor.engine.intake import Handed, accept_batch
 from processor.store import Store
 
@@ -64,3 +65,15 @@ async def test_a_known_batch_keeps_its_document_for_the_verdict(store: Store) ->
     result = await accept_batch(store, again, now=NOW)
     assert not result.created and result.same_document
     assert again.document["batch_id"] == "HANDED-2"
+
+
+async def test_a_decoded_record_is_stored_as_ascii_json_of_the_same_batch(store: Store) -> None:
+    """The text of a decoded record is written in ASCII, so the driver sends a copy of its bytes rather than a
+    UTF-8 encoding at twice its size; it reads back as the same batch."""
+    document = batch("HANDED-3")
+    document["transactions"][0]["concept"] = "Nómina de noviembre \u0150"
+    result = await accept_batch(store, Handed(Document(document)), now=NOW)
+    assert result.created
+    text = store.run(lambda tx: tx.flows.payload("HANDED-3"), write=False)
+    assert text is not None and text.isascii() and "N\\u00f3mina de noviembre \\u0150" in text
+    assert batch_from_json(text) == batch_from_dict(batch("HANDED-3") | {"transactions": document["transactions"]})
