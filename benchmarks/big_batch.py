@@ -52,6 +52,7 @@ from month_end import (
     bank_call_means,
     batch_record,
     broker,
+    code_version,
     common_arguments,
     delete_topics,
     fresh_kafka,
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="dispersion-big-batch-"))
     print(
         f"big-batch benchmark {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
-        f"load average {load_averages()}; {speed_reference()}"
+        f"load average {load_averages()}; {speed_reference()}; {code_version()}"
     )
     children: list[Child] = []
     try:

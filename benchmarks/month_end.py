@@ -132,6 +132,29 @@ class Child(processes.Child):
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+CODE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _own_code(env: dict[str, str] | None) -> dict[str, str]:
+    """`env` (else this process's) with this checkout first on PYTHONPATH: a child runs in a scratch directory, where
+    `python -m processor.cli` would otherwise import the installed package (an editable install points at one
+    checkout), so a benchmark run from another commit's export measured that checkout's processor instead."""
+    chosen = dict(os.environ if env is None else env)
+    chosen["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *filter(None, [chosen.get("PYTHONPATH")])])
+    return chosen
+
+
+def code_version() -> str:
+    """The checkout the children run: its directory and, in a git work tree, its commit."""
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(CODE_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        rev = "not a git work tree"
+    return f"code {CODE_ROOT} ({rev})"
+
+
 def stop_all(children: list[Child]) -> None:
     """Stop the children, last started first (processors before the sandbox), and forget them."""
     while children:
@@ -142,10 +165,13 @@ def spawn(
     name: str, argv: list[str], directory: Path, env: dict[str, str] | None = None, sock: socket.socket | None = None
 ) -> Child:
     """Start a child process, standard output and error to `directory/name.log`; with `sock`, it serves on that
-    listening socket (`--listen-fd`), which is closed here (the child holds it)."""
+    listening socket (`--listen-fd`), which is closed here (the child holds it). The child runs the code of the
+    checkout this script is in (`code_root`)."""
     fds = () if sock is None else (sock.fileno(),)
     extra = [] if sock is None else ["--listen-fd", str(sock.fileno())]
-    started = processes.spawn(name, [*argv, *extra], directory / f"{name}.log", env=env, cwd=directory, pass_fds=fds)
+    started = processes.spawn(
+        name, [*argv, *extra], directory / f"{name}.log", env=_own_code(env), cwd=directory, pass_fds=fds
+    )
     if sock is not None:
         sock.close()
     return Child(started.name, started.process, started.log_path)
@@ -984,7 +1010,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     directory = Path(tempfile.mkdtemp(prefix="dispersion-month-end-"))
     print(f"month-end benchmark {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
-          f"load average {load_averages()}; {speed_reference()}")  # fmt: skip
+          f"load average {load_averages()}; {speed_reference()}; {code_version()}")  # fmt: skip
     try:
         with broker(args.bootstrap) as bootstrap:
             bench = prepare(directory, bootstrap, max(args.instances), args.latency_ms, args.file_payment_delay)
