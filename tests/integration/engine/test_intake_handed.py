@@ -9,12 +9,16 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from engine_support import batch
 
-from processor.domain.batch import batch_from_dict, batch_from_json
+from processor.domain.batch import batch_from_dict, batch_from_json, loads_exact
+from processor.domain.file_states import FlowState
+from processor.domain.identity import content_sha256, document_content_sha256
+from processor.engine import intake
 from processor.engine.intake import Handed, accept_batch
 from processor.store import Store
 
@@ -77,3 +81,56 @@ async def test_a_decoded_record_is_stored_as_ascii_json_of_the_same_batch(store:
     text = store.run(lambda tx: tx.flows.payload("HANDED-3"), write=False)
     assert text is not None and text.isascii() and "N\\u00f3mina de noviembre \\u0150" in text
     assert batch_from_json(text) == batch_from_dict(batch("HANDED-3") | {"transactions": document["transactions"]})
+
+
+async def test_a_handed_records_batch_is_parsed_from_its_text_after_the_record_is_gone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built from the record, the batch would share the record's strings and amounts and keep its memory."""
+    document = Document(batch("HANDED-4"))
+    alive = weakref.ref(document)
+    seen: list[bool] = []
+
+    def parse(text: str) -> Any:
+        seen.append(alive() is not None)
+        return batch_from_json(text)
+
+    monkeypatch.setattr(intake, "batch_from_json", parse)
+    handed = Handed(document)
+    del document
+    result = await accept_batch(store, handed, now=NOW)
+    assert (
+        result.created
+        and result.flow is not None
+        and result.flow.payload_sha256 == content_sha256(batch_from_dict(batch("HANDED-4")))
+    )
+    assert seen == [False]
+
+
+def _unreadable(batch_id: str) -> dict[str, Any]:
+    """A batch document that is no readable batch (INVALID), with an amount whose text form differs (100.50)."""
+    document = batch(batch_id)
+    document["transactions"][0]["amount"] = "a lot"
+    document["transactions"][1]["amount"] = Decimal("100.50")
+    return document
+
+
+@pytest.mark.parametrize("first_handed", [True, False], ids=["stored from its text", "stored as a record (before)"])
+async def test_an_unreadable_record_submitted_again_is_the_same_batch(store: Store, first_handed: bool) -> None:
+    """An INVALID record's hash is of its text's content when handed over (the batch is read from its text); a
+    redelivery matches it, and matches one stored before, whose hash was of the record."""
+    first = Handed(Document(_unreadable("HANDED-5"))) if first_handed else _unreadable("HANDED-5")
+    stored = await accept_batch(store, first, now=NOW)
+    assert stored.created and stored.flow is not None and stored.status == FlowState.INVALID
+    text = store.run(lambda tx: tx.flows.payload("HANDED-5"), write=False)
+    record_form, text_form = (
+        document_content_sha256(_unreadable("HANDED-5")),
+        document_content_sha256(loads_exact(text)),
+    )
+    assert record_form != text_form  # 100.50 is "100.5" in the one, "100.50" in the other
+    assert stored.flow.payload_sha256 == (text_form if first_handed else record_form)
+    again = await accept_batch(store, Handed(Document(_unreadable("HANDED-5"))), now=NOW)
+    assert not again.created and again.same_document
+    other = _unreadable("HANDED-5")
+    other["transactions"][1]["amount"] = Decimal("100.60")
+    assert not (await accept_batch(store, Handed(Document(other)), now=NOW)).same_document
