@@ -29,15 +29,16 @@ PISP = "/open-banking/v3.1/pisp"
 
 @dataclass(frozen=True)
 class Reply:
-    """A successful HTTP exchange: status, headers, body and the interaction id we sent."""
+    """A successful HTTP exchange: status, headers, body and the interaction id we sent (a large body is the
+    bytearray it was read into, not copied into bytes)."""
 
     status: int
     headers: httpx.Headers
-    body: bytes
+    body: bytes | bytearray
     interaction_id: str
     sent_at: datetime
 
-    def json(self, operation: str, loader: Callable[[bytes], Any] = loads) -> Any:
+    def json(self, operation: str, loader: Callable[[bytes | bytearray], Any] = loads) -> Any:
         """The body as JSON (Decimal fractions); ProtocolError when it is not JSON."""
         try:
             return loader(self.body)
@@ -49,7 +50,7 @@ class Reply:
                 interaction_id=self.interaction_id,
             ) from None
 
-    def json_object(self, operation: str, loader: Callable[[bytes], Any] = loads) -> dict[str, Any]:
+    def json_object(self, operation: str, loader: Callable[[bytes | bytearray], Any] = loads) -> dict[str, Any]:
         """The body as a JSON object."""
         value = self.json(operation, loader)
         if not isinstance(value, dict):
@@ -62,7 +63,10 @@ class Reply:
         return value
 
 
-Body = bytes | Callable[[], Awaitable[bytes]] | None
+Parts = tuple[bytes, ...]
+"""A request body in parts, sent one after the other (with their total as Content-Length) and never joined."""
+
+Body = bytes | Callable[[], Awaitable[bytes | Parts]] | None
 
 
 class BankCalls(Protocol):
@@ -93,7 +97,7 @@ class BankCalls(Protocol):
         operation: str,
         reply: Reply,
         reader: Callable[[dict[str, Any]], T],
-        loader: Callable[[bytes], Any] = loads,
+        loader: Callable[[bytes | bytearray], Any] = loads,
     ) -> T:
         """The reply's JSON object read by `reader`; ProtocolError when it does not fit."""
         ...
@@ -129,7 +133,7 @@ def path_segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def bare_text(body: bytes) -> str:
+def bare_text(body: bytes | bytearray) -> str:
     """A text answer that some servers wrap as a JSON string: unwrapped and stripped."""
     text = body.decode("utf-8", errors="replace").strip()
     if text.startswith('"'):

@@ -18,7 +18,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -30,7 +30,7 @@ import structlog
 from processor.bank import errors
 from processor.bank.auth import ASSERTION_TYPE, ClientAssertions, LocalSigner, Signer
 from processor.bank.authorization import Authorization
-from processor.bank.calls import FORM, JSON, Body, Reply, bare_text
+from processor.bank.calls import FORM, JSON, Body, Parts, Reply, bare_text
 from processor.bank.file_payments import FilePayments
 from processor.bank.integration import Integration
 from processor.bank.metrics import BANK_CALL_ERRORS, BANK_CALL_SECONDS, status_class
@@ -182,7 +182,8 @@ class BankClient(FilePayments, VrpPayments, Authorization):
     ) -> Reply:
         """One logical call, retried per the policy; a 2xx Reply or a BankError.
 
-        `body` is fixed bytes (sent identically on every attempt) or an async builder called per attempt.
+        `body` is fixed bytes (sent identically on every attempt) or an async builder called per attempt, which
+        may give the body in parts (`Parts`: sent one after the other, never joined).
         """
         call = _Call(operation, method, url, urlsplit(url).path, headers, body, idempotency_key)
 
@@ -229,9 +230,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         sent_at = self.clock.now()
         started = self._monotonic()
         try:
-            response = await self._http.request(
-                call.method, call.url, headers=sent, content=content, extensions={OPERATION_EXTENSION: operation}
-            )
+            response, answer = await self._exchange(call, sent, content)
         except httpx.RequestError as exc:
             error = _transport_error(exc, operation, interaction_id)
             BANK_CALL_SECONDS.labels(operation, "transport").observe(self._monotonic() - started)
@@ -248,11 +247,6 @@ class BankClient(FilePayments, VrpPayments, Authorization):
                 idempotency_key=idempotency_key,
             )
             raise error from exc
-        # httpx binds the response to its stream and the stream back to the response: a cycle that only the cyclic
-        # garbage collector frees, with the request's body and the answer in it (a 40 MB file and the bank's echo
-        # of it, kept for seconds after the call). The body is read and the stream closed by now: unbinding it
-        # lets both go as soon as the call returns (measured: docs/benchmarks.md, "the big batch's memory").
-        response.stream = _READ
         elapsed = self._monotonic() - started
         elapsed_ms = round(elapsed * 1000, 1)
         BANK_CALL_SECONDS.labels(operation, status_class(response.status_code)).observe(elapsed)
@@ -267,12 +261,48 @@ class BankClient(FilePayments, VrpPayments, Authorization):
             elapsed_ms=elapsed_ms,
             idempotency_key=idempotency_key,
         )
-        return self._reply(operation, response, interaction_id, sent_at)
+        return self._reply(operation, response, answer, interaction_id, sent_at)
 
-    def _reply(self, operation: str, response: httpx.Response, interaction_id: str, sent_at: datetime) -> Reply:
+    async def _exchange(
+        self, call: _Call, sent: dict[str, str], content: bytes | Parts | None
+    ) -> tuple[httpx.Response, bytes | bytearray]:
+        """Send one attempt of `call` and read its answer's body (decoded as httpx decodes it).
+
+        The body is gathered in one buffer that grows as it arrives: httpx's `aread` keeps every chunk and then
+        joins them, so a 39 MB answer (the bank's echo of a 100,000-transfer file) took 78 MiB at once. A growing
+        bytearray costs no second copy (a large one is extended in place by the allocator) and is kept as it is
+        when large; a small answer is made bytes."""
+        streamed: AsyncIterator[bytes] | None = None
+        if isinstance(content, tuple):  # sent as they are: joined, a 40 MB file's body was one more copy of it
+            sent["Content-Length"] = str(sum(len(part) for part in content))
+            streamed = _each(content)
+        request = self._http.build_request(
+            call.method,
+            call.url,
+            headers=sent,
+            content=content if streamed is None else streamed,
+            extensions={OPERATION_EXTENSION: call.operation},
+        )
+        response = await self._http.send(request, stream=True)
+        try:
+            answer = bytearray()
+            async for chunk in response.aiter_bytes():
+                answer += chunk
+        finally:
+            await response.aclose()
+            # httpx binds the response to its stream and the stream back to the response: a cycle that only the
+            # cyclic garbage collector frees, with the request's body in it (a 40 MB file, kept for seconds after
+            # the call). Unbinding the stream lets it go as soon as the call returns (measured: docs/benchmarks.md,
+            # "the big batch's memory").
+            response.stream = _READ
+        return response, answer if len(answer) >= _KEEP_AS_READ else bytes(answer)
+
+    def _reply(
+        self, operation: str, response: httpx.Response, body: bytes | bytearray, interaction_id: str, sent_at: datetime
+    ) -> Reply:
         """The Reply of a 2xx answer; any other status raises (ProtocolError for 1xx/3xx, the bank's error)."""
         if 200 <= response.status_code < 300:
-            return Reply(response.status_code, response.headers, response.content, interaction_id, sent_at)
+            return Reply(response.status_code, response.headers, body, interaction_id, sent_at)
         if response.status_code < 400:
             raise errors.ProtocolError(
                 f"unexpected HTTP {response.status_code}",
@@ -283,7 +313,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         failure = errors.error_from_response(
             response.status_code,
             response.headers,
-            response.content,
+            bytes(body),
             operation=operation,
             interaction_id=interaction_id,
             now=self.clock.now(),
@@ -296,7 +326,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         operation: str,
         reply: Reply,
         reader: Callable[[dict[str, Any]], T],
-        loader: Callable[[bytes], Any] = loads,
+        loader: Callable[[bytes | bytearray], Any] = loads,
     ) -> T:
         body = reply.json_object(operation, loader)
         try:
@@ -452,6 +482,15 @@ class BankClient(FilePayments, VrpPayments, Authorization):
                 self.forget_client_credentials_token(cached)
         raise AssertionError("unreachable")  # pragma: no cover
 
+
+async def _each(parts: Parts) -> AsyncIterator[bytes]:
+    """A body's parts as an httpx request stream."""
+    for part in parts:
+        yield part
+
+
+_KEEP_AS_READ = 1 << 20
+"""An answer at least this large is kept in the buffer it was read into (see `BankClient._exchange`)."""
 
 _READ = httpx.ByteStream(b"")
 """The stream of a response whose body was read (see `BankClient._attempt`)."""

@@ -149,19 +149,16 @@ class FilePayments(BankCalls):
         )
 
 
-def _loader(echo_file: bool) -> Callable[[bytes], Any]:
+def _loader(echo_file: bool) -> Callable[[bytes | bytearray], Any]:
     """How to parse a file consent or payment answer: whole, or without the echoed file's transfers."""
     return loads if echo_file else loads_echo
 
 
 def _initiation_body(members: dict[str, str], initiation: Initiation) -> Body:
-    """`{"Data": {**members, "Initiation": initiation}}`, checked now and built into bytes per attempt. An
-    Initiation given as data is checked and serialised by `dumps`; as JSON bytes or parts, checked to start one
-    JSON object, then embedded as it is.
-
-    Built per attempt, not once: the client drops an attempt's bytes when the exchange ends, so a large file's
-    body (about 40 MB for 100,000 transfers) is gone before the bank's answer, which echoes that file, is parsed;
-    every attempt joins the same parts into the same bytes."""
+    """`{"Data": {**members, "Initiation": initiation}}`, checked now and given to each attempt in parts (the client
+    sends them one after the other). An Initiation given as data is checked and serialised by `dumps`; as JSON
+    bytes or parts, checked to start one JSON object, then embedded as it is: a large file (about 40 MB for
+    100,000 transfers) is sent from the bytes the caller holds, never copied into one body."""
     parts = (initiation,) if isinstance(initiation, bytes) else initiation
     if isinstance(parts, tuple):
         if not parts or not parts[0].lstrip().startswith(b"{"):
@@ -173,7 +170,7 @@ def _initiation_body(members: dict[str, str], initiation: Initiation) -> Body:
     else:
         pieces = (orjson.dumps({"Data": {**members, "Initiation": orjson.Fragment(dumps(parts))}}),)
 
-    async def build() -> bytes:
-        return b"".join(pieces)
+    async def build() -> tuple[bytes, ...]:
+        return pieces
 
     return build

@@ -16,8 +16,8 @@ What it keeps of httpx's transport:
   to its end, is not reused; aiohttp's silent resend of an idempotent request on a reused connection that broke is
   switched off, so one request is one send and the bank client's retry policy alone decides about another;
 - timeouts per request from httpx's `timeout` extension: connect (TCP and TLS), read (each read, from the end of
-  the body on), write (the whole body, as httpcore writes a bytes body in one operation) and pool. aiohttp bounds
-  the wait for a free connection and the connect together: that deadline is pool + connect.
+  the body on), write (the whole body, bytes or streamed, as httpcore writes a bytes body in one operation) and
+  pool. aiohttp bounds the wait for a free connection and the connect together: that deadline is pool + connect.
 
 Errors are httpx's, chosen by whether the request may have reached the bank (processor.bank.client reads them;
 docs/bank-client.md "Transport errors"). Not sent: `ConnectTimeout` (aiohttp's `ConnectionTimeoutError`: the wait
@@ -36,8 +36,7 @@ import select
 import socket
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator
 
 import aiohttp
 import httpx
@@ -80,21 +79,25 @@ def mapped_error(exc: BaseException, request: httpx.Request) -> httpx.TransportE
 
 
 class _RequestBody(payload.Payload):
-    """The request's bytes as aiohttp writes them: not copied (aiohttp's `BytesPayload` slices them to the
-    Content-Length, and joins headers and body into one buffer before Python 3.12.9), and within the write timeout:
-    the deadline `scope` is armed for the write and lifted after it (None once the request has its answer)."""
+    """The request's body as aiohttp writes it: bytes not copied (aiohttp's `BytesPayload` slices them to the
+    Content-Length, and joins headers and body into one buffer before Python 3.12.9), a stream's chunks as they
+    come; large ones a slice at a time (`_WRITE_SLICE`). Written within the write timeout: the deadline `scope` is
+    armed for the write and lifted after it (None once the request has its answer)."""
 
     _autoclose = True  # nothing to close
 
-    def __init__(self, value: bytes, scope: asyncio.Timeout | None, seconds: float | None) -> None:
+    def __init__(self, value: bytes | AsyncIterable[bytes], scope: asyncio.Timeout | None, seconds: float | None):
         super().__init__(value, content_type=None)  # its Content-Type is not sent (`_NOT_ADDED`)
-        self._size = len(value)
+        # A stream's size is its Content-Length header when httpx was given one, else it is sent chunked.
+        self._size = len(value) if isinstance(value, bytes) else None
         self.scope = scope
         self._seconds = seconds
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        """The body as text (aiohttp's interface)."""
-        return bytes(self._value).decode(encoding, errors)
+        """The body as text (aiohttp's interface; a stream cannot be read twice)."""
+        if not isinstance(self._value, bytes):
+            raise TypeError("a streamed request body cannot be decoded")
+        return self._value.decode(encoding, errors)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
         """Write the whole body."""
@@ -102,17 +105,28 @@ class _RequestBody(payload.Payload):
 
     async def write_with_length(self, writer: AbstractStreamWriter, content_length: int | None) -> None:
         """Write the body (at most `content_length` bytes) before the deadline."""
-        view = memoryview(self._value)
-        if content_length is not None:
-            view = view[:content_length]
         if self.scope is not None and self._seconds is not None:
             self.scope.reschedule(asyncio.get_running_loop().time() + self._seconds)
-        if len(view) > _COALESCE_BELOW and isinstance(writer, StreamWriter):
-            writer.send_headers()  # a big body is not joined to the headers (a copy of it)
-        for start in range(0, max(len(view), 1), _WRITE_SLICE):
-            await writer.write(view[start : start + _WRITE_SLICE])  # waits for the socket past 64 KiB written
+        left = content_length
+        async for chunk in self._chunks():
+            view = memoryview(chunk) if left is None else memoryview(chunk)[:left]
+            if len(view) > _COALESCE_BELOW and isinstance(writer, StreamWriter):
+                writer.send_headers()  # a big body is not joined to the headers (a copy of it)
+            for start in range(0, len(view), _WRITE_SLICE):
+                await writer.write(view[start : start + _WRITE_SLICE])  # waits for the socket past 64 KiB written
+            if left is not None:
+                left -= len(view)
+                if not left:
+                    break
         if self.scope is not None:
             self.scope.reschedule(None)
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        if isinstance(self._value, bytes):
+            yield self._value
+        else:
+            async for chunk in self._value:
+                yield chunk
 
 
 def socket_readable(sock: socket.socket | None) -> bool:
@@ -215,19 +229,17 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session = session
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         headers = CIMultiDict((name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw)
-        body: Any
+        value: bytes | AsyncIterable[bytes] | None
         try:
-            content = request.content
-        except httpx.RequestNotRead:  # a streamed body: aiohttp writes it chunked and says so itself
-            body = request.stream
-            headers.popall("Transfer-Encoding", None)
-        else:
-            body = content or None
+            value = request.content or None
+        except httpx.RequestNotRead:  # a streamed body: sent chunked unless httpx was given its Content-Length
+            assert isinstance(request.stream, AsyncIterable)  # an async client's request
+            value = request.stream
+            headers.popall("Transfer-Encoding", None)  # aiohttp writes it chunked and says so itself
         write = timeouts.get("write")
         try:
             async with asyncio.timeout(None) as scope:
-                if isinstance(body, bytes):
-                    body = _RequestBody(body, scope, write)
+                body = None if value is None else _RequestBody(value, scope, write)
                 try:
                     response = await session.request(
                         request.method,
@@ -238,7 +250,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                         timeout=self._timeout(timeouts),
                     )
                 finally:
-                    if isinstance(body, _RequestBody):
+                    if body is not None:
                         body.scope = None
         except aiohttp.ClientError as exc:
             raise mapped_error(exc, request) from exc

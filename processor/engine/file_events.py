@@ -107,13 +107,16 @@ def transaction_results(
     transfer's employee reference and amount), or None when the bank's report is not in a format we can read."""
     if not report.lines:
         return None
+    # The results hold new ints and strs, none of the report's: the report's are parsed among its other objects,
+    # and one kept object keeps its whole pymalloc arena. Sharing the lines' indexes kept about 30 MiB of a
+    # 100,000-line report in memory after the report was dropped, through the completion's transaction.
     results: list[dict[str, Any]] = []
     for line in sorted(report.lines, key=lambda item: item.index):
         transfer = transfers[line.index] if 0 <= line.index < len(transfers) else None
-        reason = " ".join(part for part in (line.reason_code, line.reason) if part) or None
+        reason = " ".join(["", *(part for part in (line.reason_code, line.reason) if part)])[1:] or None
         results.append(
             {
-                "index": line.index,
+                "index": line.index + 0,  # a new int (CPython shares only those up to 256)
                 "employee_reference": transfer[0] if transfer else None,
                 "amount": transfer[1] if transfer else line.amount,
                 "status": _LINE_STATUS.get(line.status.lower(), "PENDING"),

@@ -140,11 +140,11 @@ class FileFlow(LeasedFlow[Flow]):
         consent_id = flow.consent_id
         if consent_id is None:
             return await self._fail(flow, owner, "consent id missing for the upload")
-        prepared = await self.payloads.prepared(flow)
-        if prepared is None:
+        upload = await self.payloads.upload(flow, consent_id)
+        if upload is None:
             return await self._fail(flow, owner, "the stored batch can no longer be turned into a file payload")
-        body, currency = prepared.payload.upload_json(consent_id), prepared.currency
-        del prepared
+        body, currency = upload
+        del upload
         guard = Guarded(self, flow.batch_id, Operation.UPLOAD)
         effect = await guard.begin(body, keep=False)
         if effect.done:

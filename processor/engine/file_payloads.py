@@ -9,7 +9,8 @@ from functools import cached_property
 import structlog
 
 from processor.domain.batch import PayrollBatch, batch_from_json
-from processor.domain.payload import FilePayload, prepare_file_payload
+from processor.domain.payload import FilePayload, prepare_file_payload, upload_file_json
+from processor.domain.validation import validated
 from processor.engine.file_events import origin_currency
 from processor.store import Flow, Store
 
@@ -49,14 +50,15 @@ class FilePayloads:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        text = await self.store.arun(lambda tx: tx.flows.payload(flow.batch_id), write=False)
-        if text is None:
+        batch = await self.batch(flow)
+        if batch is None:
             return None
         try:
-            payload = prepare_file_payload(batch_from_json(text))
+            payload = prepare_file_payload(batch)
         except ValueError:
             log.exception("stored batch no longer builds a payload", batch_id=flow.batch_id)
             return None
+        del batch  # the payload holds what it needs of it
         prepared = Prepared(payload)
         size = prepared.transactions
         if size <= self._cache_transactions:
@@ -66,6 +68,25 @@ class FilePayloads:
                 _, dropped = self._cache.popitem(last=False)
                 self._cached_transactions -= dropped.transactions
         return prepared
+
+    async def upload(self, flow: Flow, consent_id: str) -> tuple[bytes, str] | None:
+        """A2's body (the file with every reference set to the consent id) and the batch's currency. From the
+        cached payload when there is one; else rendered straight from the stored batch, which a batch too large
+        to cache always is: its canonical file (39 MiB for 100,000 transfers) is then never built beside the
+        upload's bytes, nor the validated batch kept while they are made."""
+        cached = self._cache.get((flow.batch_id, flow.payload_sha256))
+        if cached is not None:
+            return cached.payload.upload_json(consent_id), cached.currency
+        batch = await self.batch(flow)
+        if batch is None:
+            return None
+        currency = batch.origin.currency
+        try:
+            body = upload_file_json(validated(batch), consent_id)
+        except ValueError:
+            log.exception("stored batch no longer builds a payload", batch_id=flow.batch_id)
+            return None
+        return body, currency
 
     async def batch(self, flow: Flow) -> PayrollBatch | None:
         """The flow's batch for the per-transaction results (from the cache, or parsed from the store without
@@ -77,7 +98,7 @@ class FilePayloads:
         if text is None:
             return None
         try:
-            return batch_from_json(text)
+            return batch_from_json(text)  # the text (23 MiB for 100,000 transfers) is let go of on return
         except ValueError:
             log.exception("stored batch can no longer be read", batch_id=flow.batch_id)
             return None

@@ -201,6 +201,7 @@ class FlowRepo(WorkRepo[Flow]):
         text = payload if payload_checked and isinstance(payload, str) else json_text(payload)
         digest = content_sha256 or sha256_hex(text)
         now = utc_ms(now)
+        in_pieces = self.tx.sent_in_pieces(text)  # inserted empty, then set (a large batch, see `Tx.set_text`)
         row = self.tx.fetchone(
             "INSERT INTO flows (batch_id, integration, state, payload, payload_sha256, file_reference, file_hash,"  # noqa: S608
             " number_of_transactions, control_sum, approval_token, authorization_deadline, next_action_at,"
@@ -211,7 +212,7 @@ class FlowRepo(WorkRepo[Flow]):
                 batch_id,
                 integration,
                 str(state),
-                text,
+                "" if in_pieces else text,
                 digest,
                 file_reference,
                 file_hash,
@@ -230,6 +231,8 @@ class FlowRepo(WorkRepo[Flow]):
             ),
         )
         if row is not None:
+            if in_pieces:
+                self.tx.set_text("flows", "payload", "batch_id", batch_id, text)
             MoneyBook(self.tx).book(batch_id, text=text)
             return Created(self._decode(row), True)
         existing = self.require(batch_id)

@@ -185,22 +185,26 @@ class Outbox:
         now = utc_ms(now)
         seq = self._next_seq(topic, key, now, status, rank)
         text = dump_json(payload)
+        event_id = event_id or str(uuid.uuid4())
+        in_pieces = self.tx.sent_in_pieces(text)  # inserted empty, then set (a large event, see `Tx.set_text`)
         row = self.tx.fetchone(
             "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers, created_at)"  # noqa: S608
             f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {_EVENT_COLUMNS}",
             (
-                event_id or str(uuid.uuid4()),
+                event_id,
                 topic,
                 key,
                 seq,
                 status,
                 rank,
-                text,
+                "" if in_pieces else text,
                 None if headers is None else dump_json(dict(headers)),
                 now,
             ),
         )
         assert row is not None
+        if in_pieces:
+            self.tx.set_text("outbox", "payload", "event_id", event_id, text)
         return _event(row, text)  # the payload is not read back from the database
 
     def append_many(self, topic: str, key: str, events: Iterable[NewEvent], *, now: datetime, chunk: int = 1000) -> int:

@@ -214,10 +214,17 @@ class WorkRepo(Generic[T]):
             raise ValueError(f"{self.table}: columns {sorted(unknown)} cannot be updated")
         sets = ["version = version + 1", "updated_at = ?"]
         params: list[object] = [utc_ms(now)]
+        # A large write-only value (a 100,000-line report) is set after the compare-and-set, in pieces (`Tx.set_text`);
+        # the row returned does not hold it.
+        large: dict[str, str] = {}
         for name, value in changes.items():
-            sets.append(f"{name} = ?")
             kind = self.columns[name] if name in self.columns else self.write_only[name]
-            params.append(encode(kind, value))
+            encoded = encode(kind, value)
+            if name in self.write_only and isinstance(encoded, str) and self.tx.sent_in_pieces(encoded):
+                large[name] = encoded
+                continue
+            sets.append(f"{name} = ?")
+            params.append(encoded)
         if release_lease:
             sets.append("lease_owner = NULL")
             sets.append("lease_expires_at = NULL")
@@ -232,4 +239,6 @@ class WorkRepo(Generic[T]):
         )
         if row is None:
             raise VersionConflictError(self.table, key, expected_version, owner)
+        for name, text in large.items():
+            self.tx.set_text(self.table, name, self.key_column, key, text)
         return self._decode(row)

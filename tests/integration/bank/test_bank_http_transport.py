@@ -17,12 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from bank_support import make_integration
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from processor.bank.client import _transport_error
+from processor.bank.client import BankClient, _transport_error
 from processor.bank.transport import AiohttpTransport, bank_transport
 
 LIMITS = httpx.Limits(max_connections=4, max_keepalive_connections=4)
@@ -208,6 +209,67 @@ async def test_a_big_request_body_is_not_copied_into_the_event_loops_buffer(clie
         finally:
             tracemalloc.stop()
     assert peak < 6_000_000, peak
+
+
+async def test_a_body_in_parts_is_sent_as_they_are_with_its_length(client: httpx.AsyncClient) -> None:
+    """The bank client sends A1/A3 in parts with their total as Content-Length: not chunked, the parts' bytes one
+    after the other, and never joined (the file part alone is 24 MB here)."""
+    file = b"x" * 24_000_000
+    parts = (b'{"Data": {"Initiation": ', file, b"}}")
+
+    async def each() -> AsyncIterator[bytes]:
+        for part in parts:
+            yield part
+
+    async def slow_reader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        await server.read_request(reader, body=False)
+        head, tail, left = b"", b"", sum(map(len, parts))
+        while left:
+            chunk = await reader.read(min(left, 65_536))
+            head, tail, left = (head + chunk)[:30], (tail + chunk)[-3:], left - len(chunk)
+            await asyncio.sleep(0)
+        server.bodies.append(head + tail)
+        writer.write(OK)
+
+    length = str(sum(map(len, parts)))
+    async with Server(slow_reader) as server:
+        tracemalloc.start()
+        try:
+            response = await client.post(server.url, content=each(), headers={"Content-Length": length})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert response.text == "ok"
+    assert b"\r\nContent-Length: 24000026\r\n" in server.heads[0] and b"chunked" not in server.heads[0]
+    assert server.bodies == [b'{"Data": {"Initiation": xxxxxx' + b"x}}"]
+    assert peak < 6_000_000, peak  # neither joined nor copied into the event loop's buffer
+
+
+async def test_the_bank_client_reads_a_big_answer_into_one_buffer() -> None:
+    """httpx's `aread` keeps each chunk of an answer and then joins them: twice its size at once. The bank client
+    reads a 24 MB answer (the bank's echo of a 100,000-transfer file is 39 MB) into one growing buffer."""
+    body = b"y" * 24_000_000
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        while await server.read_request(reader):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body))
+            for start in range(0, len(body), 1 << 20):
+                writer.write(body[start : start + (1 << 20)])
+                await writer.drain()
+
+    async with Server(echo) as server:
+        bank = BankClient(make_integration(server.url.rstrip("/")))
+        try:
+            tracemalloc.start()
+            try:
+                reply = await bank.request("A4 get file-payment", "GET", server.url, headers={})
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+        finally:
+            await bank.aclose()
+    assert reply.status == 200 and reply.body == body
+    assert peak < len(body) * 1.4, peak  # aread: over twice the body
 
 
 async def test_a_big_response_body_arrives_whole_and_streams(client: httpx.AsyncClient) -> None:

@@ -9,6 +9,7 @@ from engine_support import Rig, batch, engine_rig
 
 from processor.domain.file_states import FlowState
 from processor.engine.file_events import results_of
+from processor.engine.file_payloads import FilePayloads
 from processor.store import Store
 
 
@@ -146,3 +147,20 @@ async def _awaiting(rig: Rig) -> str:
     await rig.submit(document)
     await rig.to_state(document["batch_id"], FlowState.AWAITING_AUTHORIZATION)
     return str(document["batch_id"])
+
+
+async def test_a_batch_whose_payload_is_not_cached_pays_as_one_that_is(store: Store) -> None:
+    """A batch too large for the payload cache (here: a cache of none) has each step build what it needs from the
+    stored batch: A2 renders the upload without the canonical file. The sandbox checks the uploaded file against
+    the consent's hash and the payment against the consent, so the flow completes only if every body is right."""
+    async with engine_rig(store) as rig:
+        rig.engine.file_flow.payloads = FilePayloads(store, cache_transactions=0)
+        document = batch(transfers=[("200100300", "1500.50"), ("200100301", "10.25")])
+        document["transactions"][1]["concept"] = 'Nómina "extra" \\ noviembre'
+        batch_id = document["batch_id"]
+        await rig.submit(document)
+        await rig.to_state(batch_id, FlowState.AWAITING_AUTHORIZATION)
+        await rig.approve(rig.approval_url(batch_id))
+        flow = await rig.to_state(batch_id, FlowState.COMPLETED, FlowState.FAILED)
+        assert flow.state == FlowState.COMPLETED, flow.last_error
+        assert rig.count("file_payment") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from datetime import timedelta
 from decimal import Decimal
 
@@ -10,6 +11,8 @@ from store_fixtures import T0, StoreTarget, at
 
 from processor.domain.file_states import FlowState
 from processor.store import ConstraintError, StatusConflictError, StatusEvent, Store, VersionConflictError
+from processor.store.db import LARGE_VALUE
+from processor.store.values import dump_json
 from schemas.topics import STATUS_TOPIC
 
 PAYLOAD = '{"batch_id":"b-1","transactions":[{"amount":"100.10"},{"amount":"0.05"}]}'
@@ -204,3 +207,50 @@ def test_postgres_schemas_isolate_test_runs(postgres_target: StoreTarget, store_
     finally:
         with psycopg.connect(store_postgres_dsn, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {other.schema} CASCADE")
+
+
+def test_a_large_batch_text_is_stored_verbatim_without_being_one_parameter(store: Store) -> None:
+    """On PostgreSQL a text over LARGE_VALUE goes in pieces through COPY (`Tx.set_text`): psycopg's encoding of it
+    as one parameter and libpq's buffer took twice its size at once. On both stores it reads back as it was,
+    including what COPY's text format would have to escape, and a duplicate keeps the first."""
+    rows = ",".join(f'{{"amount":"{i}.05","concept":"Nómina\\\\n\\t\\"{i}\\""}}' for i in range(90_000))
+    text = '{"batch_id":"b-big","transactions":[' + rows + "]}"
+    other = text.replace("Nómina", "Salary")
+    assert len(text) > LARGE_VALUE
+    tracemalloc.start()
+    try:
+        with store.transaction() as tx:
+            # The intake gives the content's hash (the text's own would encode it whole to hash it).
+            created = tx.flows.create("b-big", "bank-a", text, now=T0, payload_checked=True, content_sha256="c1")
+            again = tx.flows.create("b-big", "bank-a", other, now=T0, payload_checked=True, content_sha256="c2")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert created.created and not again.created and not again.same_document
+    with store.transaction(write=False) as tx:
+        assert tx.flows.payload("b-big") == text
+    if store.dialect == "postgresql":
+        assert peak < len(text) / 2, (peak, len(text))  # as one parameter: over twice the text
+
+
+def test_a_large_report_and_its_event_are_stored_whole_with_the_compare_and_set(store: Store) -> None:
+    """The completion of 100,000 transfers writes a report and a COMPLETED event of many MiB each: on PostgreSQL
+    in pieces after the row is written (`Tx.set_text`), in the same transaction as the compare-and-set."""
+    results = [{"index": i, "status": "FAILED", "reason": f"AC04 línea\n\t\\{i}"} for i in range(110_000)]
+    event = StatusEvent("COMPLETED", {"batch_id": "b-1", "transaction_results": results}, STATUS_TOPIC)
+    assert len(dump_json({"transaction_results": results})) > LARGE_VALUE
+    with store.transaction() as tx:
+        flow = tx.flows.create("b-1", "bank-a", PAYLOAD, now=T0).row
+        updated = tx.flows.transition(
+            flow, FlowState.COMPLETED, now=at(1), report={"transaction_results": results}, event=event
+        )
+        assert len(tx.flows.payload("b-1") or "") == len(PAYLOAD)
+    assert updated.state == FlowState.COMPLETED and updated.version == flow.version + 1
+    with store.transaction(write=False) as tx:
+        assert tx.flows.report("b-1") == {"transaction_results": results}
+        (event,) = tx.outbox.events(STATUS_TOPIC, "b-1")
+        assert event.payload["transaction_results"] == results
+    with store.transaction() as tx, pytest.raises(VersionConflictError):  # the version still decides first
+        tx.flows.transition(flow, FlowState.FAILED, now=at(2), report={"transaction_results": results})
+    with store.transaction(write=False) as tx:
+        assert tx.flows.require("b-1").state == FlowState.COMPLETED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import pytest
@@ -48,6 +49,19 @@ async def test_arun_runs_a_transaction_off_the_event_loop(store: Store) -> None:
     assert created
     again = await store.arun(lambda tx: tx.flows.create("b-1", "bank", "{}", now=T0).created)
     assert not again
+
+
+async def test_arun_leaves_the_caller_the_only_reference_to_its_result(store: Store) -> None:
+    """A step reads a large value and goes on computing without awaiting (the stored text of a 100,000-transfer
+    batch, then its file): the value must go when the step drops it, not when the task next yields."""
+
+    class Value:
+        pass
+
+    result = await store.arun(lambda tx: Value(), write=False)
+    gone = weakref.ref(result)
+    del result
+    assert gone() is None
 
 
 def test_a_connection_that_carried_megabytes_is_not_kept_in_the_pool(postgres_target: StoreTarget) -> None:

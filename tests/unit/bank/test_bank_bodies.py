@@ -1,5 +1,5 @@
 """A1 and A3's request bodies are the same bytes whichever form `Data.Initiation` is given in: data, JSON bytes, or
-JSON bytes in parts (the file joined once, into the body)."""
+JSON bytes in parts (sent in parts: the file is never copied into the body)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,20 @@ INITIATION = {
 
 
 def _built(members: dict[str, str], initiation: Any) -> bytes:
-    """The body as one attempt sends it: built by the builder the call is given."""
+    """The body as one attempt sends it: the parts the builder the call is given, one after the other."""
     build = _initiation_body(members, initiation)
-    assert callable(build)  # built per attempt, so no attempt's bytes outlive its exchange
-    body = asyncio.run(build())
-    assert asyncio.run(build()) == body  # every attempt sends the same bytes
-    return body
+    assert callable(build)
+    parts = asyncio.run(build())
+    assert isinstance(parts, tuple) and asyncio.run(build()) == parts  # every attempt sends the same bytes
+    return b"".join(parts)
+
+
+def test_a_file_given_in_parts_is_sent_from_those_bytes() -> None:
+    file = b'{"SupplementaryData": {"data": {"transaction": []}}, "FileType": "x"}'
+    build = _initiation_body({}, (file,))
+    assert callable(build)
+    parts = asyncio.run(build())
+    assert isinstance(parts, tuple) and any(part is file for part in parts)  # the caller's bytes, not a copy
 
 
 @pytest.mark.parametrize("members", [{}, {"ConsentId": "PFC-1"}], ids=["A1", "A3"])

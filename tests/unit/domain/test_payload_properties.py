@@ -23,7 +23,7 @@ from text_strategies import SAFE_CHARACTERS
 
 from processor.domain.batch import OriginAccount, PayrollBatch, Transfer, batch_from_json
 from processor.domain.canonical import number_text
-from processor.domain.payload import prepare_file_payload
+from processor.domain.payload import prepare_file_payload, upload_file_json
 from processor.domain.validation import Reason, ValidationLimits, validate, validated
 
 ORIGIN = OriginAccount("0100123456", "MONETARY", "GTQ")
@@ -246,9 +246,12 @@ def test_canonical_payload_equals_rfc8785(rows: list[tuple[str, str, Decimal, st
     transfers = [
         Transfer(f"A{i}", kind, "GTQ", email, amount, concept) for i, (email, kind, amount, concept) in enumerate(rows)
     ]
-    payload = prepare_file_payload(make_batch(transfers))
+    batch = make_batch(transfers)
+    payload = prepare_file_payload(batch)
     assert payload.canonical == rfc8785.dumps(floats_for_oracle(payload.to_dict()))
-    assert payload.upload_json(consent_id) == rfc8785.dumps(floats_for_oracle(payload.to_dict(consent_id)))
+    upload = rfc8785.dumps(floats_for_oracle(payload.to_dict(consent_id)))
+    assert payload.upload_json(consent_id) == upload
+    assert upload_file_json(validated(batch), consent_id) == upload  # A2 of a batch whose payload is not at hand
 
 
 # --- column-at-once checks agree with plain per-row oracles --------------------------------------------------

@@ -60,3 +60,17 @@ def test_the_origin_currency_is_found_without_parsing_the_transfers() -> None:
     assert origin_currency(text) == "GTQ"
     assert origin_currency('{"origin_account": {"currency": 5}}') is None
     assert origin_currency("not json") is None
+
+
+def test_results_share_no_object_with_the_report() -> None:
+    """The results outlive the report (they go into the stored report and the COMPLETED event); any int or str
+    they shared with it would keep the pymalloc arena it was parsed in, and the report's memory with it."""
+    count = 400
+    report = _report(*((i, "Rejected" if i % 2 else "Settled", "AC04" if i % 2 else None) for i in range(count)))
+    results = transaction_results(report, [("E", Decimal(1))] * count)
+    assert results is not None and [r["index"] for r in results] == list(range(count))
+    kept = {id(value) for result in results for value in result.values()}
+    parsed = {id(value) for line in report.lines for value in (line.index, line.reason_code, line.reason)}
+    shared = {id(i) for i in range(257)} | {id(None)}  # CPython's own small ints and None
+    assert not (kept & parsed) - shared
+    assert results[1]["reason"] == "AC04 closed account"
