@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from sys import intern
 from typing import Any, Final
 
 import ijson
@@ -427,7 +428,9 @@ def _plain_line(item: Any) -> ReportLine | None:
         or not (reason is None or type(reason) is str)
     ):
         return None
-    return ReportLine(index, account, amount, currency, status, code, reason)
+    # A currency and a status repeat on every line: one shared str each instead of one per line (100,000 lines:
+    # about 10 MiB less while the results are made from them).
+    return ReportLine(index, account, amount, intern(currency), intern(status), code, reason)
 
 
 def _checked_line(item: Any, where: str) -> ReportLine:

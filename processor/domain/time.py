@@ -29,6 +29,8 @@ class SystemClock:
 
 def utc_ms(moment: datetime) -> datetime:
     """The instant in UTC, truncated to whole milliseconds; a naive datetime is refused."""
+    if moment.tzinfo is UTC and not moment.microsecond % 1000:
+        return moment  # already so (the usual case: a store parameter of our own clock's making, once truncated)
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("timestamps must be timezone-aware")
     moment = moment.astimezone(UTC)

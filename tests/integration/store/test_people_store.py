@@ -7,8 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from engine_support import batch
 from store_fixtures import T0
 
+from processor.domain.batch import batch_from_dict
+from processor.engine.accounts import remember_paid
 from processor.store import Store, StoreError
 
 
@@ -55,3 +58,20 @@ def test_failed_sign_ins_count_and_clear(store: Store) -> None:
     assert store.run(lambda tx: tx.sign_in_failures.get("operator:ana"), write=False).failures == 3
     store.run(lambda tx: tx.sign_in_failures.clear("operator:ana"))
     assert store.run(lambda tx: tx.sign_in_failures.get("operator:ana"), write=False).failures == 0
+
+
+def test_a_completed_batch_records_where_each_paid_employee_was_paid_a_chunk_at_a_time(store: Store) -> None:
+    """`remember_paid` writes 5,000 rows per statement: every paid transfer of a batch over that is recorded,
+    failed ones are not, and an employee paid twice in the batch keeps the later transfer (across chunks)."""
+    count = 5003
+    document = batch("B-BIG", [(f"{3000000 + i}", "1.00") for i in range(count)])
+    document["transactions"][5002]["employee_reference"] = document["transactions"][1]["employee_reference"]
+    paid_batch = batch_from_dict(document)
+    results = [{"index": i, "status": "FAILED" if i == 4 else "COMPLETED"} for i in range(count)]
+    written = store.run(lambda tx: remember_paid(tx, paid_batch, results, batch_id="B-BIG", now=T0))
+    assert written == count - 1
+    references = [t.employee_reference or "" for t in paid_batch.transactions]
+    last = store.run(lambda tx: tx.paid_accounts.last(paid_batch.origin.number, references), write=False)
+    assert len(last) == count - 2  # one failed, one employee twice
+    assert references[4] not in last
+    assert last[references[1]].account_last4 == "5002" and last[references[5001]].account_last4 == "5001"

@@ -69,6 +69,9 @@ def test_timestamps_are_utc_milliseconds_and_sort_as_text() -> None:
     assert to_datetime("2026-11-02T09:30:00.123Z") == utc_ms(moment)
     with pytest.raises(ValueError, match="timezone"):
         utc_ms(datetime(2026, 1, 1))
+    truncated = utc_ms(moment)
+    assert utc_ms(truncated) is truncated  # already UTC milliseconds: no new object per store parameter
+    assert utc_ms(truncated.replace(microsecond=123_400)) == truncated
 
 
 @given(st.lists(st.datetimes(timezones=st.just(UTC)), min_size=2, max_size=2))
