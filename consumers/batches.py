@@ -42,7 +42,7 @@ from processor.domain.roles import Controls
 from processor.domain.schedule import Calendar
 from processor.domain.time import Clock, SystemClock
 from processor.domain.validation import DEFAULT_LIMITS, ValidationLimits
-from processor.engine.intake import Guard, Handed, IntakeResult, accept_batch, prepare_batch
+from processor.engine.intake import DocumentReleasedError, Guard, Handed, IntakeResult, accept_batch, prepare_batch
 from processor.engine.tracing import continued, traceparent_of
 from processor.kafka.wire import WireCodec, WireSettings
 from processor.store import Flow, Store, StoreError
@@ -91,6 +91,15 @@ class MessageRef:
             REPLAY_OF_HEADER in headers,
             headers.get(ALLOW_DUPLICATE_HEADER) or None,
         )
+
+
+class StoredMeanwhileError(Exception):
+    """A batch taken in as new was stored by another instance meanwhile, and its verdict needs the document the
+    intake already let go of: the message is read again (it is then a known batch, whose document is kept)."""
+
+    def __init__(self, batch_id: str | None) -> None:
+        super().__init__(f"batch {batch_id} was stored by another instance meanwhile; reading it again")
+        self.batch_id = batch_id
 
 
 class BatchIntake(Protocol):
@@ -169,7 +178,14 @@ class EngineIntake:
             if result.held is not None:
                 return IntakeOutcome("held", batch_id, result.held, attempt)
             return IntakeOutcome("accepted", batch_id, "a new attempt" if result.restarted else None, attempt)
-        document = handed.document  # a known batch: the intake kept it
+        if result.status != FlowState.INVALID and result.same_document:
+            return IntakeOutcome("duplicate", batch_id, f"attempt {flow.attempt}: {flow.state}", attempt)
+        try:
+            document = handed.document  # a known batch: the intake kept it
+        except DocumentReleasedError:
+            # Taken in as a new batch, so its document was let go of, but another instance stored the same id
+            # meanwhile (two members of the group during a rebalance): read again, it is a known batch then.
+            raise StoredMeanwhileError(batch_id) from None
         if result.status == FlowState.INVALID:
             # Stored as INVALID before: dead-letter again (the first dead letter may have been lost in a crash).
             again = prepare_batch(
@@ -187,7 +203,7 @@ class EngineIntake:
                 f"changed nothing{_resubmit_advice(flow)}",
                 attempt,
             )
-        return IntakeOutcome("duplicate", batch_id, f"attempt {flow.attempt}: {flow.state}", attempt)
+        raise AssertionError("unreachable: a known batch is INVALID, another document or the same one")
 
     def _difference(self, flow: Flow, document: Mapping[str, Any]) -> str:
         stored = self.store.run(lambda tx: tx.flows.payload_document(flow.batch_id), write=False)
@@ -242,6 +258,8 @@ class BatchHandler:
         try:
             outcome = self.intake(handed, message=where)
         except StoreError as exc:
+            return Retry(str(exc))
+        except StoredMeanwhileError as exc:
             return Retry(str(exc))
         if outcome.verdict in ("invalid", "conflict"):
             return Reject(f"{outcome.verdict}: {outcome.reason}", outcome.batch_id)

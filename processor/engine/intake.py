@@ -64,6 +64,10 @@ from schemas.topics import STATUS_TOPIC
 REASON_LIMIT = 50  # bad rows named in an INVALID event's reason; the rest are counted
 
 
+class DocumentReleasedError(RuntimeError):
+    """The document of a `Handed` was asked for after the intake let go of it."""
+
+
 class Handed:
     """A batch document handed over to the intake, which lets go of a new batch's document once it is written as
     the text to store, and parses the batch from that text: a 100,000-transfer Avro record (about 90 MiB of dicts)
@@ -75,9 +79,9 @@ class Handed:
 
     @property
     def document(self) -> Mapping[str, Any]:
-        """The document; RuntimeError once dropped (the intake stored it as a new batch)."""
+        """The document; `DocumentReleasedError` once dropped (the intake stored it as a new batch)."""
         if self._document is None:
-            raise RuntimeError("the intake let go of this document once it was stored as a new batch")
+            raise DocumentReleasedError("the intake let go of this document once it was stored as a new batch")
         return self._document
 
     def drop(self) -> None:

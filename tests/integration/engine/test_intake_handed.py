@@ -6,6 +6,7 @@ On the real store (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import copy
+import json
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,14 +15,20 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from confluent_kafka import Message
 from engine_support import batch
+from kafka_layer_support import batch_record
 
+from consumers.batches import BatchHandler, EngineIntake
+from consumers.loop import Accept, Reject, Retry
 from processor.domain.batch import batch_from_dict, batch_from_json, loads_exact
 from processor.domain.file_states import FlowState
 from processor.domain.identity import content_sha256, document_content_sha256
 from processor.engine import intake
 from processor.engine.intake import Handed, accept_batch
+from processor.kafka.wire import WireCodec
 from processor.store import Store
+from schemas.topics import BATCHES_TOPIC
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -138,3 +145,48 @@ async def test_an_unreadable_record_submitted_again_is_the_same_batch(store: Sto
     other = _unreadable("HANDED-5")
     other["transactions"][1]["amount"] = Decimal("100.60")
     assert not (await accept_batch(store, Handed(Document(other)), now=NOW)).same_document
+
+
+class AnotherInstance:
+    """A store observer that, just before the first write transaction (the new batch's INSERT), stores the same
+    batch id as another member of the consumer group would during a rebalance (`content`: its content hash)."""
+
+    def __init__(self, store: Store, document: dict[str, Any], content: str) -> None:
+        self.store, self.content, self.done = store, content, False
+        self.batch_id, self.text = document["batch_id"], json.dumps(document, default=str)
+
+    @contextmanager
+    def transaction(self, *, write: bool, dialect: str) -> Iterator[object]:
+        if write and not self.done:
+            self.done = True
+            self.store.run(
+                lambda tx: tx.flows.create(self.batch_id, "sandbox", self.text, now=NOW, content_sha256=self.content)
+            )
+        yield None
+
+    @contextmanager
+    def event(self, *, topic: str, key: str, status: str | None) -> Iterator[dict[str, str]]:
+        yield {}
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same batch", "another document"])
+def test_a_batch_another_instance_stored_meanwhile_is_a_duplicate_or_read_again(store: Store, same: bool) -> None:
+    """The document was let go of as a new batch's; the INSERT then finds the row another instance wrote. The same
+    batch needs no document for its verdict (duplicate); another document's conflict does, so the consumer reads
+    the message again (Retry), and the second reading, a known batch, gives the conflict."""
+    document = batch_record("RACE-1")
+    content = content_sha256(batch_from_dict(copy.deepcopy(document))) if same else "another"
+    handler = BatchHandler(EngineIntake(store))
+    value = WireCodec(BATCHES_TOPIC).encode(document)
+    message = Message(topic=BATCHES_TOPIC, partition=0, offset=7, key=b"RACE-1", value=value)
+    store.observer = AnotherInstance(store, document, content)
+    try:
+        first = handler(message)
+    finally:
+        store.observer = None
+    if same:
+        assert isinstance(first, Accept) and first.outcome == "duplicate"
+        return
+    assert isinstance(first, Retry) and "stored by another instance meanwhile" in first.reason
+    again = handler(message)
+    assert isinstance(again, Reject) and again.reason.startswith("conflict: batch_id RACE-1 was already received")
