@@ -8,7 +8,7 @@ reading of 1b7883a ("before") and this checkout's ("after"), interleaved in this
   at once). After: `_handed_text` (a transfer at a time, each let go of once written); the record is built inside
   the measurement, so its release counts.
 - `report`: the report-file's lines. Before: the body parsed whole, then its lines read. After:
-  `FilePaymentReport.parse` (a large body read line by line).
+  `FilePaymentReport.parse` (each line object made a line as the parser reads it).
 - `store text` (with `--pg-url`): a batch's text into a PostgreSQL row. Before: one statement parameter. After:
   `Tx.set_text` (COPY in pieces). tracemalloc sees psycopg's copy of the text, not libpq's own buffer (memray saw
   32 MiB of it for 23 MB).

@@ -493,7 +493,7 @@ _KEEP_AS_READ = 1 << 20
 """An answer at least this large is kept in the buffer it was read into (see `BankClient._exchange`)."""
 
 _READ = httpx.ByteStream(b"")
-"""The stream of a response whose body was read (see `BankClient._attempt`)."""
+"""The stream of a response whose body was read (see `BankClient._exchange`)."""
 
 
 class _BodyBuildError(Exception):

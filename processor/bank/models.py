@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from sys import intern
 from typing import Any, Final
 
 import ijson
@@ -348,7 +347,8 @@ class FilePaymentReport:
     The spec does not show the report's format (Open Banking returns it in the bank's own format), so the body
     is kept as received; when it is JSON with `Data.Transactions` (the sandbox's documented format) the lines
     are read into `lines` (and `data` is None, `body` empty: for 100,000 lines neither the parsed tree nor the
-    14 MB body stays beside them), otherwise `lines` is empty and `data`/`body` hold what came.
+    14 MB body stays beside them), otherwise `lines` is empty and `data`/`body` hold what came (`data` with any
+    plainly well-formed line object read as a `ReportLine`).
     """
 
     file_payment_id: str
@@ -364,15 +364,10 @@ class FilePaymentReport:
         cls, file_payment_id: str, content_type: str, body: bytes | bytearray, interaction_id: str
     ) -> FilePaymentReport:
         """Read a report response of any content type."""
-        json_body = "json" in content_type.lower()
-        if json_body and len(body) >= ECHO_STREAM_BYTES:
-            streamed = _streamed_report(body)
-            if streamed is not None:
-                return cls(file_payment_id, content_type, streamed[0], streamed[1], None, b"", interaction_id)
         data: Any = None
-        if json_body:
+        if "json" in content_type.lower():
             try:
-                data = loads(body)
+                data = _report_loads(body)
             except (ValueError, UnicodeDecodeError, RecursionError):
                 raise ModelError("body", "declared JSON but does not parse") from None
         status: str | None = None
@@ -381,32 +376,27 @@ class FilePaymentReport:
         if report is not None:
             status = report.Status
             lines = tuple(
-                _plain_line(item) or _checked_line(item, f"Data.Transactions[{i}]")
+                item
+                if type(item) is ReportLine
+                else _plain_line(item) or _checked_line(item, f"Data.Transactions[{i}]")
                 for i, item in enumerate(report.Transactions)
             )
-        if lines:  # read into `lines`: neither the parsed tree (68 MiB for 100,000 lines) nor the body is kept
+        if lines:  # read into `lines`: neither the parsed tree nor the body (14 MB for 100,000 lines) is kept
             return cls(file_payment_id, content_type, status, lines, None, b"", interaction_id)
         return cls(file_payment_id, content_type, status, lines, data, body, interaction_id)
 
 
-def _streamed_report(body: bytes | bytearray) -> tuple[str | None, tuple[ReportLine, ...]] | None:
-    """A large JSON report's status and lines, each line built and read as the parser reaches it (ijson's C
-    parser, two passes): parsed whole, the 100,000-line report's objects took 68 MiB at once, streamed 0.5 MiB,
-    for about 0.2 s more CPU (benchmarks/bank_echo.py). None when the body is not plainly one `Data` object with
-    a string or null `Status` and a non-empty `Transactions` list: the whole parse then reads it and says why."""
-    try:
-        statuses = list(ijson.items(_Reader(body), "Data.Status", use_float=False))
-        if len(statuses) > 1 or not all(status is None or type(status) is str for status in statuses):
-            return None
-        items = ijson.items(_Reader(body), "Data.Transactions.item", use_float=False)
-        lines = tuple(
-            _plain_line(item) or _checked_line(item, f"Data.Transactions[{i}]") for i, item in enumerate(items)
-        )
-    except ijson.JSONError:
-        raise ModelError("body", "declared JSON but does not parse") from None
-    if not lines:
-        return None
-    return (statuses[0] if statuses else None), lines
+def _report_loads(raw: bytes | bytearray) -> Any:
+    """`loads` of a report, each plainly well-formed line object made a `ReportLine` as soon as it is read: parsed
+    into dicts first, the 100,000-line report's objects took 68 MiB beside its lines (benchmarks/big_memory.py).
+    The same parse as `loads`, the last of duplicate keys counting; a line-shaped object elsewhere is made a
+    `ReportLine` too, but only `Data.Transactions` is read for lines."""
+    return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant, object_pairs_hook=_line_or_object)
+
+
+def _line_or_object(pairs: list[tuple[str, Any]]) -> Any:
+    value = dict(pairs)
+    return _plain_line(value) or value
 
 
 def _plain_line(item: Any) -> ReportLine | None:
@@ -430,7 +420,22 @@ def _plain_line(item: Any) -> ReportLine | None:
         return None
     # A currency and a status repeat on every line: one shared str each instead of one per line (100,000 lines:
     # about 10 MiB less while the results are made from them).
-    return ReportLine(index, account, amount, intern(currency), intern(status), code, reason)
+    return ReportLine(index, account, amount, _shared(currency), _shared(status), code, reason)
+
+
+_SHARED: dict[str, str] = {}
+_SHARED_MAX: Final = 256  # distinct currencies and statuses kept: a bank that varies them costs no more than this
+
+
+def _shared(text: str) -> str:
+    """One str for each of the few values that repeat on every report line. Not `sys.intern`: interned strs are
+    never freed from Python 3.12 on, and these come from the bank."""
+    kept = _SHARED.get(text)
+    if kept is not None:
+        return kept
+    if len(_SHARED) < _SHARED_MAX:
+        _SHARED[text] = text
+    return text
 
 
 def _checked_line(item: Any, where: str) -> ReportLine:

@@ -86,7 +86,9 @@ class _RequestBody(payload.Payload):
 
     _autoclose = True  # nothing to close
 
-    def __init__(self, value: bytes | AsyncIterable[bytes], scope: asyncio.Timeout | None, seconds: float | None):
+    def __init__(
+        self, value: bytes | AsyncIterable[bytes], scope: asyncio.Timeout | None, seconds: float | None
+    ) -> None:
         super().__init__(value, content_type=None)  # its Content-Type is not sent (`_NOT_ADDED`)
         # A stream's size is its Content-Length header when httpx was given one, else it is sent chunked.
         self._size = len(value) if isinstance(value, bytes) else None

@@ -74,8 +74,10 @@ class FilePayloads:
         cached payload when there is one; else rendered straight from the stored batch, which a batch too large
         to cache always is: its canonical file (39 MiB for 100,000 transfers) is then never built beside the
         upload's bytes, nor the validated batch kept while they are made."""
-        cached = self._cache.get((flow.batch_id, flow.payload_sha256))
+        key = (flow.batch_id, flow.payload_sha256)
+        cached = self._cache.get(key)
         if cached is not None:
+            self._cache.move_to_end(key)
             return cached.payload.upload_json(consent_id), cached.currency
         batch = await self.batch(flow)
         if batch is None:

@@ -153,8 +153,8 @@ def _handed_text(document: Mapping[str, Any]) -> str:
     the record shrinks as the text grows. The same text, a transfer at a time; the record's list of transfers is
     emptied (the document is the intake's to drop)."""
     rows = document.get("transactions")
-    if not isinstance(rows, list):
-        return _as_text(document)
+    if not isinstance(document, dict) or not isinstance(rows, list) or not all(type(key) is str for key in document):
+        return _as_text(document)  # not a decoded record's shape: written whole, and nothing of it let go of
     pieces: list[str] = []  # joined once: each join or concatenation of the whole would be another copy of it
     for key, value in document.items():
         pieces += ("," if pieces else "{", _RECORD_TEXT.encode(key), ":")

@@ -245,25 +245,28 @@ class Tx:
         table, which the UPDATE reads; at most a piece of it is ever encoded."""
         if isinstance(self._conn, sqlite3.Connection) or not self.sent_in_pieces(text):
             return self.execute(f"UPDATE {table} SET {column} = ? WHERE {key_column} = ?", (text, key))  # noqa: S608
+        encoding = self._conn.info.encoding  # COPY reads text in the client's encoding (UTF-8 unless set otherwise)
+        size = len(text) if text.isascii() else sum(len(piece) for piece in _pieces(text, encoding))
         with _driver_errors():
+            # A temporary table (the role needs PostgreSQL's TEMP privilege, which PUBLIC has by default) emptied at
+            # the end of the transaction, named in pg_temp so no table of the schema can stand in for it.
             self._conn.execute(
                 "CREATE TEMPORARY TABLE IF NOT EXISTS pending_text (body TEXT NOT NULL) ON COMMIT DELETE ROWS"
             )
             with self._conn.cursor() as cursor:
-                with cursor.copy("COPY pending_text (body) FROM STDIN (FORMAT BINARY)") as copy:
-                    size = len(text) if text.isascii() else sum(len(piece) for piece in _utf8_pieces(text))
+                with cursor.copy("COPY pg_temp.pending_text (body) FROM STDIN (FORMAT BINARY)") as copy:
                     # The binary COPY format: signature, flags, header extension; one row of one field (its length,
                     # then its bytes); the trailer.
                     copy.write(_COPY_SIGNATURE + struct.pack("!iihi", 0, 0, 1, size))
-                    for piece in _utf8_pieces(text):
+                    for piece in _pieces(text, encoding):
                         copy.write(piece)
                     copy.write(struct.pack("!h", -1))
                 changed = cursor.execute(
-                    f"UPDATE {table} SET {column} = (SELECT body FROM pending_text)"  # noqa: S608
+                    f"UPDATE {table} SET {column} = (SELECT body FROM pg_temp.pending_text)"  # noqa: S608
                     f" WHERE {key_column} = %s",
                     (key,),
                 ).rowcount
-                cursor.execute("DELETE FROM pending_text")
+                cursor.execute("DELETE FROM pg_temp.pending_text")
         return changed
 
     def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
@@ -287,10 +290,10 @@ TEXT_PIECE = 1 << 18
 _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 
 
-def _utf8_pieces(text: str) -> Iterator[bytes]:
-    """`text` as UTF-8, `TEXT_PIECE` characters at a time (a piece never splits a character)."""
+def _pieces(text: str, encoding: str) -> Iterator[bytes]:
+    """`text` encoded, `TEXT_PIECE` characters at a time (a piece never splits a character)."""
     for start in range(0, len(text), TEXT_PIECE):
-        yield text[start : start + TEXT_PIECE].encode("utf-8")
+        yield text[start : start + TEXT_PIECE].encode(encoding)
 
 
 @contextmanager

@@ -142,6 +142,7 @@ class Lifecycle:
             "UPDATE auth_attempts SET flow_id = ? WHERE flow_kind = 'file' AND flow_id = ?", (old, flow.batch_id)
         )
         self._move_events(status_topic, flow.batch_id, old)
+        in_pieces = self.tx.sent_in_pieces(content.text)  # set after the row (a large batch, see `Tx.set_text`)
         row = self.tx.fetchone(
             "UPDATE flows SET integration = ?, state = ?, payload = ?, payload_sha256 = ?, file_reference = ?,"
             " file_hash = ?, number_of_transactions = ?, control_sum = ?, consent_id = NULL, file_payment_id = NULL,"
@@ -154,7 +155,7 @@ class Lifecycle:
             (
                 content.integration,
                 content.state,
-                content.text,
+                "" if in_pieces else content.text,
                 content.content_sha256,
                 content.file_reference,
                 content.file_hash,
@@ -174,6 +175,8 @@ class Lifecycle:
         )
         if row is None:
             raise StoreError(f"batch {flow.batch_id} changed while a new attempt was being stored; read it again")
+        if in_pieces:
+            self.tx.set_text("flows", "payload", "batch_id", flow.batch_id, content.text)
         MoneyBook(self.tx).book(flow.batch_id, text=content.text)
         return FlowRepo(self.tx).require(flow.batch_id)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from bank_support import make_integration
+from bank_support import Sleeps, make_integration
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -270,6 +270,34 @@ async def test_the_bank_client_reads_a_big_answer_into_one_buffer() -> None:
             await bank.aclose()
     assert reply.status == 200 and reply.body == body
     assert peak < len(body) * 1.4, peak  # aread: over twice the body
+
+
+async def test_the_bank_client_sends_a_body_in_parts_with_its_length_and_the_same_bytes_on_a_retry() -> None:
+    """A1/A3 give their body in parts (`calls.Parts`): sent with their total as Content-Length, not chunked, and
+    the same bytes again when a 503 makes the client send it once more."""
+    parts = (b'{"Data": {"Initiation": ', b'{"SupplementaryData": {"x": 1}}', b"}}")
+    answers = [b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n", OK]
+
+    async def flaky(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        while answers and await server.read_request(reader):
+            writer.write(answers.pop(0))
+            await writer.drain()
+
+    async def build() -> tuple[bytes, ...]:
+        return parts
+
+    async with Server(flaky) as server:
+        bank = BankClient(make_integration(server.url.rstrip("/")), sleep=Sleeps())
+        try:
+            reply = await bank.request(
+                "A1 create file-payment-consent", "POST", server.url, headers={}, body=build, idempotency_key="k-1"
+            )
+        finally:
+            await bank.aclose()
+    assert reply.status == 200 and len(server.heads) == 2
+    for head in server.heads:
+        assert b"\r\nContent-Length: %d\r\n" % sum(map(len, parts)) in head and b"chunked" not in head.lower()
+    assert server.bodies == [b"".join(parts)] * 2
 
 
 async def test_a_big_response_body_arrives_whole_and_streams(client: httpx.AsyncClient) -> None:

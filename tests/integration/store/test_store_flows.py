@@ -12,6 +12,7 @@ from store_fixtures import T0, StoreTarget, at
 from processor.domain.file_states import FlowState
 from processor.store import ConstraintError, StatusConflictError, StatusEvent, Store, VersionConflictError
 from processor.store.db import LARGE_VALUE
+from processor.store.lifecycle import NewContent
 from processor.store.values import dump_json
 from schemas.topics import STATUS_TOPIC
 
@@ -254,3 +255,17 @@ def test_a_large_report_and_its_event_are_stored_whole_with_the_compare_and_set(
         tx.flows.transition(flow, FlowState.FAILED, now=at(2), report={"transaction_results": results})
     with store.transaction(write=False) as tx:
         assert tx.flows.require("b-1").state == FlowState.COMPLETED
+
+
+def test_a_new_attempt_of_a_large_batch_stores_its_text_whole(store: Store) -> None:
+    """A new attempt of an ended batch id replaces the stored text: a large one in pieces on PostgreSQL too."""
+    text = '{"batch_id":"b-1","transactions":[' + ",".join(f'{{"concept":"Nómina {i}"}}' for i in range(200_000)) + "]}"
+    assert len(text) > LARGE_VALUE
+    with store.transaction() as tx:
+        flow = tx.flows.create("b-1", "bank-a", PAYLOAD, now=T0).row
+        ended = tx.flows.transition(flow, FlowState.FAILED, now=at(1), last_error="refused")
+        content = NewContent("bank-a", text, "c2", FlowState.RECEIVED, None, None, None, None, None, None, None)
+        renewed = tx.lifecycle.restart(ended, content, status_topic=STATUS_TOPIC, now=at(2))
+    assert renewed.attempt == flow.attempt + 1 and renewed.payload_sha256 == "c2"
+    with store.transaction(write=False) as tx:
+        assert tx.flows.payload("b-1") == text

@@ -86,3 +86,32 @@ def test_a_connection_that_carried_megabytes_is_not_kept_in_the_pool(postgres_ta
             tx.scalar("SELECT repeat('y', ?)", (LARGE_VALUE + 1,))  # a big result counts too
         with db.transaction() as tx:
             assert backend(tx) not in (first, second)
+
+
+@pytest.mark.parametrize("client_encoding", ["UTF8", "LATIN1"])
+def test_a_large_text_set_in_pieces_reads_back_in_any_client_encoding(
+    postgres_target: StoreTarget, client_encoding: str
+) -> None:
+    """`Tx.set_text` sends a text over LARGE_VALUE through COPY, which reads it in the client's encoding; what was
+    set reads back whole and exact, and a failure after it takes the text back with the row."""
+    text = 'línea \\n\t"é" ' * (LARGE_VALUE // 10)
+    with postgres_target.connect(pool_size=1) as db:
+        with db.transaction() as tx:
+            tx.execute(f"SET client_encoding TO '{client_encoding}'")
+            tx.execute("CREATE TABLE texts (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+            tx.execute("INSERT INTO texts VALUES ('a', ''), ('b', '')")
+            assert tx.sent_in_pieces(text)
+            assert tx.set_text("texts", "v", "k", "a", text) == 1
+            assert tx.set_text("texts", "v", "k", "b", text[::-1]) == 1  # twice in one transaction
+            assert tx.scalar("SELECT v FROM texts WHERE k = 'a'") == text
+            assert tx.scalar("SELECT v FROM texts WHERE k = 'b'") == text[::-1]
+
+        def fails_after_setting() -> None:
+            with db.transaction() as tx:
+                tx.set_text("texts", "v", "k", "a", "x" * (LARGE_VALUE + 1))
+                raise RuntimeError("after the text was set")
+
+        with pytest.raises(RuntimeError):
+            fails_after_setting()
+        with db.transaction() as tx:
+            assert tx.scalar("SELECT v FROM texts WHERE k = 'a'") == text

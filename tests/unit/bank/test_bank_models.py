@@ -265,10 +265,6 @@ def _report_body(lines: int, status: str = '"InitiationCompleted"', pad: int = 0
     return f'{{"Data": {{"Status": {status}, "Transactions": [{rows}]}}}}{" " * pad}'.encode()
 
 
-def _fields(report: FilePaymentReport) -> tuple[object, ...]:
-    return report.status, report.lines
-
-
 @pytest.mark.parametrize("kind", [bytes, bytearray])
 def test_a_large_report_is_read_line_by_line_with_the_same_result(kind: type[bytes]) -> None:
     body = _report_body(20_000)
@@ -303,6 +299,30 @@ def test_a_large_report_that_is_not_plain_is_refused_as_when_parsed_whole(body: 
             FilePaymentReport.parse("fp-1", "application/json", raw, "iid")
 
 
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # Duplicate keys: the last counts, as in any JSON reading of the body.
+        (b'{"Data": {"Transactions": [LINE0], "Transactions": [LINE1]}}', [1]),
+        (b'{"Data": {"Transactions": [LINE0]}, "Data": {"Transactions": [LINE1, LINE0]}}', [1, 0]),
+        # Shapes a path-based stream reader would take for lines: none are.
+        (b'{"Data.Transactions": [LINE0]}', []),
+        (b'{"Data": {"Status": "x"}, "Other": {"Transactions": [LINE0]}}', []),
+    ],
+    ids=["duplicate Transactions", "duplicate Data", "dotted member", "elsewhere"],
+)
+def test_a_report_is_read_as_its_json_says_whatever_its_size(body: bytes, expected: list[int]) -> None:
+    def line(index: int) -> bytes:
+        return b'{"Index": %d, "DestinationAccount": "2", "Amount": 1.25, "Currency": "Q", "Status": "A"}' % index
+
+    body = body.replace(b"LINE0", line(0)).replace(b"LINE1", line(1))
+    for raw in (body, body + b" " * ECHO_STREAM_BYTES):
+        report = FilePaymentReport.parse("fp-1", "application/json", raw, "iid")
+        assert [x.index for x in report.lines] == expected
+    with pytest.raises(ModelError, match=r"Data\.Transactions: must be a list"):
+        FilePaymentReport.parse("fp-1", "application/json", b'{"Data": {"Transactions": {"item": 1}}}', "iid")
+
+
 def test_a_large_report_without_lines_keeps_what_came() -> None:
     body = b'{"Data": {"Status": null, "Transactions": []}, "Other": [1]}' + b" " * ECHO_STREAM_BYTES
     report = FilePaymentReport.parse("fp-1", "application/json", body, "iid")
@@ -310,8 +330,8 @@ def test_a_large_report_without_lines_keeps_what_came() -> None:
 
 
 def test_a_large_report_never_exists_whole_as_objects() -> None:
-    """Parsed whole, the report's objects and its lines took 5.5 times its bytes at once; read line by line, about
-    three times (the lines themselves)."""
+    """Parsed into dicts, then lines, the report took 5.5 times its bytes at once; each line object made a line as
+    it is read, about 3.3 times (its text and the lines)."""
     body = _report_body(20_000)
     tracemalloc.start()
     try:

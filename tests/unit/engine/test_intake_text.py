@@ -7,6 +7,7 @@ import copy
 import tracemalloc
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -47,6 +48,16 @@ def test_a_handed_record_is_written_as_the_same_text(document: dict[str, Any]) -
     expected = _as_text(copy.deepcopy(document))
     assert _handed_text(document) == expected
     assert expected.isascii()
+
+
+def test_what_is_not_a_decoded_records_shape_is_written_whole_and_kept() -> None:
+    document: dict[Any, Any] = {5: "a number as a key", "transactions": [{"a": 1}]}
+    assert _handed_text(document) == _as_text(document) == '{"5":"a number as a key","transactions":[{"a":1}]}'
+    assert document["transactions"]  # nothing let go of
+    proxy = MappingProxyType({"transactions": [1]})
+    with pytest.raises(TypeError, match="mappingproxy"):  # refused as the whole record's writing refuses it
+        _handed_text(proxy)
+    assert proxy["transactions"] == [1]
 
 
 def test_a_handed_record_is_let_go_of_as_its_text_grows() -> None:
