@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from processor.bank.models import FilePaymentReport
+from processor.domain.batch import Transfer
 from processor.domain.file_states import BatchStatus, FlowState, move
 from processor.domain.outcomes import outcome_totals
 from processor.domain.time import iso_ms
@@ -100,11 +100,10 @@ def origin_currency(payload_text: str) -> str | None:
 _LINE_STATUS = {"settled": "COMPLETED", "rejected": "FAILED", "pending": "PENDING"}
 
 
-def transaction_results(
-    report: FilePaymentReport, transfers: Sequence[tuple[str | None, Decimal]]
-) -> list[dict[str, Any]] | None:
-    """The report's lines as the status event's `transaction_results` (batch order; `transfers` gives each
-    transfer's employee reference and amount), or None when the bank's report is not in a format we can read."""
+def transaction_results(report: FilePaymentReport, transfers: Sequence[Transfer]) -> list[dict[str, Any]] | None:
+    """The report's lines as the status event's `transaction_results` (batch order; `transfers`, the batch's, give
+    each transfer's employee reference and amount), or None when the bank's report is not in a format we can
+    read."""
     if not report.lines:
         return None
     # The results hold new ints and strs, none of the report's: the report's are parsed among its other objects,
@@ -117,8 +116,8 @@ def transaction_results(
         results.append(
             {
                 "index": line.index + 0,  # a new int (CPython shares only those up to 256)
-                "employee_reference": transfer[0] if transfer else None,
-                "amount": transfer[1] if transfer else line.amount,
+                "employee_reference": transfer.employee_reference if transfer else None,
+                "amount": transfer.amount if transfer else line.amount,
                 "status": _LINE_STATUS.get(line.status.lower(), "PENDING"),
                 "reason": reason,
             }

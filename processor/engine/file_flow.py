@@ -383,7 +383,7 @@ class FileFlow(LeasedFlow[Flow]):
         # The batch, read before the report: the results, the transfer events (end_flow) and, for a COMPLETED
         # batch, where its employees were paid (accounts.py) all read it; nothing parses the stored text again.
         batch = await self.payloads.batch(flow)
-        transfers = None if batch is None else [(t.employee_reference, t.amount) for t in batch.transactions]
+        transfers = None if batch is None else batch.transactions
         currency = batch.origin.currency if batch is not None else await self.payloads.currency(flow)
         paid_batch = batch if end == FlowState.COMPLETED else None
         try:

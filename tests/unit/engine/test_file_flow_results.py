@@ -8,7 +8,12 @@ from decimal import Decimal
 import orjson
 
 from processor.bank.models import FilePaymentReport
+from processor.domain.batch import Transfer
 from processor.engine.file_events import origin_currency, report_summary, transaction_results
+
+
+def _transfer(reference: str | None, amount: str) -> Transfer:
+    return Transfer("3001", "SAVINGS", "GTQ", "e@example.com", Decimal(amount), "Salary", reference)
 
 
 def _report(*lines: tuple[int, str, str | None]) -> FilePaymentReport:
@@ -33,7 +38,7 @@ def _report(*lines: tuple[int, str, str | None]) -> FilePaymentReport:
 
 
 def test_results_follow_the_batch_order_with_its_references_and_amounts() -> None:
-    transfers = [("E-1", Decimal("10.50")), (None, Decimal("7.25")), ("E-3", Decimal("1.00"))]
+    transfers = [_transfer("E-1", "10.50"), _transfer(None, "7.25"), _transfer("E-3", "1.00")]
     results = transaction_results(
         _report((2, "Settled", None), (0, "Settled", None), (1, "Rejected", "AC04")), transfers
     )
@@ -67,7 +72,7 @@ def test_results_share_no_object_with_the_report() -> None:
     they shared with it would keep the pymalloc arena it was parsed in, and the report's memory with it."""
     count = 400
     report = _report(*((i, "Rejected" if i % 2 else "Settled", "AC04" if i % 2 else None) for i in range(count)))
-    results = transaction_results(report, [("E", Decimal(1))] * count)
+    results = transaction_results(report, [_transfer("E", "1")] * count)
     assert results is not None and [r["index"] for r in results] == list(range(count))
     kept = {id(value) for result in results for value in result.values()}
     parsed = {id(value) for line in report.lines for value in (line.index, line.reason_code, line.reason)}
