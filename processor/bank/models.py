@@ -389,14 +389,22 @@ class FilePaymentReport:
 def _report_loads(raw: bytes | bytearray) -> Any:
     """`loads` of a report, each plainly well-formed line object made a `ReportLine` as soon as it is read: parsed
     into dicts first, the 100,000-line report's objects took 68 MiB beside its lines (benchmarks/big_memory.py).
-    The same parse as `loads`, the last of duplicate keys counting; a line-shaped object elsewhere is made a
-    `ReportLine` too, but only `Data.Transactions` is read for lines."""
+    The same parse as `loads`, the last of duplicate keys counting; an object with nothing but a line's members is
+    made a `ReportLine` wherever it is, but only `Data.Transactions` is read for lines (an object with other
+    members, such as `Data`, stays a dict, and a line with extra members is read from its dict as before)."""
     return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant, object_pairs_hook=_line_or_object)
+
+
+_LINE_MEMBERS: Final = frozenset(
+    {"Index", "DestinationAccount", "Amount", "Currency", "Status", "ReasonCode", "Reason"}
+)
 
 
 def _line_or_object(pairs: list[tuple[str, Any]]) -> Any:
     value = dict(pairs)
-    return _plain_line(value) or value
+    if value.keys() <= _LINE_MEMBERS:  # only a line's members: `Data` itself, say, stays an object
+        return _plain_line(value) or value
+    return value
 
 
 def _plain_line(item: Any) -> ReportLine | None:
@@ -428,8 +436,8 @@ _SHARED_MAX: Final = 256  # distinct currencies and statuses kept: a bank that v
 
 
 def _shared(text: str) -> str:
-    """One str for each of the few values that repeat on every report line. Not `sys.intern`: interned strs are
-    never freed from Python 3.12 on, and these come from the bank."""
+    """One str for each of the few values that repeat on every report line. Not `sys.intern`: Python 3.12 never
+    frees an interned str, and these come from the bank."""
     kept = _SHARED.get(text)
     if kept is not None:
         return kept

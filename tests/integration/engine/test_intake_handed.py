@@ -184,9 +184,17 @@ def test_a_batch_another_instance_stored_meanwhile_is_a_duplicate_or_read_again(
         first = handler(message)
     finally:
         store.observer = None
+
+    def verdict() -> str | None:
+        kept = store.run(lambda tx: tx.lifecycle.verdict(BATCHES_TOPIC, 0, 7), write=False)
+        return None if kept is None else kept.verdict
+
     if same:
         assert isinstance(first, Accept) and first.outcome == "duplicate"
+        assert verdict() == "duplicate"  # what `dispersion submit` reads
         return
     assert isinstance(first, Retry) and "stored by another instance meanwhile" in first.reason
+    assert verdict() is None  # none yet: the message is read again
     again = handler(message)
     assert isinstance(again, Reject) and again.reason.startswith("conflict: batch_id RACE-1 was already received")
+    assert verdict() == "conflict"

@@ -308,8 +308,14 @@ def test_a_large_report_that_is_not_plain_is_refused_as_when_parsed_whole(body: 
         # Shapes a path-based stream reader would take for lines: none are.
         (b'{"Data.Transactions": [LINE0]}', []),
         (b'{"Data": {"Status": "x"}, "Other": {"Transactions": [LINE0]}}', []),
+        # A `Data` with a line's members besides its own is still the report's `Data`.
+        (
+            b'{"Data": {"Index": 5, "DestinationAccount": "X", "Amount": 9.50, "Currency": "Q", "Status": "Done",'
+            b' "Transactions": [LINE1]}}',
+            [1],
+        ),
     ],
-    ids=["duplicate Transactions", "duplicate Data", "dotted member", "elsewhere"],
+    ids=["duplicate Transactions", "duplicate Data", "dotted member", "elsewhere", "line-shaped Data"],
 )
 def test_a_report_is_read_as_its_json_says_whatever_its_size(body: bytes, expected: list[int]) -> None:
     def line(index: int) -> bytes:
