@@ -368,6 +368,8 @@ class FilePaymentReport:
         if "json" in content_type.lower():
             try:
                 data = _report_loads(body)
+                if type(data) is ReportLine or (isinstance(data, dict) and type(data.get("Data")) is ReportLine):
+                    data = loads(body)  # the report or its `Data` has a line's members: read as plain objects
             except (ValueError, UnicodeDecodeError, RecursionError):
                 raise ModelError("body", "declared JSON but does not parse") from None
         status: str | None = None
@@ -389,22 +391,15 @@ class FilePaymentReport:
 def _report_loads(raw: bytes | bytearray) -> Any:
     """`loads` of a report, each plainly well-formed line object made a `ReportLine` as soon as it is read: parsed
     into dicts first, the 100,000-line report's objects took 68 MiB beside its lines (benchmarks/big_memory.py).
-    The same parse as `loads`, the last of duplicate keys counting; an object with nothing but a line's members is
-    made a `ReportLine` wherever it is, but only `Data.Transactions` is read for lines (an object with other
-    members, such as `Data`, stays a dict, and a line with extra members is read from its dict as before)."""
+    The same parse as `loads`, the last of duplicate keys counting; an object with a line's members is made a
+    `ReportLine` wherever it is, but only `Data.Transactions` is read for lines (a report or a `Data` so made is
+    parsed again as plain objects by `FilePaymentReport.parse`)."""
     return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant, object_pairs_hook=_line_or_object)
-
-
-_LINE_MEMBERS: Final = frozenset(
-    {"Index", "DestinationAccount", "Amount", "Currency", "Status", "ReasonCode", "Reason"}
-)
 
 
 def _line_or_object(pairs: list[tuple[str, Any]]) -> Any:
     value = dict(pairs)
-    if value.keys() <= _LINE_MEMBERS:  # only a line's members: `Data` itself, say, stays an object
-        return _plain_line(value) or value
-    return value
+    return _plain_line(value) or value
 
 
 def _plain_line(item: Any) -> ReportLine | None:

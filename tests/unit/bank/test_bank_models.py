@@ -258,7 +258,7 @@ def _report_body(lines: int, status: str = '"InitiationCompleted"', pad: int = 0
         status, code = ("Settled", "null") if i % 7 else ("Rejected", '"AC04"')
         return (
             f'{{"Index": {i}, "DestinationAccount": "{2000 + i}", "Amount": {i}.25, "Currency": "GTQ",'
-            f' "Status": "{status}", "ReasonCode": {code}}}'
+            f' "Status": "{status}", "ReasonCode": {code}, "Reference": "R-1"}}'  # the sandbox adds a Reference
         )
 
     rows = ", ".join(line(i) for i in range(lines))
@@ -308,23 +308,39 @@ def test_a_large_report_that_is_not_plain_is_refused_as_when_parsed_whole(body: 
         # Shapes a path-based stream reader would take for lines: none are.
         (b'{"Data.Transactions": [LINE0]}', []),
         (b'{"Data": {"Status": "x"}, "Other": {"Transactions": [LINE0]}}', []),
-        # A `Data` with a line's members besides its own is still the report's `Data`.
+        # A `Data`, or a report, with a line's members besides its own is still what it is.
         (
             b'{"Data": {"Index": 5, "DestinationAccount": "X", "Amount": 9.50, "Currency": "Q", "Status": "Done",'
             b' "Transactions": [LINE1]}}',
             [1],
         ),
+        (
+            b'{"Index": 5, "DestinationAccount": "X", "Amount": 9.50, "Currency": "Q", "Status": "Done",'
+            b' "Data": {"Status": "S", "Transactions": [LINE0, LINE1]}}',
+            [0, 1],
+        ),
+        (b'{"Data": {"Transactions": [LINE1, LINE0]}}', [1, 0]),  # LINE1 has a member besides a line's
     ],
-    ids=["duplicate Transactions", "duplicate Data", "dotted member", "elsewhere", "line-shaped Data"],
+    ids=[
+        "duplicate Transactions",
+        "duplicate Data",
+        "dotted member",
+        "elsewhere",
+        "line-shaped Data",
+        "line-shaped report",
+        "extra members",
+    ],
 )
 def test_a_report_is_read_as_its_json_says_whatever_its_size(body: bytes, expected: list[int]) -> None:
     def line(index: int) -> bytes:
         return b'{"Index": %d, "DestinationAccount": "2", "Amount": 1.25, "Currency": "Q", "Status": "A"}' % index
 
-    body = body.replace(b"LINE0", line(0)).replace(b"LINE1", line(1))
+    body = body.replace(b"LINE0", line(0)).replace(b"LINE1", line(1).replace(b"}", b', "Reference": "R"}'))
+    data = loads(body).get("Data")
     for raw in (body, body + b" " * ECHO_STREAM_BYTES):
         report = FilePaymentReport.parse("fp-1", "application/json", raw, "iid")
         assert [x.index for x in report.lines] == expected
+        assert report.status == (data.get("Status") if isinstance(data, dict) else None)
     with pytest.raises(ModelError, match=r"Data\.Transactions: must be a list"):
         FilePaymentReport.parse("fp-1", "application/json", b'{"Data": {"Transactions": {"item": 1}}}', "iid")
 
