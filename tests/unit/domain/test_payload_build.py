@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import tracemalloc
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -279,3 +280,23 @@ def test_large_batches_across_render_slices(count: int) -> None:
     rows = json.loads(payload.canonical)["data"]["transaction"]
     assert len(rows) == count and rows[-1]["destinationAccount"]["accountNumber"] == f"A{count - 1}"
     assert payload.control_sum == Decimal(count * (count + 1) // 2) / 100
+
+
+def test_the_file_is_rendered_into_one_buffer_not_joined_from_its_slices() -> None:
+    """`b"".join` of the slices kept them all beside the joined bytes (twice the file at once); the one growing
+    buffer hands its bytes over without a copy."""
+    transfers = tuple(
+        Transfer(f"{3000000000 + i}", "SAVINGS", "GTQ", f"e{i}@example.com", Decimal("10.25"), f"Nómina {i}")
+        for i in range(20_000)
+    )
+    batch = validated(sample_batch(transactions=transfers))
+    payload = build_file_payload(batch)  # its concepts, made before the measurement
+    parts = (batch, batch.batch.origin, payload.settings, payload.concept_texts, "")
+    tracemalloc.start()
+    try:
+        rendered = _render(*parts)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rendered == payload.canonical
+    assert peak < 1.5 * len(rendered), (peak, len(rendered))
