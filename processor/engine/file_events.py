@@ -112,6 +112,7 @@ def transaction_results(report: FilePaymentReport, transfers: Sequence[Transfer]
     results: list[dict[str, Any]] = []
     for line in sorted(report.lines, key=lambda item: item.index):
         transfer = transfers[line.index] if 0 <= line.index < len(transfers) else None
+        # Joined after an empty part and sliced: a join of one part would give back that part, the report's str.
         reason = " ".join(["", *(part for part in (line.reason_code, line.reason) if part)])[1:] or None
         results.append(
             {

@@ -383,14 +383,13 @@ class FileFlow(LeasedFlow[Flow]):
         # The batch, read before the report: the results, the transfer events (end_flow) and, for a COMPLETED
         # batch, where its employees were paid (accounts.py) all read it; nothing parses the stored text again.
         batch = await self.payloads.batch(flow)
-        transfers = None if batch is None else batch.transactions
         currency = batch.origin.currency if batch is not None else await self.payloads.currency(flow)
         paid_batch = batch if end == FlowState.COMPLETED else None
         try:
             report = await bank.get_file_payment_report(file_payment_id)
         except BankError as exc:
             return await self.retry_later(flow, owner, exc)
-        results = transaction_results(report, transfers) if transfers is not None else None
+        results = transaction_results(report, batch.transactions) if batch is not None else None
         stored_report = {
             "file_payment_id": file_payment_id,
             "bank_status": bank_status,
@@ -399,7 +398,7 @@ class FileFlow(LeasedFlow[Flow]):
             # The bank's own report is kept as it came only when we could not read its lines.
             "bank_report": None if report.lines else report.body.decode("utf-8", errors="replace"),
         }
-        del report, transfers
+        del report
         now = self.now()
         summary = report_summary(results)
         reason = summary if end == FlowState.COMPLETED else (summary or f"the bank reports {bank_status}")
