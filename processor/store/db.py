@@ -37,7 +37,7 @@ import sqlite3
 import struct
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -230,6 +230,42 @@ class Tx:
                 self.oversized = True
             with self._conn.cursor() as cursor:
                 cursor.executemany(qmark_to_pyformat(sql), values)
+
+    def insert_many(
+        self, table: str, columns: Mapping[str, str], rows: Sequence[Params], *, conflict: str = ""
+    ) -> None:
+        """`INSERT INTO table (columns)` of every row, then `conflict` (an `ON CONFLICT` clause without parameters;
+        rows of one call must not conflict with each other). `columns` maps each column to its PostgreSQL type
+        (an array of NULLs has none of its own). On PostgreSQL one statement: each column's values
+        as one array, bound in binary, unnested by the server; a row per statement in one pipeline
+        (`executemany`) cost about 3x the client CPU for 100 rows (benchmarks/store_lists.py). On SQLite an
+        `executemany`."""
+        if not rows:
+            return
+        names = ", ".join(columns)
+        if isinstance(self._conn, sqlite3.Connection):
+            marks = ", ".join("?" for _ in columns)
+            self.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks}){conflict}", rows)  # noqa: S608
+            return
+        with _driver_errors():
+            arrays = [[_pg_param(value) for value in column] for column in zip(*rows, strict=True)]
+            if not self.oversized and any(_large(v) for column in arrays for v in column):
+                self.oversized = True
+            # The % of a conflict clause is escaped as `qmark_to_pyformat` escapes it.
+            tail = conflict.replace("%", "%%")
+            unnested = ", ".join(f"%b::{kind}[]" for kind in columns.values())
+            self._conn.execute(f"INSERT INTO {table} ({names}) SELECT * FROM unnest({unnested}){tail}", arrays)  # noqa: S608
+
+    def among(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
+        """`column` is one of `values` (at least one), as SQL and its parameters. On PostgreSQL `column = ANY(?)`
+        with the values as one array: the statement's text is the same for any number of values, so psycopg
+        converts it once and the server prepares it once, where an IN list of 100 placeholders was converted and
+        parsed on every run; on SQLite an IN list."""
+        if not values:
+            raise ValueError("an IN list needs at least one value")
+        if isinstance(self._conn, sqlite3.Connection):
+            return f"{column} IN {in_clause(values)}", list(values)
+        return f"{column} = ANY(?)", [list(values)]
 
     def sent_in_pieces(self, text: str) -> bool:
         """Whether `set_text` sends `text` in pieces (PostgreSQL, over `LARGE_VALUE`): a row that is to hold it is

@@ -210,11 +210,12 @@ class Lifecycle:
         self.tx.execute("DELETE FROM transfer_sketches WHERE batch_id = ?", (batch_id,))
         if not keys:
             return
-        rows = ", ".join("(?, ?, ?, ?)" for _ in keys)
-        params = [value for key in keys for value in (key, batch_id, integration, utc_ms(now))]
-        self.tx.execute(
-            f"INSERT INTO transfer_sketches (sketch_key, batch_id, integration, created_at) VALUES {rows}",  # noqa: S608
-            params,
+        stamp = utc_ms(now)
+        # A VALUES list of 400 placeholders was converted by psycopg and parsed by the server on every batch.
+        self.tx.insert_many(
+            "transfer_sketches",
+            {"sketch_key": "text", "batch_id": "text", "integration": "text", "created_at": "timestamptz"},
+            [(key, batch_id, integration, stamp) for key in keys],
         )
 
     def candidates(
@@ -225,15 +226,15 @@ class Lifecycle:
         (REJECTED, EXPIRED, INVALID, withdrawn)."""
         if not keys:
             return []
-        marks = ", ".join("?" for _ in keys)
+        which, values = self.tx.among("s.sketch_key", keys)
         ended = (FlowState.REJECTED, FlowState.EXPIRED, FlowState.INVALID, FlowState.WITHDRAWN)
         rows = self.tx.fetchall(
             "SELECT f.batch_id, f.created_at, f.transfer_keys, r.original_batch_id FROM flows f"  # noqa: S608
             " LEFT JOIN batch_retries r ON r.retry_batch_id = f.batch_id WHERE f.batch_id IN ("
-            f" SELECT DISTINCT s.batch_id FROM transfer_sketches s WHERE s.sketch_key IN ({marks})"
+            f" SELECT DISTINCT s.batch_id FROM transfer_sketches s WHERE {which}"
             " AND s.integration = ? AND s.created_at >= ? AND s.batch_id <> ?)"
             " AND f.transfer_keys IS NOT NULL AND f.state NOT IN (?, ?, ?, ?)",
-            (*keys, integration, utc_ms(since), exclude, *(str(state) for state in ended)),
+            (*values, integration, utc_ms(since), exclude, *(str(state) for state in ended)),
         )
         found: list[tuple[str, datetime, str, str | None]] = []
         for row in rows:

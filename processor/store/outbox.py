@@ -121,6 +121,15 @@ class OutboxEvent:
         return load_json(self.payload_text)
 
 
+_EVENT_ROW = {
+    "event_id": "text",
+    "topic": "text",
+    "event_key": "text",
+    "seq": "bigint",
+    "payload": "text",
+    "headers": "text",
+    "created_at": "timestamptz",
+}
 _EVENT_COLUMNS = "id, event_id, topic, event_key, seq, status, headers, created_at, published_at"
 
 
@@ -287,11 +296,7 @@ class Outbox:
 
     def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         """Insert status-less events (id, topic, key, seq, payload, headers, created) and empty `rows`."""
-        self.tx.executemany(
-            "INSERT INTO outbox (event_id, topic, event_key, seq, status, status_rank, payload, headers, created_at)"
-            " VALUES (?, ?, ?, ?, NULL, NULL, ?, ?, ?)",
-            rows,
-        )
+        self.tx.insert_many("outbox", _EVENT_ROW, rows)
         rows.clear()
 
     def append_status(
@@ -447,23 +452,24 @@ class Outbox:
         Returns how many events changed."""
         if not ids:
             return 0
+        which, values = self.tx.among("id", ids)
         rows = self.tx.fetchall(
-            f"UPDATE outbox SET published_at = ? WHERE id IN {in_clause(ids)} AND published_at IS NULL"  # noqa: S608
-            " RETURNING topic, event_key",
-            (utc_ms(now), *ids),
+            f"UPDATE outbox SET published_at = ? WHERE {which} AND published_at IS NULL RETURNING topic, event_key",  # noqa: S608
+            (utc_ms(now), *values),
         )
         per_key = Counter((str(r["topic"]), str(r["event_key"])) for r in rows)
-        for (topic, key), count in sorted(per_key.items()):  # a fixed order avoids lock-order deadlocks
-            self.tx.execute(
-                "UPDATE outbox_keys SET pending = pending - ?,"
-                " pending_since = CASE WHEN pending - ? = 0 THEN NULL ELSE pending_since END,"
-                " lease_owner = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_owner END,"
-                " lease_expires_at = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_expires_at END,"
-                " handed_by = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_by END,"
-                " handed_since = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_since END"
-                " WHERE topic = ? AND event_key = ?",
-                (count, count, count, count, count, count, topic, key),
-            )
+        # One statement per key, all sent at once (one round trip on PostgreSQL), in a fixed order: the keys' rows
+        # are locked in that order, which avoids lock-order deadlocks.
+        self.tx.executemany(
+            "UPDATE outbox_keys SET pending = pending - ?,"
+            " pending_since = CASE WHEN pending - ? = 0 THEN NULL ELSE pending_since END,"
+            " lease_owner = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_owner END,"
+            " lease_expires_at = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_expires_at END,"
+            " handed_by = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_by END,"
+            " handed_since = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_since END"
+            " WHERE topic = ? AND event_key = ?",
+            [(count, count, count, count, count, count, topic, key) for (topic, key), count in sorted(per_key.items())],
+        )
         return len(rows)
 
     def release(self, *, owner: str) -> int:

@@ -121,6 +121,16 @@ class PaidAccount:
     paid_at: datetime
 
 
+_PAID_ROW = {
+    "origin_account": "text",
+    "employee_reference": "text",
+    "account_sha256": "text",
+    "account_last4": "text",
+    "batch_id": "text",
+    "paid_at": "timestamptz",
+}
+
+
 class PaidAccounts:
     """The `paid_accounts` table."""
 
@@ -133,10 +143,10 @@ class PaidAccounts:
         found: dict[str, PaidAccount] = {}
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
+            which, values = self.tx.among("employee_reference", chunk)
             rows = self.tx.fetchall(
-                "SELECT * FROM paid_accounts WHERE origin_account = ?"  # noqa: S608
-                f" AND employee_reference IN ({', '.join('?' * len(chunk))})",
-                (origin_account, *chunk),
+                f"SELECT * FROM paid_accounts WHERE origin_account = ? AND {which}",  # noqa: S608
+                (origin_account, *values),
             )
             for row in rows:
                 paid = to_datetime(row["paid_at"])
@@ -152,10 +162,17 @@ class PaidAccounts:
         """Record that each (employee reference, account SHA-256, last 4) of one batch was paid to that account
         now, replacing an older record; one `executemany` (one round trip on PostgreSQL)."""
         stamp = utc_ms(now)
-        self.tx.executemany(
-            "INSERT INTO paid_accounts (origin_account, employee_reference, account_sha256, account_last4, batch_id,"
-            " paid_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (origin_account, employee_reference) DO UPDATE SET"
+        # An employee paid twice in the batch: the later transfer's account, as row-by-row upserts kept it (one
+        # statement may not change a row twice).
+        last = {reference: (digest, last4) for reference, digest, last4 in paid}
+        self.tx.insert_many(
+            "paid_accounts",
+            _PAID_ROW,
+            [
+                (origin_account, reference, digest, last4, batch_id, stamp)
+                for reference, (digest, last4) in last.items()
+            ],
+            conflict=" ON CONFLICT (origin_account, employee_reference) DO UPDATE SET"
             " account_sha256 = excluded.account_sha256, account_last4 = excluded.account_last4,"
             " batch_id = excluded.batch_id, paid_at = excluded.paid_at WHERE paid_accounts.paid_at <= excluded.paid_at",
-            [(origin_account, reference, digest, last4, batch_id, stamp) for reference, digest, last4 in paid],
         )

@@ -115,3 +115,70 @@ def test_a_large_text_set_in_pieces_reads_back_in_any_client_encoding(
             fails_after_setting()
         with db.transaction() as tx:
             assert tx.scalar("SELECT v FROM texts WHERE k = 'a'") == text
+
+
+def test_among_selects_the_listed_values_in_one_statement_text_for_any_count(
+    store_target: StoreTarget, store: Store
+) -> None:
+    with store.transaction() as tx:
+        for number in range(6):
+            tx.flows.create(f"b-{number}", "bank", "{}", now=T0)
+
+    def chosen(tx: StoreTx, wanted: list[str]) -> tuple[str, list[str]]:
+        which, values = tx.raw.among("batch_id", wanted)
+        rows = tx.raw.fetchall(f"SELECT batch_id FROM flows WHERE {which} ORDER BY batch_id", values)
+        return which, [str(row["batch_id"]) for row in rows]
+
+    with store.transaction(write=False) as tx:
+        one, found_one = chosen(tx, ["b-2"])
+        many, found_many = chosen(tx, ["b-5", "b-1", "b-3", "b-9"])
+        with pytest.raises(ValueError, match="at least one"):
+            tx.raw.among("batch_id", [])
+    assert found_one == ["b-2"]
+    assert found_many == ["b-1", "b-3", "b-5"]
+    if store_target.dialect == "postgresql":
+        assert one == many  # the same text whatever the count: converted and prepared once
+    else:
+        assert many.count("?") == 4
+
+
+def test_insert_many_writes_every_row_in_order_with_nulls_and_a_conflict_clause(store: Store) -> None:
+    columns = {
+        "event_id": "text",
+        "topic": "text",
+        "event_key": "text",
+        "seq": "bigint",
+        "payload": "text",
+        "headers": "text",
+        "created_at": "timestamptz",
+    }
+    first = [(f"e-{n}", "t", "k", 70_000 + n, f'{{"n": {n}, "note": "50%"}}', None, T0) for n in range(3)]
+    with store.transaction() as tx:
+        tx.raw.execute("INSERT INTO outbox_keys (topic, event_key) VALUES (?, ?)", ("t", "k"))
+        tx.raw.insert_many("outbox", columns, first)
+        tx.raw.insert_many("outbox", columns, [])  # nothing to write
+        rows = tx.raw.fetchall("SELECT event_id, seq, payload, headers, created_at FROM outbox ORDER BY id")
+    assert [(r["event_id"], int(r["seq"]), r["headers"]) for r in rows] == [
+        ("e-0", 70_000, None),
+        ("e-1", 70_001, None),
+        ("e-2", 70_002, None),
+    ]
+    assert rows[2]["payload"] == '{"n": 2, "note": "50%"}'
+    paid = dict.fromkeys(
+        ("origin_account", "employee_reference", "account_sha256", "account_last4", "batch_id"), "text"
+    )
+    paid["paid_at"] = "timestamptz"
+    keep_newer = (
+        " ON CONFLICT (origin_account, employee_reference) DO UPDATE SET batch_id = excluded.batch_id"
+        " WHERE paid_accounts.paid_at <= excluded.paid_at"
+    )
+    with store.transaction() as tx:
+        tx.raw.insert_many("paid_accounts", paid, [("O", "E-1", "a" * 64, "1111", "b-1", T0)], conflict=keep_newer)
+        tx.raw.insert_many(
+            "paid_accounts",
+            paid,
+            [("O", "E-1", "b" * 64, "2222", "b-2", T0), ("O", "E-2", "c" * 64, "3333", "b-2", T0)],
+            conflict=keep_newer,
+        )
+        found = tx.raw.fetchall("SELECT employee_reference, batch_id FROM paid_accounts ORDER BY employee_reference")
+    assert [(r["employee_reference"], r["batch_id"]) for r in found] == [("E-1", "b-2"), ("E-2", "b-2")]
