@@ -45,7 +45,13 @@ class StoreTarget:
         return connect(self.url, schema=self.schema, pool_size=pool_size, busy_timeout_ms=busy_timeout_ms)
 
     def open(
-        self, cipher: Cipher | None = None, *, migrate: bool = True, pool_size: int = 4, busy_timeout_ms: int = 15_000
+        self,
+        cipher: Cipher | None = None,
+        *,
+        migrate: bool = True,
+        pool_size: int = 4,
+        busy_timeout_ms: int = 15_000,
+        threads: int | None = None,
     ) -> Store:
         """A `Store` on the target (migrated unless told otherwise)."""
         return Store.open(
@@ -55,6 +61,7 @@ class StoreTarget:
             migrate_schema=migrate,
             pool_size=pool_size,
             busy_timeout_ms=busy_timeout_ms,
+            threads=threads,
         )
 
 

@@ -46,9 +46,16 @@ class ProcessorTable(Table):
     """sqlite:///PATH or postgresql://USER@HOST:PORT/DB (a password belongs in store_env)."""
     public_url: HttpUrl = "http://127.0.0.1:8600"
     """The callback API's public address: approval links and the redirect URI's host."""
+    store_threads: Annotated[int, Field(ge=1, le=32)] = 2
+    """Store transactions the processor runs at once (its worker threads); more serve a distant database's
+    round trips in parallel, fewer leave the event loop more of the CPU (docs/capacity.md)."""
 
     def __repr_args__(self) -> Any:
-        return [("store", redact_url(self.store)), ("public_url", self.public_url)]
+        return [
+            ("store", redact_url(self.store)),
+            ("public_url", self.public_url),
+            ("store_threads", self.store_threads),
+        ]
 
 
 class TelemetryTable(Table):

@@ -389,7 +389,10 @@ def main(argv: list[str]) -> int:
             sock = inherited(args.listen_fd)
         else:
             sock = bind(*listen_address(args.listen or config.processor.public_url))
-        store = Store.open(config.processor.store, cipher=load_cipher(), pool_size=8)
+        threads = config.processor.store_threads
+        # Connections for the store threads and for the threads that run their own transactions (the consumer,
+        # the relay, the metrics scrape), with room to spare.
+        store = Store.open(config.processor.store, cipher=load_cipher(), pool_size=max(8, threads + 4), threads=threads)
     except (ConfigError, KafkaSetupError, StoreError) as exc:
         print(f"dispersion processor: {exc}", file=sys.stderr)
         return EXIT_USAGE

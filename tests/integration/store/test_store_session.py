@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import threading
+import time
 import weakref
 from typing import Any
 
@@ -182,3 +186,58 @@ def test_insert_many_writes_every_row_in_order_with_nulls_and_a_conflict_clause(
         )
         found = tx.raw.fetchall("SELECT employee_reference, batch_id FROM paid_accounts ORDER BY employee_reference")
     assert [(r["employee_reference"], r["batch_id"]) for r in found] == [("E-1", "b-2"), ("E-2", "b-2")]
+
+
+async def test_a_store_with_threads_runs_that_many_transactions_at_once_with_the_callers_context(
+    store_target: StoreTarget,
+) -> None:
+
+    asked: contextvars.ContextVar[str] = contextvars.ContextVar("asked", default="none")
+    store = store_target.open(migrate=False, threads=1)
+    running: list[int] = []
+    most = 0
+
+    def work(tx: StoreTx) -> tuple[str, str]:
+        nonlocal most
+        running.append(1)
+        most = max(most, len(running))
+        tx.raw.fetchall("SELECT 1 AS one")
+        time.sleep(0.02)  # long enough for the others to start, were there a second thread
+        running.pop()
+        return threading.current_thread().name, asked.get()
+
+    async def one(name: str) -> tuple[str, str]:
+        asked.set(name)
+        return await store.arun(work)
+
+    try:
+        results = await asyncio.gather(*(one(f"caller-{n}") for n in range(4)))
+    finally:
+        store.close()
+    assert most == 1  # one thread: the four transactions ran one after another
+    assert {thread.split("_")[0] for thread, _ in results} == {"store"}
+    assert [seen for _, seen in results] == [f"caller-{n}" for n in range(4)]
+
+
+def test_closing_a_store_waits_for_the_transaction_in_its_thread(store_target: StoreTarget) -> None:
+
+    store = store_target.open(migrate=False, threads=2)
+    started = threading.Event()
+    finished: list[bool] = []
+
+    def slow(tx: StoreTx) -> None:
+        started.set()
+        tx.raw.fetchall("SELECT 1 AS one")
+        threading.Event().wait(0.2)
+        finished.append(True)
+
+    async def start() -> None:
+        task = asyncio.ensure_future(store.arun(slow))
+        await asyncio.to_thread(started.wait, 5)
+        task.cancel()  # the caller gives up; the transaction in the thread still runs to its end
+
+    asyncio.run(start())
+    store.close()
+    assert finished == [True]
+    with pytest.raises(ValueError, match="at least one thread"):
+        Store(store.db, threads=0)

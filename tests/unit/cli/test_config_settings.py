@@ -188,7 +188,7 @@ def test_every_error_names_file_line_and_key(tmp_path: Path) -> None:
     assert kid > 40  # after the inline PEM, whose lines are not keys
     lines = failure(path).splitlines()
     assert lines == [
-        f"{path}:2: processor.stor: unknown key (did you mean 'store'?); known keys: public_url, store",
+        f"{path}:2: processor.stor: unknown key (did you mean 'store'?); known keys: public_url, store, store_threads",
         f"{path}:5: kafka.groupid: unknown key (did you mean 'group_id'?); known keys: bootstrap_servers, client, "
         "group_id, schema_registry_password, schema_registry_url, schema_registry_username, static_membership, "
         "topics, wire_format",
@@ -367,6 +367,17 @@ def test_the_consent_watch_interval_is_read_and_checked(tmp_path: Path, capsys: 
     path = write(tmp_path, CONFIG.replace("concurrency = 4", "concurrency = 4\nconsent_watch_interval = 0.5"))
     assert config_main(["check", "--config", str(path)]) == 2
     assert "engine.consent_watch_interval: must be between 1 and 86400, got 0.5" in capsys.readouterr().err
+
+
+def test_the_store_threads_are_read_and_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_config(write(tmp_path), environ={}).processor.store_threads == 2
+    with_one = CONFIG.replace(
+        'public_url = "http://127.0.0.1:8600"', 'public_url = "http://127.0.0.1:8600"\nstore_threads = 1'
+    )
+    assert load_config(write(tmp_path, with_one), environ={}).processor.store_threads == 1
+    path = write(tmp_path, with_one.replace("store_threads = 1", "store_threads = 0"))
+    assert config_main(["check", "--config", str(path)]) == 2
+    assert "processor.store_threads: must be between 1 and 32, got 0" in capsys.readouterr().err
 
 
 def test_config_check_reports_ok_or_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
