@@ -163,14 +163,15 @@ class PaidAccounts:
         now, replacing an older record; one `executemany` (one round trip on PostgreSQL)."""
         stamp = utc_ms(now)
         # An employee paid twice in the batch: the later transfer's account, as row-by-row upserts kept it (one
-        # statement may not change a row twice).
+        # statement may not change a row twice). In the references' order, so that two batches paying the same
+        # employees at once lock their rows in one order.
         last = {reference: (digest, last4) for reference, digest, last4 in paid}
         self.tx.insert_many(
             "paid_accounts",
             _PAID_ROW,
             [
                 (origin_account, reference, digest, last4, batch_id, stamp)
-                for reference, (digest, last4) in last.items()
+                for reference, (digest, last4) in sorted(last.items())
             ],
             conflict=" ON CONFLICT (origin_account, employee_reference) DO UPDATE SET"
             " account_sha256 = excluded.account_sha256, account_last4 = excluded.account_last4,"

@@ -30,7 +30,7 @@ from typing import TypeVar
 from processor.store.attempts import DeliveryAttempts
 from processor.store.auth_attempts import AuthAttempts
 from processor.store.crypto import Cipher, require_cipher
-from processor.store.db import Database, Dialect, StoreBusyError, Tx, connect
+from processor.store.db import Database, Dialect, StoreBusyError, StoreError, Tx, connect
 from processor.store.flows import FlowRepo
 from processor.store.lifecycle import Lifecycle
 from processor.store.observe import Observer
@@ -152,6 +152,7 @@ class Store:
         self.threads = threads
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        self._closed = False
 
     @classmethod
     def open(
@@ -224,7 +225,11 @@ class Store:
         else:
             # As `asyncio.to_thread` does: the caller's context (trace span, log fields) goes with the work.
             context = contextvars.copy_context()
-            await asyncio.get_running_loop().run_in_executor(self._pool(), context.run, run)
+            try:
+                pending = asyncio.get_running_loop().run_in_executor(self._pool(), context.run, run)
+            except RuntimeError:  # closed between taking the threads and handing them the work
+                raise StoreError("the store is closed") from None
+            await pending
         return out.pop()
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -233,6 +238,8 @@ class Store:
         arrives: at month end the mean bank call went from 3.8-4.0x the bank's latency with asyncio's six default
         threads to 2.4x with two and 2.1x with one (docs/benchmarks.md, sixth pass)."""
         with self._executor_lock:
+            if self._closed:
+                raise StoreError("the store is closed")
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="store")
             return self._executor
@@ -240,7 +247,7 @@ class Store:
     def close(self) -> None:
         """Wait for the transactions running in the store's threads, then close the connections."""
         with self._executor_lock:
-            executor, self._executor = self._executor, None
+            executor, self._executor, self._closed = self._executor, None, True
         if executor is not None:
             executor.shutdown(wait=True)
         self.db.close()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from store_fixtures import T0, StoreTarget
 
-from processor.store import Store, StoreBusyError, StoreTx
+from processor.store import Store, StoreBusyError, StoreError, StoreTx
 from processor.store.db import LARGE_VALUE
 
 
@@ -208,12 +208,15 @@ async def test_a_store_with_threads_runs_that_many_transactions_at_once_with_the
 
     async def one(name: str) -> tuple[str, str]:
         asked.set(name)
-        return await store.arun(work)
+        return await store.arun(work, write=False)  # reads: SQLite too would run them side by side
 
     try:
         results = await asyncio.gather(*(one(f"caller-{n}") for n in range(4)))
     finally:
         store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.arun(work)
+    assert store._executor is None  # no threads started again after the close
     assert most == 1  # one thread: the four transactions ran one after another
     assert {thread.split("_")[0] for thread, _ in results} == {"store"}
     assert [seen for _, seen in results] == [f"caller-{n}" for n in range(4)]
