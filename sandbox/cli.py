@@ -11,6 +11,10 @@ from pathlib import Path
 from sandbox.clients import ClientRegistry
 from sandbox.config import SandboxConfig
 
+# The bank's event loop stays asyncio's, as every figure of it was measured (uvicorn's "auto" would take uvloop,
+# installed for the processor): its CPU is the yardstick the processor's is compared with (docs/benchmarks.md).
+_LOOP = "asyncio"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of `dispersion sandbox`."""
@@ -112,9 +116,9 @@ def serve(argv: list[str]) -> int:
     bank = Bank(config=config, clients=clients, store=Store(config.db_path), faults=faults)
     print(f"sandbox bank serving issuer and resource server at {config.issuer}", flush=True)
     if sock is None:
-        uvicorn.run(create_app(bank), host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(create_app(bank), host=args.host, port=args.port, log_level=args.log_level, loop=_LOOP)
     else:
-        uvicorn.Server(uvicorn.Config(create_app(bank), log_level=args.log_level)).run(sockets=[sock])
+        uvicorn.Server(uvicorn.Config(create_app(bank), log_level=args.log_level, loop=_LOOP)).run(sockets=[sock])
     return 0
 
 
