@@ -525,6 +525,25 @@ def write_config(path: Path, tables: Mapping[str, Mapping[str, Any]]) -> None:
     path.write_text(toml_document(tables))
 
 
+def start_api_processor(
+    config: Path, instance: str, env: Mapping[str, str], *extra: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`dispersion processor --role api` on a port the system chooses, once it printed its ready line: the
+    process (standard output and error piped) and its API's base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "processor.cli", "processor", "--config", str(config), "--role", "api",
+         "--listen", "127.0.0.1:0", "--instance", instance, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env),
+    )  # fmt: skip
+    assert process.stdout is not None
+    ready = process.stdout.readline().decode()
+    if not ready.startswith("processor ready: "):
+        process.kill()
+        _, err = process.communicate(timeout=30)
+        raise AssertionError(ready or f"no ready line: {err.decode()[-3000:]}")
+    return process, ready.split()[2].removeprefix("api=")
+
+
 @dataclass
 class Deployment:
     """The sandbox and the processor instances of one test, with their shared configuration."""

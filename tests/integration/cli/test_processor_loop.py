@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from bank_support import integration_table
-from processor_support import write_config
+from processor_support import start_api_processor, write_config
 
 
 def test_the_processor_runs_on_uvloop_and_logs_it(tmp_path: Path, unserved_port: int) -> None:
@@ -23,18 +21,9 @@ def test_the_processor_runs_on_uvloop_and_logs_it(tmp_path: Path, unserved_port:
     config = tmp_path / "dispersion.toml"
     write_config(config, tables)
     env = {**os.environ, "DISPERSION_STORE_ALLOW_DEV_KEY": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "processor.cli", "processor", "--config", str(config), "--role", "api",
-         "--listen", "127.0.0.1:0", "--instance", "looped-1", "--log-format", "json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        ready = process.stdout.readline().decode()
-        assert ready.startswith("processor ready: "), ready or "no ready line (the error is on standard error)"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
+    process, _ = start_api_processor(config, "looped-1", env, "--log-format", "json")
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err.decode()[-3000:]
     lines = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
     started = [line for line in lines if line.get("event") == "processor_started"]

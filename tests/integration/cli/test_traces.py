@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from otlp_support import Collector, collector_fixture  # noqa: F401  (the fixture collector)
-from processor_support import write_config
+from processor_support import start_api_processor, write_config
 from sandbox_process import SandboxProcess
 from vrp_engine_support import (
     VRP_DELAY,
@@ -286,16 +284,8 @@ def test_the_processor_exports_its_spans_over_otlp_when_configured(
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     config = tmp_path / "dispersion.toml"
     write_config(config, tables)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "processor.cli", "processor", "--config", str(config), "--role", "api",
-         "--listen", "127.0.0.1:0", "--instance", "traced-7"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
+    process, api = start_api_processor(config, "traced-7", env)
     try:
-        assert process.stdout is not None
-        ready = process.stdout.readline().decode()
-        assert ready.startswith("processor ready: "), ready or "no ready line (the error is on standard error)"
-        api = ready.split()[2].removeprefix("api=")  # the port the system chose (--listen HOST:0)
         # The approver opens a link of no flow: refused, and a trace of its own.
         answer = httpx.get(f"{api}/approve/file/batch-unknown?t=no-such-token", timeout=10)
         assert answer.status_code == 404
