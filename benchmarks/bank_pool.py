@@ -52,7 +52,7 @@ async def app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": b'{"ok": true}'})
 
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", loop="asyncio")
 """
 
 TASKS = 32

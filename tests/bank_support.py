@@ -327,7 +327,8 @@ def uvicorn_thread(app: Any, sock: socket.socket) -> Iterator[str]:
     import uvicorn
 
     port = port_of(sock)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
+    # asyncio's loop, as the tests were written for (uvicorn's "auto" would take uvloop, there for the processor)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off", loop="asyncio"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"sandbox-{port}", daemon=True)
     thread.start()
     eventually(lambda: server.started or not thread.is_alive(), what="uvicorn started", timeout=20, interval=0.02)

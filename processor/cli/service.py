@@ -49,7 +49,6 @@ from typing import Any
 
 import structlog
 import uvicorn
-import uvloop
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -347,6 +346,15 @@ class Processor:
         return EXIT_OK
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (every platform but Windows: pyproject.toml), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 async def _serve(processor: Processor, sock: socket.socket) -> int:
     try:
         await processor.engine.verify_banks()  # a bank whose discovery names another issuer: refuse to start
@@ -403,9 +411,10 @@ def main(argv: list[str]) -> int:
         processor = Processor(
             config, kafka, store, role=args.role, instance=instance, grace=args.grace, telemetry=telemetry
         )
-        # uvloop's loop runs the engine, the bank calls and the HTTP server with about 4 % less of the processor's
-        # CPU at month end than asyncio's (docs/benchmarks.md, sixth pass); the consumer threads keep asyncio's.
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        # uvloop's loop runs the engine, the bank calls and the HTTP server: at month end the processor's CPU over
+        # the sandbox's was lower with it in each of four pairs of runs (docs/benchmarks.md, sixth pass); the
+        # consumer threads keep asyncio's.
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(_serve(processor, sock))
     finally:
         sock.close()
