@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from month_end import DEFAULT_PG_URL, fresh_store
+from store_writes import PAID_SQL
 
 from processor.store import NewEvent, Store, StoreTx
 from processor.store.crypto import generate_key, load_cipher
@@ -115,12 +116,6 @@ EVENT_SQL = (
 )
 EVENT_COLUMNS = {"event_id": "text", "topic": "text", "event_key": "text", "seq": "bigint", "payload": "text",
                  "headers": "text", "created_at": "timestamptz"}  # fmt: skip
-PAID_SQL = (
-    "INSERT INTO paid_accounts (origin_account, employee_reference, account_sha256, account_last4, batch_id,"
-    " paid_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (origin_account, employee_reference) DO UPDATE SET"
-    " account_sha256 = excluded.account_sha256, account_last4 = excluded.account_last4,"
-    " batch_id = excluded.batch_id, paid_at = excluded.paid_at WHERE paid_accounts.paid_at <= excluded.paid_at"
-)
 
 
 def event_rows(store: Store) -> list[tuple[object, ...]]:
