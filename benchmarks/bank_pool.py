@@ -10,7 +10,10 @@ in interleaved rounds, it prints wall time and this process's CPU time per reque
 - `bank transport`: `processor.bank.transport.bank_transport`, the one in use (httpx over aiohttp,
   `AiohttpTransport`);
 - `httpx-aiohttp`: the `httpx-aiohttp` package's transport, when it is installed (not a dependency: its error
-  mapping takes a connection lost after sending for "not sent").
+  mapping takes a connection lost after sending for "not sent");
+- `bank client`: the bank transport under the bank client's `CookielessClient` (httpx's client without its cookie
+  jar; every other line uses `httpx.AsyncClient`). The server sets a cookie on every answer, as a load balancer
+  may.
 
 Then the cost of httpcore's `current_async_library()` (called on every request) with `sniffio` importable and
 with it hidden (each call then retries the import and walks `sys.path`), in one process.
@@ -40,7 +43,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from processor.bank.transport import bank_transport, socket_readable
+from processor.bank.transport import CookielessClient, bank_transport, socket_readable
 
 SERVER = """
 import asyncio, sys, uvicorn
@@ -49,7 +52,8 @@ async def app(scope, receive, send):
     if scope["type"] != "http":
         return
     await asyncio.sleep(0.02)
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    headers = [(b"content-type", b"application/json"), (b"set-cookie", b"affinity=node-7; Path=/")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": b'{"ok": true}'})
 
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", loop="asyncio")
@@ -184,17 +188,20 @@ def aiohttp_transport() -> httpx.AsyncBaseTransport | None:
     return AiohttpTransport(limits=LIMITS)  # type: ignore[no-any-return]
 
 
-TRANSPORTS: dict[str, Callable[[], httpx.AsyncBaseTransport | None]] = {
-    "httpx default": lambda: httpx.AsyncHTTPTransport(limits=LIMITS),
-    "LeanPool": lean_pool,
-    "bank transport": lambda: bank_transport(LIMITS),
-    "httpx-aiohttp": aiohttp_transport,
+TRANSPORTS: dict[str, tuple[Callable[[], httpx.AsyncBaseTransport | None], type[httpx.AsyncClient]]] = {
+    "httpx default": (lambda: httpx.AsyncHTTPTransport(limits=LIMITS), httpx.AsyncClient),
+    "LeanPool": (lean_pool, httpx.AsyncClient),
+    "bank transport": (lambda: bank_transport(LIMITS), httpx.AsyncClient),
+    "httpx-aiohttp": (aiohttp_transport, httpx.AsyncClient),
+    "bank client": (lambda: bank_transport(LIMITS), CookielessClient),
 }
 
 
-async def measure(url: str, transport: httpx.AsyncBaseTransport, requests: int) -> tuple[float, float]:
-    """(wall s, CPU s) for `requests` GETs by 32 tasks through one client on `transport`."""
-    async with httpx.AsyncClient(transport=transport, limits=LIMITS) as client:
+async def measure(
+    url: str, transport: httpx.AsyncBaseTransport, requests: int, client_class: type[httpx.AsyncClient]
+) -> tuple[float, float]:
+    """(wall s, CPU s) for `requests` GETs by 32 tasks through one client of `client_class` on `transport`."""
+    async with client_class(transport=transport, limits=LIMITS) as client:
 
         async def worker(count: int) -> None:
             for _ in range(count):
@@ -261,12 +268,12 @@ def main() -> int:
                 time.sleep(0.1)
         requests = args.requests // TASKS * TASKS
         for _ in range(args.rounds):
-            for name, make in TRANSPORTS.items():
+            for name, (make, client_class) in TRANSPORTS.items():
                 transport = make()
                 if transport is None:
                     print(f"{name:17s} not installed")
                     continue
-                wall, cpu = asyncio.run(measure(f"http://127.0.0.1:{port}/", transport, requests))
+                wall, cpu = asyncio.run(measure(f"http://127.0.0.1:{port}/", transport, requests, client_class))
                 print(
                     f"{name:17s} {requests} requests in {wall:5.2f} s, client CPU {cpu:5.2f} s"
                     f" = {cpu / requests * 1000:.2f} ms per request"

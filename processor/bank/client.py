@@ -36,7 +36,7 @@ from processor.bank.integration import Integration
 from processor.bank.metrics import BANK_CALL_ERRORS, BANK_CALL_SECONDS, status_class
 from processor.bank.models import Discovery, ModelError, TokenResponse, dumps, loads
 from processor.bank.retry import RESEND_MIN_DELAY, RetryDecision, RetryPolicy, run_with_retries
-from processor.bank.transport import bank_transport
+from processor.bank.transport import CookielessClient, bank_transport
 from processor.bank.vrp_payments import VrpPayments
 from processor.domain.time import Clock, SystemClock
 
@@ -112,7 +112,7 @@ class BankClient(FilePayments, VrpPayments, Authorization):
         limits = httpx.Limits(
             max_connections=integration.max_connections, max_keepalive_connections=integration.max_connections
         )
-        self._http = httpx.AsyncClient(
+        self._http = CookielessClient(
             transport=transport or bank_transport(limits),
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
             limits=limits,

@@ -23,6 +23,7 @@ import orjson
 from processor.bank import answers
 from processor.bank.answers import ModelError as ModelError  # callers catch it from here
 from processor.bank.answers import links_self, validate
+from processor.domain.money import holds_float
 
 SCOPE_PREFIX = "payments:"
 
@@ -40,19 +41,9 @@ def _default(value: object) -> object:
 
 def dumps(value: object) -> bytes:
     """Compact JSON bytes; a Decimal is written as the exact number it holds, a float is refused."""
-    _refuse_floats(value)
-    return orjson.dumps(value, default=_default)
-
-
-def _refuse_floats(value: object) -> None:
-    if isinstance(value, float):
+    if holds_float(value):
         raise TypeError("floats are not allowed in bank bodies; use Decimal for amounts")
-    if isinstance(value, Mapping):
-        for item in value.values():
-            _refuse_floats(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _refuse_floats(item)
+    return orjson.dumps(value, default=_default)
 
 
 def _refuse_constant(text: str) -> Any:

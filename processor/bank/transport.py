@@ -37,6 +37,7 @@ import socket
 import ssl
 import urllib.request
 from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
 
 import aiohttp
 import httpx
@@ -283,3 +284,32 @@ def bank_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
     if urllib.request.getproxies():
         return None
     return AiohttpTransport(max_connections=limits.max_connections or 0, keepalive_expiry=limits.keepalive_expiry)
+
+
+class _NoCookies(httpx.Cookies):
+    """A jar that stays empty: what an answer sets is not read."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        """Keep nothing of the answer's `Set-Cookie`."""
+
+
+class CookielessClient(httpx.AsyncClient):
+    """httpx's client without a cookie jar, for the bank's API.
+
+    The bank authorises each call by its token, and one client serves every consent of an integration: a cookie
+    one answer set (a load balancer's, say) would otherwise go with every later call, whoever's consent it is for.
+    Reading each answer's `Set-Cookie`, httpx also builds urllib stand-ins of the request and the answer: 1.6 % of
+    the processor's CPU at month end (py-spy; `benchmarks/bank_pool.py` prints the cost per call)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._jarless = _NoCookies()
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        """Always empty."""
+        return self._jarless
+
+    @cookies.setter
+    def cookies(self, cookies: object) -> None:
+        raise TypeError("the bank client keeps no cookies")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Final
 
@@ -20,3 +21,29 @@ def cents(amount: Decimal) -> Decimal:
 def money_text(amount: Decimal) -> str:
     """An amount as text with exactly two decimals (`1500.5` -> `1500.50`)."""
     return format(amount.quantize(CENT), "f")
+
+
+_NEVER_FLOAT: Final = frozenset({str, int, bool, Decimal, type(None)})
+
+
+def holds_float(value: object) -> bool:
+    """Whether a float sits anywhere in `value` (mappings, lists and tuples looked through): the JSON we write
+    carries amounts as Decimal, never as a float.
+
+    The exact type is looked up first: `isinstance(x, Mapping)` goes through the ABC machinery, and this walk ran
+    over every event payload written (about 5 us for a transfer event's 15 values, 1.4 us this way:
+    `benchmarks/json_checks.py`)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if type(item) in _NEVER_FLOAT:
+            continue
+        if isinstance(item, dict):  # built-in classes: a cheap check, unlike Mapping's below
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+        elif isinstance(item, float):
+            return True
+        elif isinstance(item, Mapping):
+            pending.extend(item.values())
+    return False

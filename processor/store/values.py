@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
+from processor.domain.money import holds_float
 from processor.domain.time import iso_ms
 from processor.store.db import to_datetime, to_decimal
 
@@ -45,17 +46,6 @@ def read_money(value: object) -> Decimal | None:
     return None if amount is None else amount.quantize(CENT)
 
 
-def _no_floats(value: object) -> None:
-    if isinstance(value, float):
-        raise TypeError("JSON documents in the store must not hold floats; use Decimal or str")
-    if isinstance(value, Mapping):
-        for item in value.values():
-            _no_floats(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _no_floats(item)
-
-
 def _default(value: object) -> object:
     if isinstance(value, Decimal):
         if not value.is_finite():
@@ -70,7 +60,8 @@ def _default(value: object) -> object:
 
 def dump_json(value: object) -> str:
     """Compact JSON text; `Decimal` as a string, `datetime` as ISO 8601 ms UTC, floats refused."""
-    _no_floats(value)
+    if holds_float(value):
+        raise TypeError("JSON documents in the store must not hold floats; use Decimal or str")
     return orjson.dumps(value, default=_default, option=orjson.OPT_PASSTHROUGH_DATETIME).decode()
 
 

@@ -486,3 +486,28 @@ async def test_a_closed_transport_opens_a_new_pool_on_its_next_request() -> None
             async with httpx.AsyncClient(transport=transport) as http:
                 assert (await http.get(server.url)).text == "ok"
     assert server.connections == 2
+
+
+async def test_the_bank_client_sends_no_cookie_an_answer_set() -> None:
+    """One client serves every consent of an integration: a cookie set by one answer is not sent with later calls
+    (httpx's own client keeps it and sends it)."""
+
+    async def sets_a_cookie(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server) -> None:
+        while await server.read_request(reader):
+            writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: affinity=node-7; Path=/\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async with Server(sets_a_cookie) as server:
+        async with httpx.AsyncClient(transport=bank_transport(LIMITS), limits=LIMITS) as plain:
+            for _ in range(2):
+                (await plain.get(server.url)).raise_for_status()
+        bank = BankClient(make_integration(server.url.rstrip("/")))
+        try:
+            for _ in range(2):
+                reply = await bank.request("A4 get file-payment", "GET", server.url, headers={})
+                assert reply.status == 200
+        finally:
+            await bank.aclose()
+    assert b"affinity=node-7" in server.heads[1].lower()  # httpx's client: the cookie goes back
+    assert all(b"cookie" not in head.lower() for head in server.heads[2:]), server.heads[2:]
+    assert len(server.heads) == 4
