@@ -58,7 +58,7 @@ from processor.engine.consent_watch import consent_status
 from processor.engine.redirect_checks import approval_url_problem, issuer_problem
 from processor.engine.settings import EngineSettings
 from processor.engine.tracing import continued, tracing_on
-from processor.store import AuthAttempt, ConsumeOutcome, Store, StoreTx
+from processor.store import AuthAttempt, Consumed, ConsumeOutcome, Store, StoreTx
 
 log = structlog.get_logger("processor.engine.authorization")
 
@@ -369,7 +369,13 @@ class Authorizer:
             return Outcome(400, *refused, **where)
         hooks = self.kinds.hooks(kind)
         now = self.clock.now()
-        consumed = await self.store.arun(lambda tx: tx.auth.consume(state, now=now))
+
+        def consume(tx: StoreTx) -> tuple[Consumed, PendingAuthorization | None]:
+            # The flow the exchange will be for, read in the same transaction (one hand-off, one commit fewer).
+            consumed = tx.auth.consume(state, now=now)
+            return consumed, hooks.consent_for(tx, attempt.flow_id) if consumed.ok and not error else None
+
+        consumed, pending = await self.store.arun(consume)
         if consumed.outcome is ConsumeOutcome.EXPIRED:
             return Outcome(
                 400, "expired_state", "This authorization took too long. Open the approval link again.", **where
@@ -380,7 +386,7 @@ class Authorizer:
             return Outcome(400, "unknown_state", "This authorization response is not one we started.", **where)
         if error:
             return await self._error(hooks, attempt, error, params.get("error_description", ""), where)
-        return await self._exchange(kind, attempt, code, where)
+        return await self._exchange(kind, attempt, code, where, pending)
 
     async def _error(
         self, hooks: AuthorizationHooks, attempt: AuthAttempt, error: str, description: str, where: dict[str, str]
@@ -404,10 +410,17 @@ class Authorizer:
         log.info("authorization rejected", flow_id=attempt.flow_id, recorded=changed)
         return Outcome(200, "rejected", "The rejection was received. Nothing will be paid.", **where)
 
-    async def _exchange(self, kind: Kind, attempt: AuthAttempt, code: str, where: dict[str, str]) -> Outcome:
+    async def _exchange(
+        self,
+        kind: Kind,
+        attempt: AuthAttempt,
+        code: str,
+        where: dict[str, str],
+        pending: PendingAuthorization | None,
+    ) -> Outcome:
+        """The code exchange for the flow as `pending` read it (None: no such flow)."""
         hooks = self.kinds.hooks(kind)
         now = self.clock.now()
-        pending = await self.store.arun(lambda tx: hooks.consent_for(tx, attempt.flow_id), write=False)
         if (
             pending is None
             or not pending.awaiting
@@ -444,7 +457,7 @@ class Authorizer:
     ) -> Outcome:
         now = self.clock.now()
 
-        def save(tx: StoreTx) -> None:
+        def save(tx: StoreTx) -> date | None:
             tx.tokens.save(
                 attempt.consent_id,
                 integration=attempt.integration,
@@ -455,15 +468,15 @@ class Authorizer:
                 now=now,
             )
             hooks.on_authorized(tx, attempt.flow_id, attempt.consent_id, now=now)
+            return _payday_in(tx, attempt.flow_kind, attempt.flow_id)
 
         try:
-            await self.store.arun(save)
+            paid_on = await self.store.arun(save)
         except Exception as exc:  # the flow moved meanwhile (e.g. expired): tokens are not kept either
             log.warning("could not record the authorization", flow_id=attempt.flow_id, error=type(exc).__name__)
             return Outcome(409, "not_awaiting", "This payment no longer awaits authorization.", **where)
         log.info("authorization received", flow_id=attempt.flow_id, consent_id=attempt.consent_id)
         self.notify()
-        paid_on = await self._payday(attempt.flow_kind, attempt.flow_id)
         if paid_on is not None:
             day = _day_text(paid_on)
             message = f"Authorization received. It will be paid on {day}."
@@ -474,8 +487,7 @@ class Authorizer:
         """A scheduled file payment's `execute_on` (None for any other flow)."""
         if kind != Kind.FILE.value:
             return None
-        flow = await self.store.arun(lambda tx: tx.flows.get(flow_id), write=False)
-        return None if flow is None else flow.execute_on
+        return await self.store.arun(lambda tx: _payday_in(tx, kind, flow_id), write=False)
 
     async def _repeated(
         self, kind: Kind, attempt: AuthAttempt, code: str, error: str, where: dict[str, str]
@@ -580,7 +592,16 @@ class Authorizer:
         if has_tokens:
             return None
         log.warning("repeating a code exchange that left no tokens", flow_id=attempt.flow_id)
-        return await self._exchange(kind, attempt, code, where)
+        pending = await self.store.arun(lambda tx: self.kinds.hooks(kind).consent_for(tx, attempt.flow_id), write=False)
+        return await self._exchange(kind, attempt, code, where, pending)
+
+
+def _payday_in(tx: StoreTx, kind: str, flow_id: str) -> date | None:
+    """A scheduled file payment's `execute_on` (None for any other flow), read in `tx`."""
+    if kind != Kind.FILE.value:
+        return None
+    flow = tx.flows.get(flow_id)
+    return None if flow is None else flow.execute_on
 
 
 def _day_text(day: date | None) -> str | None:

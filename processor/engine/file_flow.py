@@ -187,18 +187,18 @@ class FileFlow(LeasedFlow[Flow]):
         replacing = await link_published(self.ctx, flow)
         deadline = flow.authorization_deadline or now + timedelta(seconds=self.ctx.settings.authorization_deadline)
         link = approval_link(self.ctx.public_url, self.kind, flow.batch_id, flow.approval_token)
-        review = await self.ctx.store.arun(lambda tx: review_fields(tx, flow.batch_id), write=False)
-        event = status_event(
-            flow,
-            FlowState.AWAITING_AUTHORIZATION,
-            now,
-            currency=currency,
-            replacing=replacing,
-            authorization_url=link,
-            **review,  # the changed accounts an approver reviewed before the consent was created
-        )
 
         def work(tx: StoreTx) -> Flow:
+            event = status_event(
+                flow,
+                FlowState.AWAITING_AUTHORIZATION,
+                now,
+                currency=currency,
+                replacing=replacing,
+                authorization_url=link,
+                # the changed accounts an approver reviewed before the consent was created, read in this transaction
+                **review_fields(tx, flow.batch_id),
+            )
             guard.complete(tx, consent_id)
             return tx.flows.transition(
                 flow,

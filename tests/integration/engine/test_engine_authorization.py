@@ -4,6 +4,8 @@ redirects, the bank's POSTed delivery, malformed input, and tokens expiring mid-
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
@@ -24,6 +26,26 @@ async def awaiting(rig: Rig) -> str:
 
 def request_uri(bank_url: str) -> str:
     return parse_qs(urlsplit(bank_url).query)["request_uri"][0]
+
+
+class Transactions:
+    """A store observer counting transactions (writes apart)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.writes = 0
+
+    @contextmanager
+    def transaction(self, *, write: bool, dialect: str) -> Iterator[None]:
+        if write:
+            self.writes += 1
+        else:
+            self.reads += 1
+        yield
+
+    @contextmanager
+    def event(self, *, topic: str, key: str, status: str | None) -> Iterator[dict[str, str]]:
+        yield {}
 
 
 def attempts(rig: Rig, batch_id: str) -> list[str]:
@@ -50,6 +72,22 @@ async def test_link_opened_after_the_request_uri_expired_pushes_a_new_one(store:
         assert len(attempts(rig, batch_id)) == 2
         # Every state we generated carries at least 128 bits.
         assert all(len(s) >= 22 for s in attempts(rig, batch_id))
+
+
+async def test_a_redirect_takes_three_store_transactions(store: Store) -> None:
+    """The state read; the state used up with the flow read for the exchange; the tokens and the move kept with
+    the payday read back. (Five before: the flow read and the payday each had a transaction of their own.)"""
+    async with engine_rig(store) as rig:
+        batch_id = await awaiting(rig)
+        approval = await rig.approve(rig.approval_url(batch_id), deliver=False)
+        counted = Transactions()
+        store.observer = counted
+        try:
+            answer = await rig.http.get(approval.redirect)
+        finally:
+            store.observer = None
+        assert answer.status_code == 200 and rig.flow(batch_id).state == FlowState.AUTHORIZED
+        assert (counted.reads, counted.writes) == (1, 2)
 
 
 async def test_deadline_passed_expires_the_flow_and_the_link_refuses(store: Store) -> None:
