@@ -11,6 +11,7 @@ consent's Initiation exactly).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -75,12 +76,44 @@ def loads_echo(raw: bytes | bytearray) -> Any:
     a large answer never exists whole as text or as objects (see `ECHO_STREAM_BYTES`)."""
     if len(raw) >= ECHO_STREAM_BYTES:
         return _streamed_without_file(raw)
+    fast = _echo_by_orjson(raw)
+    if fast is not None:
+        return fast
     body = loads(raw)
     data = body.get("Data") if isinstance(body, dict) else None
     initiation = data.get("Initiation") if isinstance(data, dict) else None
     if isinstance(initiation, dict) and "SupplementaryData" in initiation:
         initiation["SupplementaryData"] = None
     return body
+
+
+# `"ControlSum": <number>` in a file consent or payment answer, the number's text captured (JSON's number grammar).
+_CONTROL_SUM: Final = re.compile(rb'"ControlSum"\s*:\s*(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
+
+
+def _echo_by_orjson(raw: bytes | bytearray) -> Any | None:
+    """`loads_echo` of a smaller answer by orjson (73 against 177 us for a month-end batch's 40 KB answer:
+    `benchmarks/bank_echo.py`), when that is exact. orjson reads a fraction as a float, so its reading is kept only
+    when, the file set aside, the one fraction left is `Data.Initiation.ControlSum` and `"ControlSum": <number>`
+    occurs exactly once in the body, with the same value: the amount is then that text, as a Decimal. None for
+    anything else (another fraction, a ControlSum inside the file, a body orjson refuses): `loads` reads it."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    data = body.get("Data") if isinstance(body, dict) else None
+    initiation = data.get("Initiation") if isinstance(data, dict) else None
+    if not isinstance(initiation, dict):
+        return None
+    if "SupplementaryData" in initiation:
+        initiation["SupplementaryData"] = None
+    control = initiation.get("ControlSum")
+    if isinstance(control, float):
+        found = _CONTROL_SUM.findall(raw)
+        if len(found) != 1 or float(found[0]) != control:
+            return None
+        initiation["ControlSum"] = Decimal(found[0].decode("ascii"))
+    return None if holds_float(body) else body
 
 
 def _streamed_without_file(raw: bytes | bytearray) -> Any:

@@ -8,6 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from processor.bank.models import (
     ECHO_STREAM_BYTES,
@@ -17,10 +19,12 @@ from processor.bank.models import (
     ModelError,
     TokenResponse,
     VrpConsent,
+    _echo_by_orjson,
     dumps,
     loads,
     loads_echo,
 )
+from processor.domain.money import holds_float
 
 SENT = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
@@ -195,6 +199,63 @@ def test_only_the_echoed_file_is_dropped(initiation: str, kept: dict[str, Any]) 
     body = ('{"Data": {"Initiation": ' + initiation + '}, "Items": [{"SupplementaryData": 1}]}').encode()
     for raw in (body, body + b" " * ECHO_STREAM_BYTES):
         assert loads_echo(raw) == {"Data": {"Initiation": kept}, "Items": [{"SupplementaryData": 1}]}
+
+
+def _month_end_echo(control_sum: str, *, initiation_extra: str = "", concept: str = "Salario de noviembre") -> bytes:
+    """A small echo whose only fraction outside the file is its ControlSum (as `control_sum` spells it)."""
+    rows = ",".join(
+        f'{{"destinationAccount": {{"accountNumber": "{i}"}}, "transferInfo": {{"concept": "{concept}",'
+        f' "transactionAmount": 10.25}}}}'
+        for i in range(3)
+    )
+    return (
+        '{"Data": {"ConsentId": "pay-fi-1", "Status": "AwaitingUpload", "CreationDateTime": "2026-11-23T00:00:00Z",'
+        ' "StatusUpdateDateTime": "2026-11-23T00:00:00Z", "Initiation": {"SupplementaryData": {"data":'
+        ' {"transaction": [' + rows + ']}}, "FileType": "UK.OBIE.PaymentInitiation.3.1", "FileHash": "abc",'
+        f' "NumberOfTransactions": 3, "ControlSum": {control_sum}{initiation_extra}}}}}, "Links": {{"Self": "x"}}}}'
+    ).encode()
+
+
+def _echo_reference(raw: bytes) -> Any:
+    body = loads(raw)
+    body["Data"]["Initiation"]["SupplementaryData"] = None
+    return body
+
+
+@given(st.decimals(min_value=0, max_value=Decimal("9" * 16 + ".99"), places=2, allow_nan=False))
+def test_a_small_echo_read_by_orjson_keeps_its_control_sum_exact(amount: Decimal) -> None:
+    raw = _month_end_echo(format(amount, "f"))
+    fast = _echo_by_orjson(raw)
+    assert fast is not None  # orjson read it
+    assert fast == _echo_reference(raw) and loads_echo(raw) == fast
+    control = fast["Data"]["Initiation"]["ControlSum"]
+    assert type(control) is Decimal and str(control) == format(amount, "f")  # the text, digit for digit
+
+
+@pytest.mark.parametrize(
+    ("control_sum", "extra", "by_orjson"),
+    [
+        ("30.75", "", True),
+        ("1500.50", "", True),  # the trailing zero kept
+        ("-0.10", "", True),
+        ("3.075E1", "", True),
+        ("1234567890123456.78", "", True),  # more digits than a float holds: the text counts, not the float
+        ("1500", "", True),  # a whole number is an int either way
+        ("30.75", ', "Fee": 0.5', False),  # another fraction outside the file
+        ("30.75", ', "Note": {"ControlSum": 30.75}', False),  # the same member twice in the body
+        ("30.75", ', "ControlSum": 30.75', False),  # a member repeated: the last one counts, as `loads` reads it
+        ("30.75", ', "Memo": "\\"ControlSum\\": 1.5"', True),  # inside a string: not a member
+    ],
+)
+def test_orjson_reads_an_echo_only_when_that_is_exact(control_sum: str, extra: str, by_orjson: bool) -> None:
+    raw = _month_end_echo(control_sum, initiation_extra=extra)
+    fast = _echo_by_orjson(raw)
+    assert (fast is not None) == by_orjson
+    echo = loads_echo(raw)
+    assert echo == _echo_reference(raw)
+    assert not holds_float(echo)
+    control = echo["Data"]["Initiation"]["ControlSum"]
+    assert str(control) == str(_echo_reference(raw)["Data"]["Initiation"]["ControlSum"])
 
 
 def test_a_large_echo_never_exists_whole_as_text() -> None:
