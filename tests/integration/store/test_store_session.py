@@ -13,7 +13,7 @@ import pytest
 from store_fixtures import T0, StoreTarget
 
 from processor.store import Store, StoreBusyError, StoreError, StoreTx
-from processor.store.db import LARGE_VALUE
+from processor.store.db import LARGE_VALUE, to_datetime
 
 
 def test_a_lock_held_too_long_is_a_busy_error_not_a_hang(store_target: StoreTarget, store: Store) -> None:
@@ -144,6 +144,22 @@ def test_among_selects_the_listed_values_in_one_statement_text_for_any_count(
         assert one == many  # the same text whatever the count: converted and prepared once
     else:
         assert many.count("?") == 4
+
+
+def test_insert_many_refuses_a_float_and_keeps_times_to_the_millisecond(store: Store) -> None:
+    columns = {"event_id": "text", "topic": "text", "event_key": "text", "seq": "bigint", "payload": "text"}
+    columns["created_at"] = "timestamptz"
+    with store.transaction() as tx, pytest.raises(TypeError, match="float"):
+        tx.raw.insert_many("outbox", columns, [("e-1", "t", "k", 1, "{}", T0), ("e-2", "t", "k", 2.5, "{}", T0)])
+    late = T0.replace(microsecond=123_456)
+    with store.transaction() as tx:
+        tx.raw.execute("INSERT INTO outbox_keys (topic, event_key) VALUES (?, ?)", ("t", "k"))
+        tx.raw.insert_many("outbox", columns, [("e-1", "t", "k", 1, "{}", late), ("e-2", "t", "k", 2, "{}", T0)])
+        rows = tx.raw.fetchall("SELECT event_id, created_at FROM outbox ORDER BY id")
+    assert [(r["event_id"], to_datetime(r["created_at"])) for r in rows] == [
+        ("e-1", T0.replace(microsecond=123_000)),
+        ("e-2", T0),
+    ]
 
 
 def test_insert_many_writes_every_row_in_order_with_nulls_and_a_conflict_clause(store: Store) -> None:
