@@ -4,7 +4,8 @@
 "Before" is the reading of df5f042: `json.loads` of the whole body (the bytes decoded into one str first), each
 transfer object dropped by an `object_pairs_hook` as soon as it was read. "After" is this checkout's `loads_echo`:
 a body of at least `ECHO_STREAM_BYTES` is read as ijson's stream of events with the file's events skipped, a smaller
-one is parsed whole. For each size, both are run interleaved in this process; printed per reading: CPU ms (best of
+one is parsed whole (by orjson when that is exact, `models._echo_by_orjson`; else by `json.loads`). For each size,
+both are run interleaved in this process; printed per reading: CPU ms (best of
 `--runs`) and the peak of Python allocations (tracemalloc) in MiB, beside the body's size. `--wide` puts a
 character past U+00FF in every concept, which makes the decoded str two bytes per character.
 

@@ -245,6 +245,9 @@ def test_a_small_echo_read_by_orjson_keeps_its_control_sum_exact(amount: Decimal
         ("30.75", ', "Note": {"ControlSum": 30.75}', False),  # the same member twice in the body
         ("30.75", ', "ControlSum": 30.75', False),  # a member repeated: the last one counts, as `loads` reads it
         ("30.75", ', "Memo": "\\"ControlSum\\": 1.5"', True),  # inside a string: not a member
+        # the same member again, its name spelt with an escape and its value one a float cannot tell from the first
+        ("30.75", ', "Control\\u0053um": 30.750000000000001', False),
+        ("30.75", ', "a\\"ControlSum": 30.75', False),  # a name ending in ControlSum: found twice
     ],
 )
 def test_orjson_reads_an_echo_only_when_that_is_exact(control_sum: str, extra: str, by_orjson: bool) -> None:
