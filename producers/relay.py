@@ -351,7 +351,8 @@ class OutboxRelay:
                 ("event_id", event.event_id.encode()),
                 ("seq", str(event.seq).encode()),
             ]
-            headers.extend((name, text.encode()) for name, text in (event.headers or {}).items())
+            if event.headers:
+                headers.extend(event.headers.items())  # str values: the client writes them as UTF-8
             try:
                 self._producer.produce(
                     self.topic_name(event.topic),
