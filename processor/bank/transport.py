@@ -287,10 +287,22 @@ def bank_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
 
 
 class _NoCookies(httpx.Cookies):
-    """A jar that stays empty: what an answer sets is not read."""
+    """A jar that stays empty: what an answer sets is not read, and nothing can be put in it."""
 
     def extract_cookies(self, response: httpx.Response) -> None:
         """Keep nothing of the answer's `Set-Cookie`."""
+
+    def set(self, name: str, value: str, domain: str = "", path: str = "/") -> None:
+        """Refused: the bank client sends no cookies."""
+        raise TypeError("the bank client keeps no cookies")
+
+    def __setitem__(self, name: str, value: str) -> None:
+        self.set(name, value)
+
+    def update(self, cookies: object = None) -> None:  # type: ignore[override]
+        """Refused, unless there is nothing to add."""
+        if cookies:
+            raise TypeError("the bank client keeps no cookies")
 
 
 class CookielessClient(httpx.AsyncClient):
@@ -298,10 +310,12 @@ class CookielessClient(httpx.AsyncClient):
 
     The bank authorises each call by its token, and one client serves every consent of an integration: a cookie
     one answer set (a load balancer's, say) would otherwise go with every later call, whoever's consent it is for.
-    Reading each answer's `Set-Cookie`, httpx also builds urllib stand-ins of the request and the answer: 1.6 % of
+    Reading each answer's `Set-Cookie`, httpx also builds urllib stand-ins of the request and the answer: 1.5 % of
     the processor's CPU at month end (py-spy; `benchmarks/bank_pool.py` prints the cost per call)."""
 
     def __init__(self, **kwargs: Any) -> None:
+        if kwargs.get("cookies"):
+            raise TypeError("the bank client keeps no cookies")
         super().__init__(**kwargs)
         self._jarless = _NoCookies()
 

@@ -89,6 +89,7 @@ class PendingAuthorization:
     - `refusal`: what the link answers (code, message) when the flow says more than its state: withdrawn by whom
       and why, held until a person confirms it is no duplicate payroll.
     - `earlier`: the approval tokens of the batch id's ended attempts, with what their links answer now.
+    - `paid_on`: the day a scheduled payment is to be made (a file batch's `execute_on`), told to the approver.
     """
 
     integration: str
@@ -100,6 +101,7 @@ class PendingAuthorization:
     traceparent: str | None = None
     refusal: tuple[str, str] | None = None  # (code, message) the link answers instead (withdrawn, held)
     earlier: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # (token, message) of ended attempts
+    paid_on: date | None = None
 
 
 @runtime_checkable
@@ -259,7 +261,7 @@ class Authorizer:
         if not pending.awaiting or pending.consent_id is None:
             refusal = _not_awaiting(kind.approval(pending.state), where)
             if refusal.code == "already_authorized":
-                return replace(refusal, paid_on=_day_text(await self._payday(kind, flow_id)))
+                return replace(refusal, paid_on=_day_text(pending.paid_on))
             return refusal
         try:
             bank = await self.banks.get(pending.integration)
@@ -450,14 +452,19 @@ class Authorizer:
         if token.state is not None and not hmac.compare_digest(token.state.encode(), attempt.state.encode()):
             log.warning("token answers another state; discarded", flow_id=attempt.flow_id)
             return Outcome(400, "state_mismatch", "The bank's answer belongs to another authorization.", **where)
-        return await self._authorized(hooks, attempt, token, where)
+        return await self._authorized(hooks, attempt, token, where, pending.paid_on)
 
     async def _authorized(
-        self, hooks: AuthorizationHooks, attempt: AuthAttempt, token: TokenResponse, where: dict[str, str]
+        self,
+        hooks: AuthorizationHooks,
+        attempt: AuthAttempt,
+        token: TokenResponse,
+        where: dict[str, str],
+        paid_on: date | None,
     ) -> Outcome:
         now = self.clock.now()
 
-        def save(tx: StoreTx) -> date | None:
+        def save(tx: StoreTx) -> None:
             tx.tokens.save(
                 attempt.consent_id,
                 integration=attempt.integration,
@@ -468,10 +475,9 @@ class Authorizer:
                 now=now,
             )
             hooks.on_authorized(tx, attempt.flow_id, attempt.consent_id, now=now)
-            return _payday_in(tx, attempt.flow_kind, attempt.flow_id)
 
         try:
-            paid_on = await self.store.arun(save)
+            await self.store.arun(save)
         except Exception as exc:  # the flow moved meanwhile (e.g. expired): tokens are not kept either
             log.warning("could not record the authorization", flow_id=attempt.flow_id, error=type(exc).__name__)
             return Outcome(409, "not_awaiting", "This payment no longer awaits authorization.", **where)
@@ -482,12 +488,6 @@ class Authorizer:
             message = f"Authorization received. It will be paid on {day}."
             return Outcome(200, "authorized", message, paid_on=day, **where)
         return Outcome(200, "authorized", "Authorization received. The payment will now be made.", **where)
-
-    async def _payday(self, kind: str, flow_id: str) -> date | None:
-        """A scheduled file payment's `execute_on` (None for any other flow)."""
-        if kind != Kind.FILE.value:
-            return None
-        return await self.store.arun(lambda tx: _payday_in(tx, kind, flow_id), write=False)
 
     async def _repeated(
         self, kind: Kind, attempt: AuthAttempt, code: str, error: str, where: dict[str, str]
@@ -594,14 +594,6 @@ class Authorizer:
         log.warning("repeating a code exchange that left no tokens", flow_id=attempt.flow_id)
         pending = await self.store.arun(lambda tx: self.kinds.hooks(kind).consent_for(tx, attempt.flow_id), write=False)
         return await self._exchange(kind, attempt, code, where, pending)
-
-
-def _payday_in(tx: StoreTx, kind: str, flow_id: str) -> date | None:
-    """A scheduled file payment's `execute_on` (None for any other flow), read in `tx`."""
-    if kind != Kind.FILE.value:
-        return None
-    flow = tx.flows.get(flow_id)
-    return None if flow is None else flow.execute_on
 
 
 def _day_text(day: date | None) -> str | None:

@@ -509,6 +509,7 @@ class FileAuthorizationHooks(AuthorizationHooks):
             traceparent=flow.traceparent,
             refusal=refusal_of(flow),
             earlier=earlier_links(tx.lifecycle.earlier(flow_id)) if flow.attempt > 1 else (),
+            paid_on=flow.execute_on,
         )
 
     def _awaiting(self, tx: StoreTx, flow_id: str, consent_id: str | None) -> Flow:

@@ -75,8 +75,9 @@ async def test_link_opened_after_the_request_uri_expired_pushes_a_new_one(store:
 
 
 async def test_a_redirect_takes_three_store_transactions(store: Store) -> None:
-    """The state read; the state used up with the flow read for the exchange; the tokens and the move kept with
-    the payday read back. (Five before: the flow read and the payday each had a transaction of their own.)"""
+    """Traces off: the state read; the state used up with the flow read for the exchange (the payday comes with
+    it); the tokens and the move kept. (Five before: the flow read and the payday each had a transaction of their
+    own.)"""
     async with engine_rig(store) as rig:
         batch_id = await awaiting(rig)
         approval = await rig.approve(rig.approval_url(batch_id), deliver=False)

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.client_reqrep import ConnectionKey
 
 from processor.bank.client import _transport_error
-from processor.bank.transport import AiohttpTransport, bank_transport, mapped_error, socket_readable
+from processor.bank.transport import AiohttpTransport, CookielessClient, bank_transport, mapped_error, socket_readable
 
 KEY = ConnectionKey("bank.example", 443, True, True, None, None, None)
 REFUSED = OSError(111, "Connection refused")
@@ -72,3 +72,19 @@ def test_the_transport_is_aiohttps_unless_proxies_are_configured(monkeypatch: py
     assert transport.ssl_context.verify_mode.name == "CERT_REQUIRED" and transport.ssl_context.check_hostname
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     assert bank_transport(httpx.Limits(max_connections=2)) is None  # httpx's default then honours the proxy
+
+
+async def test_the_bank_clients_jar_stays_empty() -> None:
+    with pytest.raises(TypeError, match="no cookies"):
+        CookielessClient(cookies={"affinity": "node-7"})
+    async with CookielessClient() as client:
+        for put in (
+            lambda: client.cookies.set("affinity", "node-7"),
+            lambda: client.cookies.update({"affinity": "node-7"}),
+            lambda: client.cookies.__setitem__("affinity", "node-7"),
+        ):
+            with pytest.raises(TypeError, match="no cookies"):
+                put()
+        with pytest.raises(TypeError, match="no cookies"):
+            client.cookies = {"affinity": "node-7"}
+        assert len(client.cookies) == 0

@@ -46,3 +46,13 @@ def test_a_float_anywhere_is_found(value: object) -> None:
 )
 def test_values_without_a_float_pass(value: object) -> None:
     assert not holds_float(value)
+
+
+def test_a_value_that_holds_itself_is_looked_through_once() -> None:
+    ring: list[object] = ["a"]
+    ring.append(ring)
+    book: dict[str, object] = {"ring": ring}
+    book["self"] = book
+    assert not holds_float(book)
+    ring.append(0.5)
+    assert holds_float(book)
