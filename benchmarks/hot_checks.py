@@ -28,10 +28,9 @@ import psycopg
 from month_end import DEFAULT_PG_URL
 
 from processor.engine.transfer_events import cloud_event_headers
-from processor.store.db import LARGE_VALUE, _any_large, _pg_column, _pg_param
+from processor.store.db import _TUPLES_OK, LARGE_VALUE, _any_large, _pg_column, _pg_param
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 
 
 def _large(value: object) -> bool:

@@ -42,17 +42,9 @@ from store_writes import PAID_SQL
 
 from processor.store import NewEvent, Store, StoreTx
 from processor.store.crypto import generate_key, load_cipher
+from processor.store.outbox import KEY_PUBLISHED_SQL
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-KEY_SQL = (
-    "UPDATE outbox_keys SET pending = pending - ?,"
-    " pending_since = CASE WHEN pending - ? = 0 THEN NULL ELSE pending_since END,"
-    " lease_owner = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_owner END,"
-    " lease_expires_at = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_expires_at END,"
-    " handed_by = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_by END,"
-    " handed_since = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_since END"
-    " WHERE topic = ? AND event_key = ?"
-)
 Work = Callable[[StoreTx, Any], object]
 
 
@@ -70,7 +62,7 @@ def published_before(tx: StoreTx, ids: list[object]) -> object:
     )
     per_key = Counter((str(r["topic"]), str(r["event_key"])) for r in rows)
     for (topic, key), n in sorted(per_key.items()):
-        tx.raw.execute(KEY_SQL, (n, n, n, n, n, n, topic, key))
+        tx.raw.execute(KEY_PUBLISHED_SQL, (n, n, n, n, n, n, topic, key))
     return len(rows)
 
 

@@ -133,6 +133,19 @@ _EVENT_ROW = {
 _EVENT_COLUMNS = "id, event_id, topic, event_key, seq, status, headers, created_at, published_at"
 
 
+# A key's counters after `count` of its events were published (the count 6 times, then the key); the key is
+# released when nothing is left.
+KEY_PUBLISHED_SQL = (
+    "UPDATE outbox_keys SET pending = pending - ?,"
+    " pending_since = CASE WHEN pending - ? = 0 THEN NULL ELSE pending_since END,"
+    " lease_owner = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_owner END,"
+    " lease_expires_at = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_expires_at END,"
+    " handed_by = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_by END,"
+    " handed_since = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_since END"
+    " WHERE topic = ? AND event_key = ?"
+)
+
+
 def _event(row: Mapping[str, Any], payload_text: str | None = None) -> OutboxEvent:
     created = to_datetime(row["created_at"])
     assert created is not None
@@ -461,13 +474,7 @@ class Outbox:
         # One statement per key, all sent at once (one round trip on PostgreSQL), in a fixed order: the keys' rows
         # are locked in that order, which avoids lock-order deadlocks.
         self.tx.executemany(
-            "UPDATE outbox_keys SET pending = pending - ?,"
-            " pending_since = CASE WHEN pending - ? = 0 THEN NULL ELSE pending_since END,"
-            " lease_owner = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_owner END,"
-            " lease_expires_at = CASE WHEN pending - ? = 0 THEN NULL ELSE lease_expires_at END,"
-            " handed_by = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_by END,"
-            " handed_since = CASE WHEN pending - ? = 0 THEN NULL ELSE handed_since END"
-            " WHERE topic = ? AND event_key = ?",
+            KEY_PUBLISHED_SQL,
             [(count, count, count, count, count, count, topic, key) for (topic, key), count in sorted(per_key.items())],
         )
         return len(rows)
