@@ -13,7 +13,7 @@ group and a fresh store (a new PostgreSQL database by default, or a SQLite file 
    redirect both), and measures redirect delivered (the start of the callback request) -> `INITIATED`, both
    by the time the benchmark consumed the event and by the event's `occurred_at` (same machine clock);
 4. waits for every `COMPLETED` (or `FAILED`) and prints the time, peak RSS (VmHWM) and CPU seconds of every
-   process, and the processors' mean bank call time per operation (from `/metrics`).
+   process, the processors' mean bank call time per operation and their garbage collections (from `/metrics`).
 
 Then everything it started is stopped (by pid) and removed: processes, topics, database, temporary files; the
 broker too when the benchmark started it (`dispersion dev kafka`'s LocalKafka; `--bootstrap` or
@@ -666,6 +666,43 @@ def bank_call_means(api: str) -> dict[str, tuple[int, float]]:
     return {op: (int(counts[op]), sums.get(op, 0.0) / counts[op]) for op in counts if counts[op]}
 
 
+_COLLECTOR_LINE = re.compile(
+    r"^(python_gc_collections_total|dispersion_gc_collections_total|dispersion_gc_cpu_seconds_total)"
+    r'\{generation="(\d)"\} ([0-9.e+-]+)$'
+)
+
+
+def collector_figures(api: str) -> dict[str, list[float]]:
+    """From an instance's /metrics: metric -> value by generation of the cyclic garbage collector's counters
+    (`python_gc_collections_total` since the process started; `dispersion_gc_*` since `tune_gc`, where present)."""
+    try:
+        text = httpx.get(f"{api}/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    found: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        match = _COLLECTOR_LINE.match(line)
+        if match is not None:
+            found.setdefault(match.group(1), [0.0, 0.0, 0.0])[int(match.group(2))] = float(match.group(3))
+    return found
+
+
+def print_collectors(collectors: Sequence[dict[str, list[float]]]) -> None:
+    """One line per instance: its collections per generation and, once tuned, the collector's CPU."""
+    for index, found in enumerate(collectors):
+        started = found.get("python_gc_collections_total")
+        served = found.get("dispersion_gc_collections_total")
+        cpu = found.get("dispersion_gc_cpu_seconds_total")
+        parts = []
+        if started:
+            young, middle, full = started
+            parts.append(f"since start-up {young:.0f} young, {middle:.0f} middle, {full:.0f} full collections")
+        if served and cpu:
+            young, middle, full = served
+            parts.append(f"since serving {young:.0f} / {middle:.0f} / {full:.0f}, {sum(cpu):.2f} CPU-s")
+        print(f"garbage collector, instance {index + 1}: {'; '.join(parts) or 'no figures'}")
+
+
 def bank_call_mean(metrics: Sequence[dict[str, tuple[int, float]]]) -> tuple[int, float]:
     """(calls, mean seconds) of every bank call of every instance together."""
     calls = sum(count for means in metrics for count, _ in means.values())
@@ -809,6 +846,7 @@ class Figures:
     metrics: list[dict[str, tuple[int, float]]]  # bank call means by instance
     cpu: dict[str, list[float]]  # CPU seconds by child name: at the start, after the submit, at the end
     reference_before: float
+    collectors: list[dict[str, list[float]]]  # the garbage collector's counters by instance
 
 
 def _measure(
@@ -867,11 +905,12 @@ def _measure(
         load_end = load_averages()
         peaks = {c.name: c.status_kb("VmHWM") for c in everyone}
         metrics = [bank_call_means(api) for api in apis]
+        collectors = [collector_figures(api) for api in apis]
 
     figures = Figures(
         encode_seconds, first_produce, produce_seconds, ok, authorization_required, submit_seconds, approvals,
         approvals_started, approvals_done, all_completed, (load_before, load_after_submit, load_end), peaks, metrics,
-        cpu, reference_before,
+        cpu, reference_before, collectors,
     )  # fmt: skip
     _report(bench, instances, options, figures, watcher, sandbox, processors)
 
@@ -941,6 +980,7 @@ def _report(
         print(f"bank calls, instance {index + 1} (count, mean): {shown}")
     reference = (f.reference_before + speed_reference_seconds()) / 2
     print_normalised(n, f.cpu, [p.name for p in processors], sandbox.name, reference, f.metrics, bench.latency_ms)
+    print_collectors(f.collectors)
     if watcher.duplicates or watcher.errors:
         print(f"status consumer: {watcher.duplicates} duplicate events, errors {watcher.errors[:3]}")
     if DROPPED_RETRIES:

@@ -68,6 +68,7 @@ from processor.api.metrics import StoreCollector
 from processor.bank import IssuerMismatch
 from processor.cli.common import QuietServer, bind, inherited, listen_address
 from processor.cli.config import Config, default_config_path, load_config
+from processor.cli.gc_tuning import tune_gc
 from processor.cli.logs import configure_logging
 from processor.cli.malloc import tune_malloc
 from processor.cli.telemetry import Telemetry, start_telemetry
@@ -366,10 +367,19 @@ async def _serve(processor: Processor, sock: socket.socket) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, processor.stop)
     host, port = sock.getsockname()[:2]
+    # What exists now (modules, settings, the engine, the banks' discovery) lives as long as the process: frozen out
+    # of the collector's walks, which the month-end run's objects rarely need (processor/cli/gc_tuning.py).
+    young, frozen = tune_gc()
 
     def ready() -> None:
         print(f"processor ready: api=http://{host}:{port} instance={processor.instance}", flush=True)
-        log.info("processor_started", instance=processor.instance, event_loop=type(loop).__module__)
+        log.info(
+            "processor_started",
+            instance=processor.instance,
+            event_loop=type(loop).__module__,
+            gc_young_threshold=young,
+            gc_frozen=frozen,
+        )
         config = processor.config
         print(console_line(processor.console_auth, config.public_url, config.source), flush=True)
 
