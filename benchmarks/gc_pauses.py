@@ -3,7 +3,8 @@ before and after `processor/cli/gc_tuning.py`, in one run.
 
 Each side is a fresh interpreter holding the processor's start-up heap: `processor.cli.service` and what it imports,
 and every topic's schema compiled by encoding one batch's outbox events (`relay_encode.batch_events`). "default" keeps
-CPython's settings; "tuned" calls `tune_gc` as `dispersion processor` does once started, which freezes that heap.
+CPython's settings; "tuned" calls `tune_gc`, which freezes that heap (`dispersion processor` calls it once started,
+with its engine built and before its HTTP app and Kafka clients exist).
 Printed per side, interleaved over `--rounds`: the objects the collector tracks, the frozen ones, and the CPU of one
 full collection (mean of `--collections`).
 

@@ -646,12 +646,17 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def metrics_text(api: str) -> str:
+    """An instance's /metrics, empty when it cannot be read."""
+    try:
+        return httpx.get(f"{api}/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return ""
+
+
 def bank_call_means(api: str) -> dict[str, tuple[int, float]]:
     """From an instance's /metrics: operation -> (calls, mean seconds) of dispersion_bank_call_seconds."""
-    try:
-        text = httpx.get(f"{api}/metrics", timeout=30).text
-    except httpx.HTTPError:
-        return {}
+    text = metrics_text(api)
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     pattern = re.compile(r"^dispersion_bank_call_seconds_(sum|count)\{([^}]*)\} ([0-9.e+-]+)$")
@@ -675,12 +680,8 @@ _COLLECTOR_LINE = re.compile(
 def collector_figures(api: str) -> dict[str, list[float]]:
     """From an instance's /metrics: metric -> value by generation of the cyclic garbage collector's counters
     (`python_gc_collections_total` since the process started; `dispersion_gc_*` since `tune_gc`, where present)."""
-    try:
-        text = httpx.get(f"{api}/metrics", timeout=30).text
-    except httpx.HTTPError:
-        return {}
     found: dict[str, list[float]] = {}
-    for line in text.splitlines():
+    for line in metrics_text(api).splitlines():
         match = _COLLECTOR_LINE.match(line)
         if match is not None:
             found.setdefault(match.group(1), [0.0, 0.0, 0.0])[int(match.group(2))] = float(match.group(3))

@@ -367,8 +367,8 @@ async def _serve(processor: Processor, sock: socket.socket) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, processor.stop)
     host, port = sock.getsockname()[:2]
-    # What exists now (modules, settings, the engine, the banks' discovery) lives as long as the process: frozen out
-    # of the collector's walks, which the month-end run's objects rarely need (processor/cli/gc_tuning.py).
+    # What exists now (modules, settings, the engine, the banks' discovery) mostly lives as long as the process:
+    # frozen out of the collector's walks (processor/cli/gc_tuning.py says what that costs and saves).
     young, frozen = tune_gc()
 
     def ready() -> None:

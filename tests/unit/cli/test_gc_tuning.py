@@ -38,20 +38,19 @@ def _probe() -> dict[str, Any]:
 
 def test_start_up_objects_are_frozen_and_collections_are_counted() -> None:
     got = _probe()
-    assert got["young_before"] == 700  # CPython's default: the probe starts untuned
+    assert got["young_before"] < 5_000  # CPython's default (700 on 3.11): the probe starts untuned
     assert got["walked_before"] > 50_000  # what every full collection walked
-    assert got["young_after"] == 10_000
+    assert got["young_after"] == 5_000
     assert got["walked_after"] < 1_000  # frozen out of every walk
     frozen = got["frozen"]
     assert isinstance(frozen, int) and frozen > 50_000
     threshold, reported = got["returned"]
-    assert threshold == 10_000 and 50_000 < reported <= frozen  # what the start-up log line says
-    assert got["again"][0] == 10_000
+    assert threshold == 5_000 and 50_000 < reported <= frozen  # what the start-up log line says
+    assert got["again"][0] == 5_000
     lines = got["lines"]
     assert isinstance(lines, list)
-    # one collection of each generation, and the full one the second `tune_gc` made (the first made its own before
-    # counting began)
-    for generation, count in ((0, 1), (1, 1), (2, 2)):
+    # one collection of each generation, and the full one each `tune_gc` made (counting starts before it)
+    for generation, count in ((0, 1), (1, 1), (2, 3)):
         assert f'dispersion_gc_collections_total{{generation="{generation}"}} {count}.0' in lines
     cpu = [line for line in lines if line.startswith("dispersion_gc_cpu_seconds_total{")]
     assert len(cpu) == 3
