@@ -31,6 +31,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
+from schemas.avro_binary import Writer, compile_writer
 from schemas.topics import ALL_TOPICS
 
 MAGIC = b"\xc3\x01"
@@ -137,6 +138,12 @@ def schema(topic: str, version: int | None = None) -> SchemaVersion:
     raise UnknownTopicError(f"topic {topic!r} has no schema version {version}")
 
 
+@cache
+def _compiled(topic: str, version: int) -> Writer | None:
+    """The compiled writer of a topic's schema version (`schemas.avro_binary`), built once per process."""
+    return compile_writer(schema(topic, version).schema)
+
+
 class Codec:
     """Encoder and decoder for one topic.
 
@@ -150,9 +157,17 @@ class Codec:
         self.writer = schema(topic, write_version)
         self.reader = schema(topic, read_version)
         self._by_fingerprint = {item.fingerprint: item for item in versions(topic)}
+        self._compiled: Writer | None = _compiled(topic, self.writer.version)
 
     def encode(self, record: Mapping[str, Any]) -> bytes:
         """Single-object encoding of `record`; unknown or missing fields, and bad values, raise EncodeError."""
+        if self._compiled is not None:
+            body = bytearray(self.writer.header)
+            try:
+                self._compiled(body, record)
+                return bytes(body)
+            except Exception:  # noqa: S110 - Unfit, or a value's own error (a lone surrogate): fastavro decides
+                pass
         out = io.BytesIO()
         out.write(self.writer.header)
         try:
