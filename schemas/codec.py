@@ -1,5 +1,7 @@
-"""The dispersion events as bytes: Avro single-object encoding (fastavro alone), and how to tell it from the
-Confluent wire format. Pure: no I/O beyond reading the schema files next to this module.
+"""The dispersion events as bytes: Avro single-object encoding, and how to tell it from the Confluent wire format.
+Pure: no I/O beyond reading the schema files next to this module. fastavro parses the schemas and reads; a record
+is written by the schema version's compiled writer (`schemas.avro_binary`, fastavro's bytes exactly), and by
+fastavro when that writer does not take it as it is (fastavro then coerces it or says why it does not fit).
 
 Single-object encoding (Avro specification): the two marker bytes `C3 01`, the 8-byte
 little-endian CRC-64-AVRO (Rabin) fingerprint of the writer schema's Parsing Canonical Form, then the Avro
