@@ -12,7 +12,6 @@ CPU per event of each topic, interleaved over `--rounds`.
 
 from __future__ import annotations
 
-import argparse
 import io
 import sys
 from collections.abc import Callable, Mapping
@@ -20,7 +19,7 @@ from typing import Any
 
 from fastavro import schemaless_writer
 from json_checks import per_document  # CPU seconds per item of a callable
-from relay_encode import batch_events  # the same completed batches as the relay's benchmark
+from relay_encode import batch_events, batch_parser  # the same completed batches as the relay's benchmark
 
 from producers.relay import outbox_record
 from schemas import Codec
@@ -41,11 +40,7 @@ def fastavro_encode(codec: Codec) -> Callable[[Mapping[str, Any]], bytes]:
 
 def main() -> int:
     """Both writers interleaved; prints the figures."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--batches", type=int, default=50)
-    parser.add_argument("--transactions", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = batch_parser(__doc__).parse_args()
     events = [event for batch in range(args.batches) for event in batch_events(batch, args.transactions)]
     topics = (TRANSFERS_TOPIC, STATUS_TOPIC)
     records = {topic: [outbox_record(e) for e in events if e.topic == topic] for topic in topics}

@@ -12,14 +12,13 @@ and the same with the JSON written, interleaved over `--rounds`.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from relay_encode import batch_events  # the same completed batches as the relay's benchmark
+from relay_encode import batch_events, batch_parser  # the same completed batches as the relay's benchmark
 
 from processor.domain.money import holds_float
 
@@ -52,11 +51,7 @@ def per_document(documents: list[Any], work: Callable[[Any], object]) -> float:
 
 def main() -> int:
     """Both variants interleaved; prints the figures."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--batches", type=int, default=50)
-    parser.add_argument("--transactions", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = batch_parser(__doc__).parse_args()
     documents = [event.payload for batch in range(args.batches) for event in batch_events(batch, args.transactions)]
     per_batch = len(documents) / args.batches
     print(f"{args.batches} completed batches: {len(documents)} documents ({per_batch:.0f} per batch)")

@@ -109,6 +109,16 @@ def batch_events(batch: int, count: int) -> list[OutboxEvent]:
     return [*events, completed]
 
 
+def batch_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options of the benchmarks over `batch_events` (this one, json_checks.py, avro_encode.py): how many
+    completed batches, of how many transfers, measured in how many interleaved rounds."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--transactions", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    return parser
+
+
 @contextmanager
 def swapped(avro_json: Any, load_json: Callable[[str], Any]) -> Iterator[None]:
     """Run `outbox_record` with this module's `convert` (and its `Coercion`) and this payload parser."""
@@ -136,10 +146,7 @@ def per_event(events: list[list[OutboxEvent]], work: Callable[[OutboxEvent], Any
 
 def main() -> int:
     """Both variants interleaved; prints the figures."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--batches", type=int, default=50)
-    parser.add_argument("--transactions", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = batch_parser(__doc__)
     parser.add_argument("--before", default="57ee105", help="git revision of the 'before' avro_json.py")
     args = parser.parse_args()
     before = old_avro_json(args.before)
