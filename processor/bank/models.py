@@ -3,8 +3,9 @@
 Readers are pure: they validate the parsed body with the pydantic models of `answers.py` and raise
 `ModelError(path)` when a documented field is missing or has the wrong type; the client turns that into a
 ProtocolError naming the operation and interaction id.
-Amounts are `Decimal` (bodies are parsed with `parse_float=Decimal`; a small file echo by orjson only when its one
-fraction, the control sum, can be taken from its text: `_echo_by_orjson`); nested request objects such as
+Amounts are `Decimal` (bodies are parsed as `json.loads(..., parse_float=Decimal)` parses them, by msgspec's decoder
+where it can: `processor.domain.exact_json`; a smaller file echo with the file skipped by that decoder:
+`_echo_without_file`); nested request objects such as
 `Initiation` are kept as parsed, so they can be sent back byte-for-byte equal in value (A3 must repeat the
 consent's Initiation exactly).
 """
@@ -12,7 +13,6 @@ consent's Initiation exactly).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,11 +20,13 @@ from decimal import Decimal
 from typing import Any, Final
 
 import ijson
+import msgspec
 import orjson
 
 from processor.bank import answers
 from processor.bank.answers import ModelError as ModelError  # callers catch it from here
 from processor.bank.answers import links_self, validate
+from processor.domain.exact_json import loads_decimal, refuse_constant
 from processor.domain.money import holds_float
 
 SCOPE_PREFIX = "payments:"
@@ -48,22 +50,18 @@ def dumps(value: object) -> bytes:
     return orjson.dumps(value, default=_default)
 
 
-def _refuse_constant(text: str) -> Any:
-    raise ValueError(f"{text} is not JSON")
-
-
 def loads(raw: bytes | bytearray | str) -> Any:
     """Parse JSON with fractions as Decimal; NaN and Infinity are refused."""
-    return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant)
+    return loads_decimal(raw, constants=False)
 
 
-# A file consent or payment answer echoes, in `Data.Initiation.SupplementaryData`, the whole file we sent. One of at
-# least this many bytes is read as a stream of parser events (ijson's C parser) with that member skipped: `json.loads`
-# would first decode the whole body into a str (for 100,000 transfers 39 MiB, 78 MiB when a name holds a character
-# past U+00FF, plus its transient) beside the 39 MiB of bytes; streamed, the reading peaks at about 1 MiB. It costs
-# about 3x the CPU (0.73 s against 0.24-0.28 s for 100,000 transfers: benchmarks/bank_echo.py), so a smaller
-# answer, such as a month-end batch's 40 KB, is parsed whole (its objects, the file's included, exist at once: 5.7
-# MiB of Python allocations at its peak for 1,000 transfers, 0.36 MiB of body; about 16 times the body in all).
+# A file consent or payment answer echoes, in `Data.Initiation.SupplementaryData`, the whole file we sent. It is read
+# without building that file (`_echo_without_file`: msgspec finds the file's bytes, the rest is parsed). An answer
+# that way cannot read, of at least this many bytes, is read as a stream of parser events (ijson's C parser) with
+# the file skipped: `json.loads` would first decode the whole body into a str (for 100,000 transfers 39 MiB, 78 MiB
+# when a name holds a character past U+00FF) beside the 39 MiB of bytes; streamed, the reading peaks at about 1 MiB,
+# at 10x the CPU of the msgspec reading (0.76 s against 0.076 s for 100,000 transfers: benchmarks/bank_echo.py). A
+# smaller one is parsed whole by `loads`.
 ECHO_STREAM_BYTES: Final = 1 << 20
 
 _ECHOED_FILE: Final = "Data.Initiation.SupplementaryData"
@@ -76,11 +74,11 @@ def loads_echo(raw: bytes | bytearray) -> Any:
     """Parse a file consent or file payment answer without the file it echoes: like `loads`, but
     `Data.Initiation.SupplementaryData` reads as None. Everything we read from these answers is outside the file;
     a large answer never exists whole as text or as objects (see `ECHO_STREAM_BYTES`)."""
-    if len(raw) >= ECHO_STREAM_BYTES:
-        return _streamed_without_file(raw)
-    fast = _echo_by_orjson(raw)
+    fast = _echo_without_file(raw)
     if fast is not None:
         return fast
+    if len(raw) >= ECHO_STREAM_BYTES:
+        return _streamed_without_file(raw)
     body = loads(raw)
     _initiation_without_file(body)
     return body
@@ -98,34 +96,47 @@ def _initiation_without_file(body: Any) -> dict[str, Any] | None:
     return initiation
 
 
-# `"ControlSum": <number>` in a file consent or payment answer, the number's text captured (JSON's number grammar).
-_CONTROL_SUM: Final = re.compile(rb'"ControlSum"\s*:\s*(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)')
-_FRACTION: Final = re.compile(rb"[.eE]")  # what makes a JSON number a Decimal for `loads`, not an int
+class _EchoedInitiation(msgspec.Struct):
+    SupplementaryData: msgspec.Raw = msgspec.Raw()
 
 
-def _echo_by_orjson(raw: bytes | bytearray) -> Any | None:
-    """`loads_echo` of a smaller answer by orjson (0.09 against 0.15 ms for a month-end batch's 40 KB answer:
-    `benchmarks/bank_echo.py`), when that is exact. orjson reads a fraction as a float, so its reading is kept only
-    when, the file set aside, the one fraction left is `Data.Initiation.ControlSum` and `"ControlSum": <number>`
-    occurs exactly once in the body, with the same value: the amount is then that text, as a Decimal. None for
-    anything else (another fraction, a ControlSum inside the file, a `\\u` escape anywhere, a body orjson refuses):
-    `loads` reads it."""
-    if b"\\u" in raw:
-        return None  # a member's name may be spelt with escapes (`Control\u0053um`), which the text search misses
+class _EchoedData(msgspec.Struct):
+    Initiation: _EchoedInitiation | None = None
+
+
+class _EchoedAnswer(msgspec.Struct):
+    Data: _EchoedData | None = None
+
+
+# Finds where the echoed file's text is in an answer: every other member is skipped (checked, not built), the file
+# itself is kept as the span of bytes it is.
+_ECHO_FRAME: Final = msgspec.json.Decoder(_EchoedAnswer)
+
+
+def _echo_without_file(raw: bytes | bytearray) -> Any | None:
+    """`loads_echo` without building the file the answer echoes: the file's bytes found by msgspec (which checks
+    the whole answer as strictly as `loads` does, building nothing but this frame), replaced by `null`, and what is
+    left parsed by `loads`. 0.08-0.09 ms for a month-end batch's 40 KB answer, where orjson built it all in
+    0.16-0.17 ms (`benchmarks/bank_echo.py`), and no more allocations than what is left. None, for the other
+    readings, when msgspec refuses the answer or finds no file, or when the file's bytes occur twice in the answer
+    (what is replaced must be that one place)."""
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        frame = _ECHO_FRAME.decode(raw)
+    except msgspec.MsgspecError:
         return None
-    initiation = _initiation_without_file(body)
-    if initiation is None:
+    initiation = frame.Data.Initiation if frame.Data is not None else None
+    file = initiation.SupplementaryData if initiation is not None else None
+    if file is None or not memoryview(file).nbytes:
         return None
-    control = initiation.get("ControlSum")
-    if isinstance(control, float):
-        found = _CONTROL_SUM.findall(raw)
-        if len(found) != 1 or float(found[0]) != control or not _FRACTION.search(found[0]):
-            return None  # a whole number orjson made a float (past 64 bits) stays an int: the exact parser's
-        initiation["ControlSum"] = Decimal(found[0].decode("ascii"))
-    return None if holds_float(body) else body
+    start = raw.find(file)
+    if start < 0 or raw.find(file, start + 1) >= 0:
+        return None
+    try:
+        body = loads(bytes(raw[:start]) + b"null" + bytes(raw[start + memoryview(file).nbytes :]))
+    except ValueError:  # what json refuses and msgspec passed over (an integer of 4,301 digits): its error, whole
+        return None
+    _initiation_without_file(body)
+    return body
 
 
 def _streamed_without_file(raw: bytes | bytearray) -> Any:
@@ -430,7 +441,7 @@ def _report_loads(raw: bytes | bytearray) -> Any:
     The same parse as `loads`, the last of duplicate keys counting; an object with a line's members is made a
     `ReportLine` wherever it is, but only `Data.Transactions` is read for lines (a report or a `Data` so made is
     parsed again as plain objects by `FilePaymentReport.parse`)."""
-    return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant, object_pairs_hook=_line_or_object)
+    return json.loads(raw, parse_float=Decimal, parse_constant=refuse_constant, object_pairs_hook=_line_or_object)
 
 
 def _line_or_object(pairs: list[tuple[str, Any]]) -> Any:

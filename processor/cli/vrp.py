@@ -26,7 +26,6 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,6 +41,7 @@ from processor.cli.common import (
     open_engine,
 )
 from processor.cli.config import Config
+from processor.domain.exact_json import loads_decimal
 from processor.domain.settings import ConfigError
 from processor.domain.time import iso_ms
 from processor.domain.vrp_requests import InvalidRequestError
@@ -113,7 +113,7 @@ def read_document(path: Path, stdin: TextIO | None = None) -> dict[str, Any]:
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        document = json.loads(text, parse_float=Decimal)
+        document = loads_decimal(text)
     except ValueError as exc:
         raise CliError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(document, dict):

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
+from processor.domain.exact_json import loads_decimal
 from processor.domain.money import holds_float
 from processor.domain.time import iso_ms
 from processor.store.db import to_datetime, to_decimal
@@ -65,14 +66,9 @@ def dump_json(value: object) -> str:
     return orjson.dumps(value, default=_default, option=orjson.OPT_PASSTHROUGH_DATETIME).decode()
 
 
-_DECODER = json.JSONDecoder(parse_float=Decimal)  # `json.loads(text, parse_float=...)` builds one per call
-
-
 def load_json(text: str | bytes) -> Any:
     """Parse stored JSON; fractions become Decimal."""
-    if isinstance(text, str):
-        return _DECODER.decode(text)
-    return json.loads(text, parse_float=Decimal)
+    return loads_decimal(text)
 
 
 def json_text(document: str | bytes | Mapping[str, Any] | list[Any]) -> str:
