@@ -200,9 +200,14 @@ def qmark_to_pyformat(sql: str) -> str:
 class Tx:
     """One open transaction. Use the `?` placeholder style on both engines."""
 
-    def __init__(self, dialect: Dialect, conn: sqlite3.Connection | psycopg.Connection[Row]) -> None:
+    def __init__(
+        self, dialect: Dialect, conn: sqlite3.Connection | psycopg.Connection[Row], *, read_only: bool = False
+    ) -> None:
         self.dialect: Dialect = dialect
         self._conn = conn
+        # A read (`transaction(write=False)`) runs plain SELECTs only: on PostgreSQL they run outside a transaction
+        # block (see `Database._pg_tx`), where a write or a row lock would not be held with the rest.
+        self.read_only = read_only
         # A value of many megabytes went through this PostgreSQL connection (a 100,000-transfer batch or its
         # report): libpq keeps its buffers at the largest size they reached, so the pool closes the connection
         # after the transaction instead of keeping them.
@@ -210,6 +215,8 @@ class Tx:
         self.observer: Observer | None = None  # set by `Store.transaction` (see processor.store.observe)
 
     def _run(self, sql: str, params: Params) -> tuple[list[Row] | None, int]:
+        if self.read_only and not _plain_select(sql):
+            raise StoreError(f"a read-only transaction runs SELECTs without row locks only: {sql.split(None, 1)[0]}")
         with _driver_errors():
             if isinstance(self._conn, sqlite3.Connection):
                 cur = self._conn.execute(sql, [_sqlite_param(p) for p in params])
@@ -236,6 +243,7 @@ class Tx:
         mode), the statement parsed once, where a statement per row was a round trip each."""
         if not rows:
             return
+        self._refuse_write()
         with _driver_errors():
             if isinstance(self._conn, sqlite3.Connection):
                 self._conn.executemany(sql, [[_sqlite_param(p) for p in row] for row in rows])
@@ -257,6 +265,7 @@ class Tx:
         `executemany`."""
         if not rows:
             return
+        self._refuse_write()
         names = ", ".join(columns)
         if isinstance(self._conn, sqlite3.Connection):
             marks = ", ".join("?" for _ in columns)
@@ -270,6 +279,10 @@ class Tx:
             tail = conflict.replace("%", "%%")
             unnested = ", ".join(f"%b::{kind}[]" for kind in columns.values())
             self._conn.execute(f"INSERT INTO {table} ({names}) SELECT * FROM unnest({unnested}){tail}", arrays)  # noqa: S608
+
+    def _refuse_write(self) -> None:
+        if self.read_only:
+            raise StoreError("a read-only transaction runs SELECTs without row locks only")
 
     def among(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
         """`column` is one of `values` (at least one), as SQL and its parameters. On PostgreSQL `column = ANY(?)`
@@ -294,6 +307,7 @@ class Tx:
         copies that into its output buffer, 25 + 32 MiB at once for a 100,000-transfer batch's 23 MB. It goes
         instead `TEXT_PIECE` characters at a time through `COPY` (binary format: no escaping) into a temporary
         table, which the UPDATE reads; at most a piece of it is ever encoded."""
+        self._refuse_write()
         if isinstance(self._conn, sqlite3.Connection) or not self.sent_in_pieces(text):
             return self.execute(f"UPDATE {table} SET {column} = ? WHERE {key_column} = ?", (text, key))  # noqa: S608
         encoding = self._conn.info.encoding  # COPY reads text in the client's encoding (UTF-8 unless set otherwise)
@@ -362,6 +376,14 @@ def _driver_errors() -> Iterator[None]:
         raise StoreBusyError(str(exc).splitlines()[0]) from exc
     except (sqlite3.Error, psycopg.Error) as exc:
         raise StoreError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+
+_ROW_LOCKS = re.compile(r"\bFOR\s+(UPDATE|SHARE|NO\s+KEY\s+UPDATE|KEY\s+SHARE)\b", re.IGNORECASE)
+
+
+def _plain_select(sql: str) -> bool:
+    """Whether `sql` is a SELECT that locks no row (a WITH may hide a write: not one)."""
+    return sql.lstrip()[:6].upper() == "SELECT" and _ROW_LOCKS.search(sql) is None
 
 
 _SIZED = (str, bytes)
@@ -482,7 +504,9 @@ class Database:
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
         """Open a transaction: commit when the block ends, roll back when it raises.
 
-        `write=False` on SQLite starts a deferred (read) transaction, which never waits for writers in WAL mode.
+        `write=False` is a read: its statements must be SELECTs without row locks (`StoreError` otherwise). On
+        SQLite it is a deferred transaction, which never waits for writers in WAL mode; on PostgreSQL its SELECTs
+        run without BEGIN and COMMIT, each on its own snapshot as at READ COMMITTED in a block.
         """
         conn = self._acquire()
         healthy = True
@@ -491,7 +515,7 @@ class Database:
             if isinstance(conn, sqlite3.Connection):
                 yield from self._sqlite_tx(conn, write)
             else:
-                yield from self._pg_tx(conn, opened)
+                yield from self._pg_tx(conn, opened, write)
         except BaseException:
             healthy = not _is_broken(conn)
             raise
@@ -504,7 +528,7 @@ class Database:
         except sqlite3.OperationalError as exc:
             raise StoreBusyError(str(exc)) from exc
         try:
-            yield Tx("sqlite", conn)
+            yield Tx("sqlite", conn, read_only=not write)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -518,8 +542,16 @@ class Database:
                 StoreBusyError(str(exc)) if isinstance(exc, sqlite3.OperationalError) else StoreError(str(exc))
             ) from exc
 
-    def _pg_tx(self, conn: psycopg.Connection[Row], opened: list[Tx]) -> Iterator[Tx]:
+    def _pg_tx(self, conn: psycopg.Connection[Row], opened: list[Tx], write: bool) -> Iterator[Tx]:
         try:
+            if not write:
+                # A read's SELECTs run each on its own (the connection is in autocommit): in a transaction block at
+                # READ COMMITTED each would take its own snapshot too, so only BEGIN's and COMMIT's round trips go
+                # (2 of a read's 3; 5.7 reads per month-end batch: docs/benchmarks.md, tenth pass).
+                tx = Tx("postgresql", conn, read_only=True)
+                opened.append(tx)
+                yield tx
+                return
             with conn.transaction():
                 tx = Tx("postgresql", conn)
                 opened.append(tx)

@@ -260,3 +260,40 @@ def test_closing_a_store_waits_for_the_transaction_in_its_thread(store_target: S
     assert finished == [True]
     with pytest.raises(ValueError, match="at least one thread"):
         Store(store.db, threads=0)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE flows SET attempts = attempts + 1 WHERE batch_id = 'b-1'",
+        "DELETE FROM flows",
+        "  insert into flows (batch_id) values ('b-2')",
+        "SELECT batch_id FROM flows WHERE batch_id = 'b-1' FOR UPDATE",
+        "SELECT batch_id FROM flows WHERE batch_id = 'b-1' for  no key update",
+        "WITH gone AS (DELETE FROM flows RETURNING batch_id) SELECT batch_id FROM gone",
+    ],
+)
+def test_a_read_only_transaction_refuses_writes_and_row_locks(store: Store, statement: str) -> None:
+    with store.transaction() as tx:
+        tx.flows.create("b-1", "bank", "{}", now=T0)
+    with store.transaction(write=False) as tx, pytest.raises(StoreError, match="read-only"):
+        tx.raw.execute(statement)
+    with store.transaction(write=False) as tx:
+        with pytest.raises(StoreError, match="read-only"):
+            tx.raw.insert_many("flows", {"batch_id": "text"}, [("b-3",)])
+        with pytest.raises(StoreError, match="read-only"):
+            tx.raw.executemany("DELETE FROM flows WHERE batch_id = ?", [("b-1",)])
+        assert [row["batch_id"] for row in tx.raw.fetchall("SELECT batch_id FROM flows")] == ["b-1"]
+
+
+def test_a_read_on_postgresql_runs_each_select_on_its_own(store_target: StoreTarget, store: Store) -> None:
+    """No BEGIN and COMMIT around a read's SELECTs: each is its own transaction, as the statement's and the
+    transaction's start times show; a write's statements still share one."""
+    if store_target.dialect != "postgresql":
+        pytest.skip("SQLite keeps its deferred read transaction (one snapshot in WAL mode)")
+    own = "SELECT statement_timestamp() = transaction_timestamp() AS own"
+    with store.transaction(write=False) as tx:
+        assert tx.raw.scalar(own) is True
+        assert tx.raw.scalar(own) is True
+    with store.transaction() as tx:
+        assert tx.raw.scalar(own) is False  # the block began with BEGIN, before this statement
