@@ -27,10 +27,6 @@ def refuse_constant(text: str) -> Any:
     raise ValueError(f"{text} is not JSON")
 
 
-_STANDARD: Final = json.JSONDecoder(parse_float=Decimal)  # `json.loads(text, parse_float=...)` builds one per call
-_STANDARD_NO_CONSTANTS: Final = json.JSONDecoder(parse_float=Decimal, parse_constant=refuse_constant)
-
-
 def loads_decimal(data: str | bytes | bytearray, *, constants: bool = True) -> Any:
     """`json.loads(data, parse_float=Decimal)`, faster. `constants=False` refuses NaN and Infinity (ValueError),
     as a `parse_constant` that raises does. Errors are `json`'s own (`JSONDecodeError`, `UnicodeDecodeError`)."""
@@ -38,7 +34,6 @@ def loads_decimal(data: str | bytes | bytearray, *, constants: bool = True) -> A
         return _FAST.decode(data)
     except _REFUSED:
         pass
-    if isinstance(data, str):
-        return (_STANDARD if constants else _STANDARD_NO_CONSTANTS).decode(data)
-    # `json.loads` tells the encoding of bytes from their first bytes (UTF-8, -16 or -32) and refuses a UTF-8 BOM.
+    # `json.loads` itself: it tells the encoding of bytes from their first bytes (UTF-8 with or without a BOM, -16
+    # or -32) and names a BOM at the start of a str in its error.
     return json.loads(data, parse_float=Decimal, parse_constant=None if constants else refuse_constant)

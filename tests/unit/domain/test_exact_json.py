@@ -37,7 +37,7 @@ def _outcome(read: Any, data: str | bytes) -> tuple[str, Any]:
     try:
         return "value", _shape(read(data))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return "error", type(exc).__name__
+        return "error", f"{type(exc).__name__}: {exc}"
 
 
 _NUMBER_TEXTS = st.from_regex(r"-?(0|[1-9][0-9]{0,25})(\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?", fullmatch=True)
@@ -91,7 +91,7 @@ def test_broken_text_fails_as_the_standard_library_fails(text: str, data: st.Dat
         b"1" * 4301,  # past Python's digit limit: json's ValueError
         b'"\\ud800"',  # a lone surrogate: msgspec refuses it, json reads it
         b'"\xed\xa0\x80"',  # one written raw: not UTF-8 for msgspec, read by json
-        b'\xef\xbb\xbf{"a": 1}',  # a UTF-8 byte-order mark: json refuses it
+        b'\xef\xbb\xbf{"a": 1}',  # a UTF-8 byte-order mark: msgspec refuses it, json reads past it
         '{"a": 1}'.encode("utf-16"),  # json tells UTF-16 from the bytes
         b"[NaN, Infinity]",
         b"[" * 5000 + b"]" * 5000,  # deeper than either reads
@@ -114,3 +114,8 @@ def test_nan_is_refused_when_asked() -> None:
     assert repr(loads_decimal("[NaN]")) == "[nan]"  # json's own reading: a float
     with pytest.raises(ValueError, match="NaN is not JSON"):
         loads_decimal("[NaN]", constants=False)
+
+
+def test_a_text_with_a_byte_order_mark_fails_with_json_s_own_message() -> None:
+    with pytest.raises(json.JSONDecodeError, match="Unexpected UTF-8 BOM"):
+        loads_decimal('\ufeff{"a": 1}')
