@@ -45,7 +45,13 @@ from processor.cli.common import (
     open_engine,
 )
 from processor.cli.config import Config
-from processor.domain.batch import BatchParseError, PayrollBatch, batch_from_dict, batch_from_json, loads_exact
+from processor.domain.batch import (
+    BatchParseError,
+    PayrollBatch,
+    batch_from_dict,
+    batch_from_stored,
+    loads_exact,
+)
 from processor.domain.file_states import FlowState
 from processor.domain.identity import document_content_sha256
 from processor.domain.kinds import Kind
@@ -383,7 +389,7 @@ async def report(store: Store, engine: Engine, flow: Flow) -> int:
     batch = None
     if results and text is not None:
         with contextlib.suppress(ValueError):
-            batch = batch_from_json(text)
+            batch = batch_from_stored(text)
     if results:
         for line in result_lines(batch, results):
             print(line)

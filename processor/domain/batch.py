@@ -39,6 +39,8 @@ from decimal import Decimal, InvalidOperation
 from sys import intern
 from typing import Any, Final
 
+from processor.domain.exact_json import loads_decimal
+
 __all__ = [
     "DEFAULT_DESTINATION_ACCOUNT_TYPE",
     "DEFAULT_ORIGIN_ACCOUNT_TYPE",
@@ -49,6 +51,7 @@ __all__ = [
     "Transfer",
     "batch_from_dict",
     "batch_from_json",
+    "batch_from_stored",
     "iso_day",
     "loads_exact",
 ]
@@ -162,6 +165,24 @@ def batch_from_json(raw: str | bytes) -> PayrollBatch:
             raw, parse_float=Decimal, parse_constant=_refuse_constant, object_pairs_hook=_rows_as_transfers
         )
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise BatchParseError([ParseProblem("$", f"not valid JSON: {exc}")]) from exc
+    return batch_from_dict(data)
+
+
+# A stored batch's text up to this size is read by msgspec as plain objects (`batch_from_stored`); a larger one row
+# by row by `batch_from_json`, so 100,000 rows never exist as dicts.
+STORED_AS_OBJECTS_CHARS: Final = 1 << 20
+
+
+def batch_from_stored(raw: str) -> PayrollBatch:
+    """`batch_from_json` of a text the intake accepted and stored (it passed that reading then: no repeated key,
+    no NaN), by msgspec's decoder (`exact_json`) when not large: 260 against 413 us for 100 transfers, read again
+    at each step whose payload is no longer cached (A3 and the completion at month end)."""
+    if len(raw) > STORED_AS_OBJECTS_CHARS:
+        return batch_from_json(raw)
+    try:
+        data = loads_decimal(raw, constants=False)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise BatchParseError([ParseProblem("$", f"not valid JSON: {exc}")]) from exc
     return batch_from_dict(data)
 

@@ -8,7 +8,7 @@ from functools import cached_property
 
 import structlog
 
-from processor.domain.batch import PayrollBatch, batch_from_json
+from processor.domain.batch import PayrollBatch, batch_from_stored
 from processor.domain.payload import FilePayload, prepare_file_payload, upload_file_json
 from processor.domain.validation import validated
 from processor.engine.file_events import origin_currency
@@ -100,7 +100,7 @@ class FilePayloads:
         if text is None:
             return None
         try:
-            return batch_from_json(text)  # the text (23 MiB for 100,000 transfers) is let go of on return
+            return batch_from_stored(text)  # the text (23 MiB for 100,000 transfers) is let go of on return
         except ValueError:
             log.exception("stored batch can no longer be read", batch_id=flow.batch_id)
             return None

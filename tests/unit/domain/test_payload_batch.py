@@ -16,6 +16,7 @@ from processor.domain.batch import (
     Transfer,
     batch_from_dict,
     batch_from_json,
+    batch_from_stored,
     loads_exact,
 )
 
@@ -281,6 +282,58 @@ ROW = {
 def test_rows_read_while_parsing_give_what_reading_the_whole_document_gives(changes: dict[str, Any]) -> None:
     text = json.dumps(batch_dict(**changes), default=str)
     assert _parsed(text) == _generic(text)
+
+
+def _stored(text: str) -> PayrollBatch | dict[str, str]:
+    try:
+        return batch_from_stored(text)
+    except BatchParseError as exc:
+        return problems(exc)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"transactions": [ROW, {**ROW, "amount": "1e3"}, {**ROW, "amount": 1.5}, {**ROW, "note": "x"}]},
+        {"transactions": [{**ROW, "amount": "0.10", "concept": "Nómina \u00e9 \ud83d\ude00"}]},
+        {"origin_account": ROW},
+        {"batch_id": ROW},
+    ],
+    ids=["stored", "bad-rows", "escapes", "row-as-origin", "row-as-id"],
+)
+def test_a_stored_batch_reads_as_batch_from_json_reads_it(changes: dict[str, Any]) -> None:
+    for text in (
+        json.dumps(batch_dict(**changes), default=str),
+        json.dumps(batch_dict(**changes), default=str, ensure_ascii=False),
+    ):
+        assert _stored(text) == _parsed(text)
+
+
+def test_a_stored_text_that_is_no_json_is_a_parse_error_at_the_top() -> None:
+    assert _stored('{"batch_id": ') == {"$": _parsed('{"batch_id": ')["$"]}  # type: ignore[index]
+
+
+def test_a_large_stored_batch_is_read_row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `STORED_AS_OBJECTS_CHARS` the rows are taken while parsing, never all held as dicts."""
+    import processor.domain.batch as module
+
+    taken: list[int] = []
+    original = module._rows_as_transfers
+
+    def counting(pairs: list[tuple[str, Any]]) -> Any:
+        taken.append(1)
+        return original(pairs)
+
+    monkeypatch.setattr(module, "_rows_as_transfers", counting)
+    text = json.dumps(batch_dict(), default=str)
+    expected = batch_from_json(text)
+    taken.clear()
+    assert batch_from_stored(text) == expected
+    assert not taken  # small: read as plain objects by msgspec
+    monkeypatch.setattr(module, "STORED_AS_OBJECTS_CHARS", len(text) - 1)
+    assert batch_from_stored(text) == expected
+    assert taken  # large: each object taken while parsing
 
 
 def test_a_document_that_is_a_row_is_refused_as_before() -> None:
