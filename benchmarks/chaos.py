@@ -19,7 +19,10 @@ by this script so it can be restarted), the sandbox bank (`dispersion sandbox --
    file, read only) is compared with what `dispersion.status` said:
 
    - duplicate bank resources: file consents beyond one per batch plus file payments beyond one per batch
-     (batches matched by the FileReference of the consent's Initiation);
+     (batches matched by the FileReference of the consent's Initiation). A consent the processor's store records
+     as replaced (an authorised consent whose tokens a killed code exchange lost: the engine's designed recovery
+     makes a new one behind the same link, docs/engine.md) and under which nothing was paid is counted apart, as
+     "consents replaced by design";
    - misreported outcomes: FAILED/REJECTED/EXPIRED while the bank holds a payment for the batch; COMPLETED
      without a payment at the bank, naming another payment, or with the sum the bank settles (its failure rule,
      sandbox/settlement.py) different from the batch's control sum; a status published twice (two event ids) or
@@ -89,6 +92,7 @@ from processor.devtools.processes import eventually
 from processor.domain.file_states import STATUS_RANKS
 from processor.kafka.clients import librdkafka_logger, new_consumer
 from processor.kafka.settings import KafkaSettings
+from processor.store import Operation
 from schemas.topics import BATCHES_TOPIC, STATUS_TOPIC
 
 CREATING = ["file-payment-consents.create", "file-payment-consents.upload", "file-payments.create"]
@@ -247,6 +251,7 @@ class Holdings:
 
     consents: list[str] = field(default_factory=list)
     payments: list[str] = field(default_factory=list)
+    paid_consents: set[str] = field(default_factory=set)  # consents a file payment was made under
     paid: Decimal = Decimal(0)  # the sum the bank settles, over all its payments
     partial: list[str] = field(default_factory=list)  # payments that do not settle every transfer
 
@@ -278,6 +283,7 @@ def bank_holdings(db: Path, references: dict[str, str]) -> tuple[dict[str, Holdi
         if kind == "file_payment" and doc["consent_id"] in batch_of_consent:
             holdings = held[batch_of_consent[doc["consent_id"]]]
             holdings.payments.append(key)
+            holdings.paid_consents.add(str(doc["consent_id"]))
             transactions = initiation_of[doc["consent_id"]]["SupplementaryData"]["data"]["transaction"]
             # The batches pay only accounts the bank's failure rule (docs/sandbox-files.md) lets through, so the
             # bank settles every transfer of the file: `settled` is its count of settling transfers.
@@ -288,6 +294,20 @@ def bank_holdings(db: Path, references: dict[str, str]) -> tuple[dict[str, Holdi
             else:
                 holdings.partial.append(f"{key} settles {doc['settled']} of {len(transactions)}")
     return held, unmatched
+
+
+def duplicates(held: dict[str, Holdings], replaced: dict[str, str]) -> tuple[int, int, int]:
+    """(consents beyond one per batch, file payments beyond one per batch, consents replaced by design). A consent
+    the processor recorded as replaced (its side effects moved to `{batch_id}/replaced/{consent_id}`: authorised at
+    the bank, its tokens lost with an exchange a kill interrupted, docs/engine.md) under which nothing was paid is
+    the engine's designed recovery, not a duplicate; any other consent or payment beyond one is."""
+    extra_consents = extra_payments = by_design = 0
+    for batch_id, holdings in held.items():
+        abandoned = [c for c in holdings.consents if replaced.get(c) == batch_id and c not in holdings.paid_consents]
+        by_design += len(abandoned)
+        extra_consents += max(0, len(holdings.consents) - len(abandoned) - 1)
+        extra_payments += max(0, len(holdings.payments) - 1)
+    return extra_consents, extra_payments, by_design
 
 
 def misreports(order: Sequence[str], completed_payment: str | None, held: Holdings, control_sum: Decimal) -> list[str]:
@@ -432,8 +452,7 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
     log, orders, payment_of, ended = after.log, after.orders, after.payment_of, after.ended
     wrong = {b: misreports(orders[b], payment_of[b], held[b], control[b]) for b in batch_ids}
     wrong = {b: w for b, w in wrong.items() if w}
-    extra_consents = sum(max(0, len(h.consents) - 1) for h in held.values())
-    extra_payments = sum(max(0, len(h.payments) - 1) for h in held.values())
+    extra_consents, extra_payments, by_design = duplicates(held, after.replaced)
     terminal = Counter(next((s for s in reversed(o) if s in TERMINAL), "not terminal") for o in orders.values())
 
     print(f"\n=== chaos run: seed {args.seed}, {args.instances} processors, {args.batches} batches x "
@@ -444,6 +463,7 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
     print(f"batches terminal:            {done} ({shown})")
     print(f"duplicate bank resources:    {extra_consents + extra_payments} (consents beyond one per batch "
           f"{extra_consents}, file payments beyond one per batch {extra_payments})")  # fmt: skip
+    print(f"consents replaced by design: {by_design} (authorised, tokens lost with a killed exchange, never paid)")
     print(f"misreported outcomes:        {len(wrong)}")
     print(f"time taken:                  {elapsed:.1f} s (produce -> last batch terminal or --timeout)")
     slowest = sorted(ended, key=lambda b: -ended[b])[:3]
@@ -460,7 +480,7 @@ def chaos(args: argparse.Namespace, kafka: LocalKafka, directory: Path) -> int:
     print(f"bank faults fired:           {', '.join(f'{k} {v}' for k, v in after.faults.items())}")
     print(f"approvals:                   {dict(approvals.outcomes())}; retries {dict(approvals.retries)}")
     print(f"load average:                {load_averages()}")
-    _print_problems(wrong, held, orders, plan)
+    _print_problems(wrong, held, orders, plan, after.replaced)
     sys.stdout.flush()
     return 0 if not wrong and extra_consents + extra_payments == 0 else 1
 
@@ -477,6 +497,7 @@ class Aftermath:
     ended: dict[str, float]  # seconds from the first produce to each terminal batch's last terminal status
     counts: dict[str, Any]  # the sandbox bank's counts of calls and resources
     faults: Counter[str]  # the bank faults that fired, by kind
+    replaced: dict[str, str]  # consents the processor recorded as replaced: consent id -> batch id
 
 
 def _aftermath(
@@ -495,6 +516,11 @@ def _aftermath(
         flows = Counter({str(k): int(n) for k, n in conn.execute("SELECT state, COUNT(*) FROM flows GROUP BY 1")})
         row = conn.execute("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL").fetchone()
         unpublished = int(row[0]) if row else -1
+        scopes = conn.execute(
+            "SELECT scope_id FROM side_effects WHERE operation = %s AND scope_id LIKE %s",
+            (Operation.CREATE_CONSENT.value, "%/replaced/%"),
+        ).fetchall()
+    replaced = {scope.rsplit("/replaced/", 1)[1]: scope.split("/replaced/", 1)[0] for (scope,) in scopes}
     with watcher.changed:
         ended = {
             b: max(seen.consumed_at for status, seen in watcher.seen[b].items() if status in TERMINAL) - started_wall
@@ -506,17 +532,23 @@ def _aftermath(
     faults = Counter[str]()
     for rule in fired.get("rules", []):
         faults[f"{rule.get('fault')} {rule.get('status', '')}".strip()] += int(rule.get("fired", 0))
-    return Aftermath(log, orders, payment_of, flows, unpublished, ended, counts, faults)
+    return Aftermath(log, orders, payment_of, flows, unpublished, ended, counts, faults, replaced)
 
 
 def _print_problems(
-    wrong: dict[str, list[str]], held: dict[str, Holdings], orders: dict[str, list[str]], plan: Plan
+    wrong: dict[str, list[str]],
+    held: dict[str, Holdings],
+    orders: dict[str, list[str]],
+    plan: Plan,
+    replaced: dict[str, str],
 ) -> None:
     for batch_id, problems in sorted(wrong.items()):
         print(f"MISREPORTED {batch_id}: {'; '.join(problems)}; statuses {orders[batch_id]}")
     for batch_id, h in sorted(held.items()):
         if len(h.consents) > 1 or len(h.payments) > 1:
-            print(f"DUPLICATE {batch_id}: consents {h.consents}, payments {h.payments}; statuses {orders[batch_id]}")
+            kind = "DUPLICATE" if sum(duplicates({batch_id: h}, replaced)[:2]) else "REPLACED"
+            print(f"{kind} {batch_id}: consents {h.consents}, payments {h.payments}; statuses {orders[batch_id]}; "
+                  f"recorded replaced {sorted(c for c in h.consents if replaced.get(c) == batch_id)}")  # fmt: skip
     for batch_id in (b for b, o in orders.items() if not any(s in TERMINAL for s in o)):
         print(f"NOT TERMINAL {batch_id}: statuses {orders[batch_id]}, decision {plan.decisions[batch_id]}, "
               f"bank consents {held[batch_id].consents}, payments {held[batch_id].payments}")  # fmt: skip
