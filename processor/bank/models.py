@@ -120,8 +120,9 @@ def _echo_without_file(raw: bytes | bytearray) -> Any | None:
     """`loads_echo` without building the file the answer echoes: the file's bytes found by msgspec (which checks
     the whole answer's JSON, building nothing but this frame), checked to be UTF-8, replaced by `null`, and what is
     left parsed by `loads`. The one answer read that `loads` refuses: a number of more than 4,300 digits inside the
-    file, which is never converted. 0.08-0.09 ms for a month-end batch's 40 KB answer, where orjson built it all in
-    0.16-0.17 ms (`benchmarks/bank_echo.py`), and no more allocations than what is left. None, for the other
+    file, which is never converted. 0.09 ms for a month-end batch's 40 KB answer (0.12 when names hold characters
+    past U+00FF), where orjson built it all in 0.16-0.17 ms (`benchmarks/bank_echo.py`), and no allocations but
+    what is left and a piece of the file's check. None, for the other
     readings, when msgspec refuses the answer or finds no file, or when the file's bytes occur twice in the answer
     (what is replaced must be that one place)."""
     try:

@@ -466,6 +466,9 @@ class Database:
             pconn = psycopg.connect(self.target.location, autocommit=True, row_factory=dict_row, options=options)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to {redact_url(self.target.location)}: {exc}") from None
+        # Every transaction block begins READ COMMITTED whatever the server's or role's default: the claims (SKIP
+        # LOCKED) and the reads, whose SELECTs run each on its own (`_pg_tx`), are written for it.
+        pconn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
         return pconn
 
     def _acquire(self) -> sqlite3.Connection | psycopg.Connection[Row]:

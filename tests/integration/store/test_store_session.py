@@ -297,3 +297,16 @@ def test_a_read_on_postgresql_runs_each_select_on_its_own(store_target: StoreTar
         assert tx.raw.scalar(own) is True
     with store.transaction() as tx:
         assert tx.raw.scalar(own) is False  # the block began with BEGIN, before this statement
+
+
+def test_a_write_on_postgresql_is_read_committed_whatever_the_session_default(store_target: StoreTarget) -> None:
+    """The claims and the reads are written for READ COMMITTED: a connection whose default says otherwise (a
+    server, database or role setting; here the session's own) still begins each block at that level."""
+    if store_target.dialect != "postgresql":
+        pytest.skip("SQLite has one isolation (serializable transactions)")
+    with store_target.open(migrate=False, pool_size=1) as one:
+        with one.transaction() as tx:
+            tx.raw.execute("SET default_transaction_isolation = 'serializable'")  # kept by the session
+        with one.transaction() as tx:
+            assert tx.raw.scalar("SHOW default_transaction_isolation") == "serializable"
+            assert tx.raw.scalar("SHOW transaction_isolation") == "read committed"
