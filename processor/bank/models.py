@@ -122,9 +122,9 @@ def _echo_without_file(raw: bytes | bytearray) -> Any | None:
     left parsed by `loads`. The one answer read that `loads` refuses: a number of more than 4,300 digits inside the
     file, which is never converted. 0.09 ms for a month-end batch's 40 KB answer (0.12 when names hold characters
     past U+00FF), where orjson built it all in 0.16-0.17 ms (`benchmarks/bank_echo.py`), and no allocations but
-    what is left and a piece of the file's check. None, for the other
-    readings, when msgspec refuses the answer or finds no file, or when the file's bytes occur twice in the answer
-    (what is replaced must be that one place)."""
+    what is left and a piece of the file's check. None, for the other readings, when msgspec refuses the answer
+    or finds no file, or when the file's bytes occur twice in the answer or are not UTF-8 (what is replaced must
+    be that one place, and UTF-8 as `loads` requires)."""
     try:
         frame = _ECHO_FRAME.decode(raw)
     except (msgspec.MsgspecError, RecursionError):
