@@ -36,7 +36,8 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -61,6 +62,28 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", l
 
 TASKS = 32
 LIMITS = httpx.Limits(max_connections=16, max_keepalive_connections=16)  # the bank client's default
+
+
+@contextmanager
+def loopback_server() -> Iterator[tuple[str, int]]:
+    """`SERVER` in its own process: (its base URL, its pid), stopped on leaving; RuntimeError when it is not
+    listening within 30 s."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the loopback server did not listen on port {port}") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}", server.pid
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def free_port() -> int:
@@ -257,15 +280,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     print(f"httpx {httpx.__version__}, httpcore {httpcore.__version__}; {TASKS} tasks, {LIMITS}")
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port)])
-    try:
-        for _ in range(100):
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+    with loopback_server() as (base, _):
         requests = args.requests // TASKS * TASKS
         for _ in range(args.rounds):
             for name, (make, client_class) in TRANSPORTS.items():
@@ -273,14 +288,11 @@ def main() -> int:
                 if transport is None:
                     print(f"{name:17s} not installed")
                     continue
-                wall, cpu = asyncio.run(measure(f"http://127.0.0.1:{port}/", transport, requests, client_class))
+                wall, cpu = asyncio.run(measure(f"{base}/", transport, requests, client_class))
                 print(
                     f"{name:17s} {requests} requests in {wall:5.2f} s, client CPU {cpu:5.2f} s"
                     f" = {cpu / requests * 1000:.2f} ms per request"
                 )
-    finally:
-        server.terminate()
-        server.wait(10)
     async_library_cost()
     return 0
 

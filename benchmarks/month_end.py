@@ -125,11 +125,16 @@ class Child(processes.Child):
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds so far (0 once gone)."""
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.pid)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has spent so far, from /proc (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 CODE_ROOT = Path(__file__).resolve().parents[1]

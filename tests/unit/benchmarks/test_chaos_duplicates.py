@@ -3,24 +3,16 @@ design is not a duplicate; any other consent or payment beyond one per batch is.
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).parents[3] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
-def chaos() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # the scripts import each other by module name, as when run
-    try:
-        return importlib.import_module("chaos")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def chaos(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark_script("chaos")
 
 
 def held(chaos: ModuleType, consents: list[str], payments: dict[str, str]) -> Any:
