@@ -26,11 +26,11 @@ Measured in one run against the real parts (PostgreSQL, a Kafka broker, HTTP ove
 - the file and its hash, the report read: msgspec JSON of the transfers, SHA-256; msgspec reading a report of as
   many lines.
 
-The default of 10 write transactions is the fewest the guarantees allow (docs/benchmarks.md, "Eleventh pass"):
-the intake, A1's side-effect record begun (the flow's claim riding in it), A1 completed with A2's begun, A2
-completed with the move to AUTHORIZATION_REQUIRED, the approval link opened (its state and PKCE verifier kept),
-the redirect's code recorded, the tokens stored with A3's record begun, A3 completed with the move to INITIATED,
-a status poll that finds the payment pending, the completion with its events. The engine ran 19 write
+The default of 10 write transactions is, by our reading, the fewest the guarantees allow (docs/benchmarks.md,
+"Eleventh pass"): the intake, A1's side-effect record begun (the flow's claim riding in it), A1 completed with A2's
+begun, A2 completed with the move to AUTHORIZATION_REQUIRED, the approval link opened (its state and PKCE verifier
+kept), the redirect's code recorded, the tokens stored with A3's record begun, A3 completed with the move to
+INITIATED, a status poll that finds the payment pending, the completion with its events. The engine ran 19 write
 transactions per batch at the end of the tenth pass (16 without the relay's), and 5.7 reads.
 
 Printed: the CPU per unit and per batch of each piece (this process's CPU, librdkafka's threads included; the
