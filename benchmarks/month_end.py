@@ -125,15 +125,15 @@ class Child(processes.Child):
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds so far (0 once gone)."""
-        return process_cpu_seconds(self.pid)
+        return process_cpu_seconds(self.pid) or 0.0
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has spent so far, from /proc (0 once it is gone)."""
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has spent so far, from /proc (None once it is gone, or without /proc)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -50,6 +50,7 @@ import jwt
 import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from month_end import process_cpu_seconds
 
 from processor.devtools import processes
 
@@ -103,16 +104,6 @@ def pin(pid: int, cpu: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process, from /proc (None where /proc is missing)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 # --- request bodies --------------------------------------------------------------------------------------

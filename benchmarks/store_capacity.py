@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from month_end import DEFAULT_PG_URL, fresh_store
+from month_end import DEFAULT_PG_URL, fresh_store, process_cpu_seconds
 
 from processor.store import Store
 from processor.store.crypto import generate_key, load_cipher
@@ -54,11 +54,9 @@ def backend_cpu(url: str) -> dict[int, float]:
         pids = [row[0] for row in conn.execute(query)]
     used = {}
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        used[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        seconds = process_cpu_seconds(pid)
+        if seconds is not None:  # a backend gone since the query is left out
+            used[pid] = seconds
     return used
 
 
