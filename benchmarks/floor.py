@@ -78,6 +78,9 @@ from month_end import (
     say,
     speed_reference_seconds,
 )
+from month_end import (
+    produce as submit,
+)
 from relay_encode import NOW, OCCURRED, batch_events  # a completed batch's outbox events, as the relay's benchmark
 
 from processor.bank.transport import CookielessClient, bank_transport
@@ -281,15 +284,14 @@ def produced(config: dict[str, Any], topics: dict[str, str], batches: int, recor
     return spent / batches
 
 
-def taken_in(kafka: KafkaSettings, config: dict[str, Any], batches: int, transfers: int) -> float:
-    """CPU per batch message consumed, decoded and committed (the messages are produced first, untimed; the clock
-    starts at the first message, once the consumer has joined its group)."""
+def taken_in(kafka: KafkaSettings, batches: int, transfers: int) -> float:
+    """CPU per batch message consumed, decoded and committed (the messages are produced first, untimed, as the
+    month-end benchmark submits them; the clock starts at the first message, once the consumer has joined its
+    group)."""
     codec, topic = Codec(BATCHES_TOPIC), kafka.topic(BATCHES_TOPIC)
-    producer = new_producer(config)
-    for batch in range(batches):
-        producer.produce(topic, value=codec.encode(batch_record(f"F-{batch}", transfers, batch)), key=str(batch))
-        producer.poll(0)
-    producer.flush(60)
+    submit(
+        kafka, [(str(batch), codec.encode(batch_record(f"F-{batch}", transfers, batch))) for batch in range(batches)]
+    )
     reader = new_consumer({**consumer_config(kafka, "floor"), "group.id": f"floor-{uuid.uuid4().hex[:8]}"})
     reader.subscribe([topic])
     seen, started, deadline = 0, 0.0, time.monotonic() + 60
@@ -368,7 +370,7 @@ def pieces(
         lambda: {WRITES: transactions(conn, args.batches * 2)},
         lambda: outbox_rows(conn, args.batches, payloads),
         lambda: {PRODUCED: produced(config, topics, args.batches, records)},
-        lambda: {TAKEN: taken_in(kafka, config, args.batches, args.transfers)},
+        lambda: {TAKEN: taken_in(kafka, args.batches, args.transfers)},
         lambda: {FILE: file_and_report(args.batches, args.transfers)},
     ]
     return counts, runs
